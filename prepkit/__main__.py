@@ -1,0 +1,5 @@
+"""Allow ``python -m prepkit``."""
+
+from prepkit.cli import main
+
+main()

@@ -1,6 +1,37 @@
+"""``prepkit convert SRC_STORE DEST_STORE --layout ...``: transcode a store."""
+
+from __future__ import annotations
+
 import click
+
+from prepkit.cli.options import cli_errors, layout_option, progress_bar, write_options
 
 
 @click.command()
-def convert() -> None:
-    """Turn an image folder or manifest into a converted Zarr v3 store."""
+@click.argument("src_store", type=click.Path(exists=True, file_okay=False))
+@click.argument("dest_store", type=click.Path())
+@layout_option()
+@write_options
+def convert(src_store: str, dest_store: str, layout: str, quality: int, samples_per_shard: int | None,
+            workers: int, overwrite: bool) -> None:
+    """Transcode the store SRC_STORE into DEST_STORE with another image layout.
+
+    Labels, class names, source paths and masks are kept; samples are re-sharded with
+    --samples-per-shard (default: the source store's).
+    """
+    from prepkit.layouts import make_layout
+    from prepkit.store.convert import convert_store
+    from prepkit.store.writer import check_destination
+
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("samples_per_shard") == click.core.ParameterSource.DEFAULT:
+        samples_per_shard = None
+    with cli_errors(dest_store):
+        check_destination(dest_store, overwrite)
+        with progress_bar("convert") as bar:
+            summary = convert_store(
+                src_store, dest_store, layout=make_layout(layout, quality=quality),
+                samples_per_shard=samples_per_shard, workers=workers, overwrite=overwrite,
+                progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
+            )
+    click.echo(f"wrote {summary.num_samples} samples ({layout}) to {dest_store}")

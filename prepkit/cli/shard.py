@@ -1,6 +1,60 @@
+"""``prepkit shard SRC DEST``: an image folder or manifest into a store."""
+
+from __future__ import annotations
+
 import click
+
+from prepkit.cli.options import cli_errors, layout_option, progress_bar, write_options
 
 
 @click.command()
-def shard() -> None:
-    """Turn an image folder or manifest into a sharded Zarr v3 store."""
+@click.argument("src", type=click.Path(exists=True))
+@click.argument("dest", type=click.Path())
+@layout_option()
+@write_options
+@click.option("--max-side", type=click.IntRange(1, None), default=None, help="Downscale so the longer side is at most N pixels (aspect kept).")
+@click.option(
+    "--mode", type=click.Choice(["rgb", "keep"]), default="rgb", show_default=True,
+    help="rgb: every image becomes RGB uint8; keep: L, RGB and RGBA stay as they are.",
+)
+@click.option(
+    "--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+    help="fail: stop at the first bad image; skip: store every good image and report the bad ones.",
+)
+@click.option("--max-pixels", type=click.IntRange(1, None), default=None, help="Refuse images with more pixels (decompression bombs). Default 2^28.")
+def shard(
+    src: str, dest: str, layout: str, quality: int, samples_per_shard: int, workers: int,
+    overwrite: bool, max_side: int | None, mode: str, on_error: str, max_pixels: int | None,
+) -> None:
+    """Turn an image folder or manifest SRC into a sharded Zarr v3 store DEST.
+
+    SRC is a folder of class subfolders (labels in sorted class-name order, as
+    torchvision's ImageFolder), a flat folder (no labels), or a .csv/.jsonl manifest with
+    a 'path' column and optional 'label' and 'mask' columns.
+
+    Killed or interrupted, the same command run again resumes from the last complete
+    shard.
+    """
+    from prepkit.ingest.build import build_store
+    from prepkit.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
+    from prepkit.layouts import make_layout
+    from prepkit.store.writer import check_destination
+
+    with cli_errors(dest):
+        check_destination(dest, overwrite)
+        chosen = make_layout(layout, quality=quality)
+        options = ImageOptions(mode=mode, max_side=max_side, max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
+        with progress_bar("shard") as bar:
+            summary, _ = build_store(
+                src, dest, layout=chosen, options=options, samples_per_shard=samples_per_shard,
+                workers=workers, on_error=on_error, overwrite=overwrite,
+                progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
+            )
+    resumed = f", {summary.num_shards_resumed} resumed" if summary.num_shards_resumed else ""
+    click.echo(f"wrote {summary.num_samples} samples ({layout}) to {dest}{resumed}")
+    if summary.failures:
+        click.echo(f"skipped {len(summary.failures)} bad files (report: {dest}/skipped.jsonl):", err=True)
+        for failure in summary.failures[:10]:
+            click.echo(f"  {failure.path}: {failure.reason}", err=True)
+        if len(summary.failures) > 10:
+            click.echo(f"  ... and {len(summary.failures) - 10} more", err=True)

@@ -1,0 +1,68 @@
+"""Options and helpers shared by several commands."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def layout_option(required: bool = True) -> Callable[[F], F]:
+    return click.option(
+        "--layout",
+        type=click.Choice(["raw", "jpeg", "lossless"]),
+        required=required,
+        help="How images are stored: raw pixels, JPEG, or prepkit's lossless codec.",
+    )
+
+
+def write_options(function: F) -> F:
+    """Options of every command that writes a store."""
+    decorators = [
+        click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True, help="JPEG quality (layout jpeg)."),
+        click.option(
+            "--samples-per-shard", type=click.IntRange(1, 1 << 24), default=1024, show_default=True,
+            help="Samples per shard file.",
+        ),
+        click.option(
+            "--workers", type=click.IntRange(1, 512), default=default_workers, show_default="all cores",
+            help="Encoding processes (started with spawn). Output is identical whatever the count.",
+        ),
+        click.option("--overwrite", is_flag=True, help="Replace DEST if it already holds something."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
+@contextmanager
+def cli_errors(dest: str | None = None) -> Iterator[None]:
+    """Turn prepkit errors into one-line click errors (exit 1, no traceback)."""
+    from prepkit.errors import PrepkitError
+
+    try:
+        yield
+    except PrepkitError as error:
+        raise click.ClickException(str(error)) from None
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        raise click.ClickException(f"{error.strerror or error}{where}") from None
+    except KeyboardInterrupt:
+        hint = f"; run the same command again to resume {dest}" if dest else ""
+        raise click.ClickException(f"interrupted{hint}") from None
+
+
+def progress_bar(description: str, unit: str = "img") -> Any:
+    """A tqdm bar on a terminal, silent when output is not a terminal."""
+    from tqdm.auto import tqdm
+
+    return tqdm(desc=description, unit=unit, disable=None, dynamic_ncols=True, smoothing=0.1)

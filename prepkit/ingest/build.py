@@ -1,0 +1,182 @@
+"""``prepkit shard``: turn a folder or manifest into a store.
+
+1. list the source (order fixed before any pixel is read);
+2. probe every image header to bound each shard's size (sizes the shard index);
+3. encode the samples in worker processes, shard by shard, in source order;
+4. write each shard whole, renamed into place; finish the store last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from prepkit import __version__
+from prepkit.errors import IngestError, PrepkitError
+from prepkit.ingest.images import ImageOptions, load_image, load_mask, probe_size
+from prepkit.ingest.sources import SourceItem, list_source
+from prepkit.layouts import Layout, LosslessLayout, RawLayout
+from prepkit.parallel import run_ordered
+from prepkit.store.format import ShardGeometry
+from prepkit.store.writer import EncodedSample, SampleFailure, StorePlan, StoreWriter, WriteSummary
+
+
+def mask_layout() -> Layout:
+    """Masks are stored with the lossless codec when it is available, raw otherwise."""
+    try:
+        from prepkit import lossless
+
+        if hasattr(lossless, "encode"):
+            return LosslessLayout()
+    except ImportError:
+        pass
+    return RawLayout()
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Encodes source item ``i``: picklable, sent once to each worker."""
+
+    items: tuple[SourceItem, ...]
+    options: ImageOptions
+    layouts: tuple[tuple[str, Layout], ...]
+
+    def __call__(self, index: int) -> EncodedSample | SampleFailure:
+        item = self.items[index]
+        try:
+            pixels = load_image(item.path, self.options)
+            fields: dict[str, tuple[bytes, tuple[int, int, int]]] = {}
+            for name, layout in self.layouts:
+                if name == "image":
+                    data = pixels
+                else:
+                    if item.mask_path is None:
+                        raise IngestError(f"{item.path}: no mask given for this sample")
+                    data = load_mask(item.mask_path, self.options)
+                    if data.shape[:2] != pixels.shape[:2]:
+                        raise IngestError(
+                            f"{item.mask_path}: mask is {data.shape[1]}x{data.shape[0]}, its image "
+                            f"{item.path} is {pixels.shape[1]}x{pixels.shape[0]}"
+                        )
+                try:
+                    fields[name] = (layout.encode(data), tuple(int(v) for v in data.shape))  # type: ignore[misc]
+                except PrepkitError as error:
+                    raise IngestError(f"{item.path}: {error}") from None
+            return EncodedSample(item=index, relpath=item.relpath or item.path, label=item.label, fields=fields)
+        except IngestError as error:
+            return SampleFailure(item=index, path=item.path, reason=_reason(error, item.path))
+
+
+def _reason(error: Exception, path: str) -> str:
+    text = str(error)
+    prefix = f"{path}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    items: tuple[SourceItem, ...]
+    options: ImageOptions
+
+    def __call__(self, index: int) -> tuple[int, int, int] | None:
+        return probe_size(self.items[index].path, self.options)
+
+
+def items_digest(items: list[SourceItem]) -> str:
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(os.fsencode(item.path) + b"\0" + str(item.label).encode() + b"\0" + os.fsencode(item.mask_path or "") + b"\n")
+    return digest.hexdigest()
+
+
+def plan_fields(
+    layouts: dict[str, Layout], bounds: list[tuple[int, int, int] | None], samples_per_shard: int
+) -> dict[str, dict[str, Any]]:
+    """Layout and shard geometry per field, sized from the per-item shape bounds."""
+    fields = {}
+    for name, layout in layouts.items():
+        largest = 0
+        for start in range(0, len(bounds), samples_per_shard):
+            total = 0
+            for shape in bounds[start : start + samples_per_shard]:
+                if shape is not None:
+                    height, width, channels = shape
+                    total += layout.max_stored_size(height, width, 1 if name == "mask" else channels)
+            largest = max(largest, total)
+        geometry = ShardGeometry.for_largest_shard(largest)
+        fields[name] = {"layout": layout.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}
+    return fields
+
+
+def write_in_shards(
+    writer: StoreWriter,
+    job: Callable[[int], EncodedSample | SampleFailure],
+    workers: int,
+    on_error: str,
+    progress: Callable[[int], None],
+) -> None:
+    """Encode the items of every shard not yet done, in order, and write each shard."""
+    plan = writer.plan
+    todo = [shard for shard in range(plan.num_shards) if shard not in writer.resumed_shards]
+    for shard in writer.resumed_shards:
+        progress(len(plan.shard_items(shard)))
+    indices = (index for shard in todo for index in plan.shard_items(shard))
+    results = run_ordered(job, indices, workers)
+    for shard in todo:
+        batch: list[EncodedSample | SampleFailure] = []
+        for _ in plan.shard_items(shard):
+            result = next(results)
+            if isinstance(result, SampleFailure) and on_error == "fail":
+                results.close()
+                raise IngestError(f"{result.path}: {result.reason}")
+            batch.append(result)
+            progress(1)
+        writer.write_shard(shard, batch)
+
+
+def build_store(
+    src: str,
+    dest: str,
+    *,
+    layout: Layout,
+    options: ImageOptions,
+    samples_per_shard: int,
+    workers: int,
+    on_error: str = "fail",
+    overwrite: bool = False,
+    progress: Callable[[int], None] = lambda n: None,
+    on_total: Callable[[int], None] = lambda n: None,
+) -> tuple[WriteSummary, list[tuple[str, str]]]:
+    """Shard ``src`` into a store at ``dest``. Returns the summary and the files that
+    were ignored because they are not images."""
+    listing = list_source(src)
+    items = listing.items
+    layouts: dict[str, Layout] = {"image": layout}
+    if listing.has_masks:
+        layouts["mask"] = mask_layout()
+    bounds = list(run_ordered(ProbeJob(tuple(items), options), range(len(items)), workers, window=workers * 64))
+    if options.mode == "keep":
+        bounds = [None if b is None else (b[0], b[1], 4) for b in bounds]  # channels not known before decoding
+    recorded = {k: v for k, v in asdict(options).items()}
+    plan = StorePlan(
+        num_items=len(items),
+        samples_per_shard=samples_per_shard,
+        fields=plan_fields(layouts, bounds, samples_per_shard),
+        class_names=listing.class_names,
+        provenance={
+            "source": os.path.abspath(src),
+            "command": "shard",
+            "options": {**recorded, "layout": layout.to_dict(), "samples_per_shard": samples_per_shard, "on_error": on_error},
+            "prepkit_version": __version__,
+        },
+        items_digest=items_digest(items),
+    )
+    on_total(len(items))
+    job = ShardJob(items=tuple(items), options=options, layouts=tuple(layouts.items()))
+    with StoreWriter(dest, plan, layouts, overwrite=overwrite) as writer:
+        write_in_shards(writer, job, workers, on_error, progress)
+        summary = writer.finalize(listing.ignored)
+    return summary, listing.ignored

@@ -1,0 +1,162 @@
+"""Storage layouts: how one sample's pixels become stored bytes, and back.
+
+A layout is a small frozen dataclass with validated fields and a dict round trip (the
+dict goes into the store's attributes), in the style of zarr-python's codecs:
+
+- ``raw``: the H x W x C uint8 pixels, C-order, as they are;
+- ``jpeg``: a baseline JPEG written by Pillow at ``quality``;
+- ``lossless``: prepkit's tiled lossless codec (:mod:`prepkit.lossless`).
+
+``max_stored_size`` is a guaranteed upper bound on the stored size of an image of a
+given shape; the store writer sizes its shards with it before encoding anything.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from prepkit.errors import CodecError
+
+LAYOUT_NAMES = ("raw", "jpeg", "lossless")
+
+
+class Layout(Protocol):
+    name: ClassVar[str]
+
+    def encode(self, pixels: np.ndarray) -> bytes: ...
+
+    def decode(self, data: bytes | memoryview | np.ndarray, shape: tuple[int, int, int]) -> np.ndarray: ...
+
+    def max_stored_size(self, height: int, width: int, channels: int) -> int: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class RawLayout:
+    """Uncompressed pixels: the fastest to read, the largest on disk."""
+
+    name: ClassVar[str] = "raw"
+
+    def encode(self, pixels: np.ndarray) -> bytes:
+        return np.ascontiguousarray(pixels, dtype=np.uint8).tobytes()
+
+    def decode(self, data: bytes | memoryview | np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+        flat = np.frombuffer(data, dtype=np.uint8)
+        expected = shape[0] * shape[1] * shape[2]
+        if flat.size != expected:
+            raise CodecError(f"raw sample holds {flat.size} bytes, expected {expected} for shape {shape}")
+        return flat.reshape(shape).copy()
+
+    def max_stored_size(self, height: int, width: int, channels: int) -> int:
+        return height * width * channels
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+@dataclass(frozen=True)
+class JpegLayout:
+    """Baseline JPEG via Pillow (decoded by nvImageCodec on the GPU)."""
+
+    name: ClassVar[str] = "jpeg"
+    quality: int = 90
+    subsampling: str = "4:2:0"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"JPEG quality must be between 1 and 100, got {self.quality}")
+        if self.subsampling not in ("4:4:4", "4:2:2", "4:2:0"):
+            raise ValueError(f"JPEG subsampling must be 4:4:4, 4:2:2 or 4:2:0, got {self.subsampling!r}")
+
+    def encode(self, pixels: np.ndarray) -> bytes:
+        from PIL import Image
+
+        channels = pixels.shape[2]
+        if channels not in (1, 3):
+            raise CodecError(f"JPEG stores 1 or 3 channels, this image has {channels} (use --mode rgb)")
+        image = Image.fromarray(pixels[:, :, 0] if channels == 1 else pixels)
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=self.quality, subsampling=self.subsampling)
+        return buffer.getvalue()
+
+    def decode(self, data: bytes | memoryview | np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(bytes(data))) as image:
+                if image.format != "JPEG":
+                    raise CodecError(f"stored sample is {image.format}, expected JPEG")
+                pixels = np.asarray(image, dtype=np.uint8)
+        except CodecError:
+            raise
+        except Exception as error:
+            raise CodecError(f"cannot decode stored JPEG ({error})") from None
+        if pixels.ndim == 2:
+            pixels = pixels[:, :, None]
+        if pixels.shape != tuple(shape):
+            raise CodecError(f"stored JPEG decodes to {pixels.shape}, expected {tuple(shape)}")
+        return pixels
+
+    def max_stored_size(self, height: int, width: int, channels: int) -> int:
+        # Baseline Huffman coding spends at most 27 bits on a coefficient (16-bit code plus
+        # 11 magnitude bits) and byte stuffing can double that: 8x raw plus the headers is
+        # a true upper bound, and only costs shard-index entries, never disk space.
+        return 8 * height * width * max(channels, 3) + 65536
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class LosslessLayout:
+    """prepkit's tiled lossless codec: smaller than PNG, decodes in parallel on GPU and CPU."""
+
+    name: ClassVar[str] = "lossless"
+    tile: int = 64
+
+    def encode(self, pixels: np.ndarray) -> bytes:
+        from prepkit import lossless
+
+        return lossless.encode(pixels, tile=self.tile)
+
+    def decode(self, data: bytes | memoryview | np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+        from prepkit import lossless
+
+        pixels = lossless.decode(bytes(data) if not isinstance(data, bytes) else data)
+        if pixels.ndim == 2:
+            pixels = pixels[:, :, None]
+        if pixels.shape != tuple(shape):
+            raise CodecError(f"stored lossless image decodes to {pixels.shape}, expected {tuple(shape)}")
+        return pixels
+
+    def max_stored_size(self, height: int, width: int, channels: int) -> int:
+        from prepkit import lossless
+
+        return lossless.max_encoded_size(height, width, channels, tile=self.tile)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **asdict(self)}
+
+
+_LAYOUTS: dict[str, type] = {"raw": RawLayout, "jpeg": JpegLayout, "lossless": LosslessLayout}
+
+
+def layout_from_dict(config: dict[str, Any]) -> Layout:
+    """Rebuild a layout from the dict stored in a store's attributes."""
+    options = dict(config)
+    name = options.pop("name", None)
+    if name not in _LAYOUTS:
+        raise ValueError(f"unknown layout {name!r}; expected one of {', '.join(LAYOUT_NAMES)}")
+    return _LAYOUTS[name](**options)
+
+
+def make_layout(name: str, *, quality: int = 90) -> Layout:
+    """The layout called ``name`` with the command-line options that apply to it."""
+    if name == "jpeg":
+        return JpegLayout(quality=quality)
+    return layout_from_dict({"name": name})

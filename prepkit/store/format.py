@@ -1,0 +1,204 @@
+"""Store format v1: names, attributes, shard geometry and the Zarr shard file layout.
+
+``docs/FORMAT.md`` describes the same thing for people; keep the two in step.
+
+A store is one Zarr v3 group::
+
+    zarr.json                      group; attributes["prepkit"] (see ``Attributes``)
+    labels/                        int64 (N,)    class index, -1 = no label
+    paths/                         uint8 (P,)    source paths, UTF-8 / file-system bytes
+    path_ranges/                   uint64 (N, 2) [start, stop) of each path in ``paths``
+    <field>/                       one group per sample field: "image", and "mask" if any
+        bytes/                     uint8, the stored samples back to back, sharded
+        ranges/                    uint64 (N, 2) [start, stop) of each sample in ``bytes``
+        shapes/                    uint32 (N, 3) H, W, C of the decoded sample
+        crc32c/                    uint32 (N,)   CRC32C of each sample's stored bytes
+
+``bytes`` is split into shards of ``capacity`` bytes: shard ``j`` holds the samples of
+source items ``[j * samples_per_shard, (j + 1) * samples_per_shard)`` packed from byte
+``j * capacity`` on. Its Zarr shard file (``bytes/c/<j>``) holds inner chunks of
+``chunk`` bytes back to back, then the shard index: one little-endian (offset, nbytes)
+uint64 pair per inner chunk (2**64-1 twice for an absent chunk), then the CRC32C of the
+index. Unused capacity is absent chunks: it costs index entries, not disk space.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import crc32c as _crc32c
+import numpy as np
+
+from prepkit.errors import StoreCorruptError, StoreError
+
+FORMAT_VERSION = 1
+ATTRIBUTE_KEY = "prepkit"
+FIELDS = ("image", "mask")
+EMPTY_CHUNK = 2**64 - 1
+MIN_CHUNK = 1 << 16  # 64 KiB
+MAX_CHUNK = 1 << 26  # 64 MiB
+MAX_INDEX_ENTRIES = 8192  # 128 KiB of shard index at most
+SMALL_ARRAY_CHUNK = 1 << 16  # samples per chunk of the per-sample arrays
+
+
+def crc32c(data: bytes | memoryview | np.ndarray) -> int:
+    """CRC32C (Castagnoli) of ``data``, as Zarr's crc32c codec computes it."""
+    return _crc32c.crc32c(data)
+
+
+@dataclass(frozen=True)
+class ShardGeometry:
+    """How a field's flat ``bytes`` array is cut into shards and inner chunks."""
+
+    capacity: int  # logical bytes per shard (a multiple of ``chunk``)
+    chunk: int  # bytes per inner chunk
+
+    @property
+    def chunks_per_shard(self) -> int:
+        return self.capacity // self.chunk
+
+    @property
+    def index_nbytes(self) -> int:
+        return 16 * self.chunks_per_shard + 4
+
+    @staticmethod
+    def for_largest_shard(max_shard_bytes: int) -> "ShardGeometry":
+        """The smallest power-of-two inner chunk (at least 64 KiB) that keeps the shard
+        index at most ``MAX_INDEX_ENTRIES`` entries for a shard of ``max_shard_bytes``."""
+        needed = max(1, max_shard_bytes)
+        chunk = MIN_CHUNK
+        while -(-needed // chunk) > MAX_INDEX_ENTRIES and chunk < MAX_CHUNK:
+            chunk *= 2
+        capacity = max(1, -(-needed // chunk)) * chunk
+        return ShardGeometry(capacity=capacity, chunk=chunk)
+
+
+def encode_shard(payload: bytes | memoryview, geometry: ShardGeometry) -> bytes:
+    """A Zarr v3 shard file (sharding_indexed, index at the end, crc32c) holding
+    ``payload`` from the shard's first byte on; the rest of the shard is absent."""
+    size = len(payload)
+    if size > geometry.capacity:
+        raise StoreError(f"shard payload of {size} bytes exceeds the shard capacity {geometry.capacity}")
+    used = -(-size // geometry.chunk)
+    index = np.full((geometry.chunks_per_shard, 2), EMPTY_CHUNK, dtype="<u8")
+    index[:used, 0] = np.arange(used, dtype=np.uint64) * geometry.chunk
+    index[:used, 1] = geometry.chunk
+    index_bytes = index.tobytes()
+    padding = bytes(used * geometry.chunk - size)
+    return b"".join([bytes(payload), padding, index_bytes, crc32c(index_bytes).to_bytes(4, "little")])
+
+
+def decode_shard_index(tail: bytes, geometry: ShardGeometry, file_size: int, where: str) -> np.ndarray:
+    """Parse and check a shard index read from the end of a shard file.
+
+    Returns an (chunks_per_shard, 2) uint64 array of (offset, nbytes). Raises
+    StoreCorruptError naming ``where`` if the checksum fails or an entry points outside
+    the file.
+    """
+    if len(tail) != geometry.index_nbytes:
+        raise StoreCorruptError(
+            f"{where}: shard file is {file_size} bytes, too short for its "
+            f"{geometry.index_nbytes}-byte index"
+        )
+    body, stored = tail[:-4], int.from_bytes(tail[-4:], "little")
+    if crc32c(body) != stored:
+        raise StoreCorruptError(f"{where}: shard index checksum mismatch (file damaged or truncated)")
+    index = np.frombuffer(body, dtype="<u8").reshape(-1, 2)
+    present = index[:, 0] != EMPTY_CHUNK
+    data_end = file_size - geometry.index_nbytes
+    offsets, sizes = index[present, 0], index[present, 1]
+    if np.any(sizes != geometry.chunk) or np.any(offsets > data_end) or np.any(offsets + sizes > data_end):
+        raise StoreCorruptError(f"{where}: shard index points outside the shard's data")
+    return index
+
+
+@dataclass
+class Attributes:
+    """The ``prepkit`` entry of the group attributes."""
+
+    format_version: int
+    layout: dict[str, Any]
+    num_samples: int
+    samples_per_shard: int
+    num_shards: int
+    fields: dict[str, dict[str, Any]]  # field -> {"layout": {...}, "capacity": .., "chunk": ..}
+    class_names: list[str] | None
+    provenance: dict[str, Any]
+    complete: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "layout": self.layout,
+            "num_samples": self.num_samples,
+            "samples_per_shard": self.samples_per_shard,
+            "num_shards": self.num_shards,
+            "fields": self.fields,
+            "class_names": self.class_names,
+            "provenance": self.provenance,
+            "complete": self.complete,
+        }
+
+    @staticmethod
+    def from_dict(values: dict[str, Any], where: str) -> "Attributes":
+        try:
+            version = int(values["format_version"])
+            if version != FORMAT_VERSION:
+                raise StoreError(
+                    f"{where}: store format version {version}, this prepkit reads version {FORMAT_VERSION}"
+                )
+            return Attributes(
+                format_version=version,
+                layout=dict(values["layout"]),
+                num_samples=int(values["num_samples"]),
+                samples_per_shard=int(values["samples_per_shard"]),
+                num_shards=int(values["num_shards"]),
+                fields={str(k): dict(v) for k, v in values["fields"].items()},
+                class_names=values.get("class_names"),
+                provenance=dict(values.get("provenance", {})),
+                complete=bool(values.get("complete", False)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise StoreError(f"{where}: malformed prepkit attributes ({error!r})") from None
+
+
+def read_group_attributes(root: Path) -> Attributes:
+    """Read and check ``zarr.json`` of a store's root group."""
+    meta_path = root / "zarr.json"
+    if not root.exists():
+        raise StoreError(f"store {str(root)!r} does not exist")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise StoreError(f"{root}: not a Zarr v3 store (no zarr.json)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise StoreError(f"{meta_path}: cannot read group metadata ({error})") from None
+    if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
+        raise StoreError(f"{meta_path}: expected a Zarr v3 group")
+    values = meta.get("attributes", {}).get(ATTRIBUTE_KEY)
+    if not isinstance(values, dict):
+        raise StoreError(f"{root}: a Zarr group, but not a prepkit store (no '{ATTRIBUTE_KEY}' attribute)")
+    return Attributes.from_dict(values, str(root))
+
+
+def shard_path(root: Path, field: str, shard: int) -> Path:
+    """The file holding shard ``shard`` of ``field``'s bytes array."""
+    return root / field / "bytes" / "c" / str(shard)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename inside ``directory`` durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

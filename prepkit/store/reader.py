@@ -1,0 +1,292 @@
+"""Read a store: random access to samples straight from the shard files.
+
+The per-sample arrays (ranges, shapes, labels, checksums) are small and read once with
+zarr-python when the store is opened. Sample bytes are not: a zarr-python call costs
+1 to 3 ms per random read, so the reader memory-maps each shard file, reads its Zarr
+shard index once (checking its CRC32C) and slices the sample's bytes out directly.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prepkit.errors import CodecError, DecodeError, StoreCorruptError, StoreError
+from prepkit.layouts import Layout, layout_from_dict
+from prepkit.store.format import (
+    EMPTY_CHUNK,
+    Attributes,
+    ShardGeometry,
+    crc32c,
+    decode_shard_index,
+    read_group_attributes,
+    shard_path,
+)
+
+
+class _ShardFile:
+    """One memory-mapped shard file and its parsed index."""
+
+    def __init__(self, path: Path, geometry: ShardGeometry, where: str) -> None:
+        try:
+            with open(path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size < geometry.index_nbytes:
+                    raise StoreCorruptError(
+                        f"{where}: shard file {path} is {size} bytes, shorter than its index "
+                        f"({geometry.index_nbytes} bytes): truncated"
+                    )
+                self.map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            raise StoreCorruptError(f"{where}: shard file {path} is missing") from None
+        except OSError as error:
+            raise StoreError(f"{where}: cannot open shard file {path}: {error}") from None
+        self.path = path
+        self.chunk = geometry.chunk
+        tail = self.map[size - geometry.index_nbytes :]
+        self.index = decode_shard_index(tail, geometry, size, f"{where}: {path}")
+        self.array = np.frombuffer(self.map, dtype=np.uint8)
+        offsets = self.index[:, 0]
+        present = offsets != EMPTY_CHUNK
+        used = int(np.argmin(present)) if not present.all() else len(present)
+        # prepkit (and zarr-python) lay a shard's chunks out back to back in order: then a
+        # sample's bytes are one slice. Anything else is read chunk by chunk.
+        expected = offsets[0] + np.arange(used, dtype=np.uint64) * self.chunk if used else offsets[:0]
+        self.contiguous = bool(np.all(offsets[:used] == expected)) and not present[used:].any()
+        self.base = int(offsets[0]) if used else 0
+        self.used_bytes = used * self.chunk
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Bytes [start, stop) of this shard's logical range, as a read-only view or copy."""
+        if self.contiguous:
+            if stop > self.used_bytes:
+                raise StoreCorruptError(f"{self.path}: sample bytes [{start}, {stop}) lie beyond the stored chunks")
+            return self.array[self.base + start : self.base + stop]
+        out = np.empty(stop - start, dtype=np.uint8)
+        position = start
+        while position < stop:
+            chunk, within = divmod(position, self.chunk)
+            take = min(self.chunk - within, stop - position)
+            offset = int(self.index[chunk, 0])
+            if offset == EMPTY_CHUNK:
+                out[position - start : position - start + take] = 0
+            else:
+                out[position - start : position - start + take] = self.array[offset + within : offset + within + take]
+            position += take
+        return out
+
+    def close(self) -> None:
+        self.array = None  # type: ignore[assignment]
+        try:
+            self.map.close()
+        except BufferError:
+            pass  # a caller still holds a view; the map closes when it is released
+
+
+@dataclass
+class FieldArrays:
+    """The per-sample arrays of one field ("image" or "mask")."""
+
+    name: str
+    layout: Layout
+    geometry: ShardGeometry
+    ranges: np.ndarray  # (N, 2) uint64
+    shapes: np.ndarray  # (N, 3) uint32
+    crc32c: np.ndarray  # (N,) uint32
+
+
+class Store:
+    """A prepkit store opened for reading. ``store[i]`` is a decoded sample.
+
+    Thread-safe for reading; open many in as many processes as you like.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, check_crc: bool = False) -> None:
+        self.path = Path(path)
+        self.attributes: Attributes = read_group_attributes(self.path)
+        if not self.attributes.complete:
+            raise StoreError(
+                f"{self.path}: store is incomplete (still being written, or its writer was "
+                "interrupted; run the same prepkit command again to finish it)"
+            )
+        self.check_crc = check_crc
+        self._shards: dict[tuple[str, int], _ShardFile] = {}
+        self._lock = threading.Lock()
+        self._load_arrays()
+
+    def _load_arrays(self) -> None:
+        import zarr
+
+        where = str(self.path)
+        try:
+            root = zarr.open_group(self.path, mode="r")
+            self.labels: np.ndarray = np.asarray(root["labels"][...], dtype=np.int64)
+            self._paths = np.asarray(root["paths"][...], dtype=np.uint8)
+            self._path_ranges = np.asarray(root["path_ranges"][...], dtype=np.uint64)
+            self.field_arrays: dict[str, FieldArrays] = {}
+            for name, spec in self.attributes.fields.items():
+                group = root[name]
+                self.field_arrays[name] = FieldArrays(
+                    name=name,
+                    layout=layout_from_dict(spec["layout"]),
+                    geometry=ShardGeometry(capacity=int(spec["capacity"]), chunk=int(spec["chunk"])),
+                    ranges=np.asarray(group["ranges"][...], dtype=np.uint64),
+                    shapes=np.asarray(group["shapes"][...], dtype=np.uint32),
+                    crc32c=np.asarray(group["crc32c"][...], dtype=np.uint32),
+                )
+        except StoreError:
+            raise
+        except Exception as error:  # zarr raises many types for missing or broken metadata
+            raise StoreError(f"{where}: cannot read the store's per-sample arrays ({type(error).__name__}: {error})") from None
+        count = self.attributes.num_samples
+        arrays = [self.labels, self._path_ranges] + [a for f in self.field_arrays.values() for a in (f.ranges, f.shapes, f.crc32c)]
+        if any(a.shape[0] != count for a in arrays):
+            raise StoreCorruptError(f"{where}: per-sample arrays do not all have {count} entries")
+        if "image" not in self.field_arrays:
+            raise StoreCorruptError(f"{where}: store has no image field")
+        for field in self.field_arrays.values():
+            geometry = field.geometry
+            starts, stops = field.ranges[:, 0], field.ranges[:, 1]
+            shard_of_start = starts // np.uint64(geometry.capacity)
+            if np.any(stops < starts) or np.any(stops - shard_of_start * np.uint64(geometry.capacity) > np.uint64(geometry.capacity)):
+                raise StoreCorruptError(f"{where}: {field.name} byte ranges are inconsistent")
+            if np.any(shard_of_start >= np.uint64(max(1, self.attributes.num_shards))):
+                raise StoreCorruptError(f"{where}: {field.name} byte ranges point past the last shard")
+        self._image = self.field_arrays["image"]
+
+    # -- description ------------------------------------------------------------------
+    @property
+    def layout(self) -> str:
+        """Name of the image layout: "raw", "jpeg" or "lossless"."""
+        return self._image.layout.name
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self.field_arrays)
+
+    @property
+    def class_names(self) -> list[str] | None:
+        return self.attributes.class_names
+
+    @property
+    def num_shards(self) -> int:
+        return self.attributes.num_shards
+
+    def __len__(self) -> int:
+        return self.attributes.num_samples
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r}, layout={self.layout!r}, samples={len(self)}, fields={self.fields})"
+
+    def _index(self, index: int) -> int:
+        count = self.attributes.num_samples
+        position = int(index)
+        if position < 0:
+            position += count
+        if not 0 <= position < count:
+            raise IndexError(f"sample index {index} out of range for a store of {count} samples")
+        return position
+
+    def shape(self, index: int, field: str = "image") -> tuple[int, int, int]:
+        h, w, c = self.field_arrays[field].shapes[self._index(index)]
+        return int(h), int(w), int(c)
+
+    def label(self, index: int) -> int | None:
+        value = int(self.labels[self._index(index)])
+        return None if value < 0 else value
+
+    def source_path(self, index: int) -> str:
+        start, stop = self._path_ranges[self._index(index)]
+        return os.fsdecode(self._paths[int(start) : int(stop)].tobytes())
+
+    def shard_of(self, index: int, field: str = "image") -> int:
+        start = int(self.field_arrays[field].ranges[self._index(index), 0])
+        return start // self.field_arrays[field].geometry.capacity
+
+    # -- bytes and samples ------------------------------------------------------------
+    def _shard(self, field: FieldArrays, shard: int) -> _ShardFile:
+        key = (field.name, shard)
+        handle = self._shards.get(key)
+        if handle is None:
+            with self._lock:
+                handle = self._shards.get(key)
+                if handle is None:
+                    handle = _ShardFile(shard_path(self.path, field.name, shard), field.geometry, str(self.path))
+                    self._shards[key] = handle
+        return handle
+
+    def read_bytes(self, index: int, field: str = "image") -> np.ndarray:
+        """The stored bytes of sample ``index`` (a read-only view into the shard file)."""
+        arrays = self.field_arrays[field]
+        position = self._index(index)
+        start, stop = arrays.ranges[position].tolist()
+        capacity = arrays.geometry.capacity
+        shard = start // capacity
+        if stop == start:
+            data = np.zeros(0, dtype=np.uint8)
+        else:
+            data = self._shard(arrays, shard).read(start - shard * capacity, stop - shard * capacity)
+        if self.check_crc and crc32c(data) != int(arrays.crc32c[position]):
+            raise StoreCorruptError(
+                f"{self.path}: sample {position} ({field}) fails its CRC32C check "
+                f"(shard file {shard_path(self.path, field, shard)})"
+            )
+        return data
+
+    def decode(self, index: int, field: str = "image") -> np.ndarray:
+        """Sample ``index``'s ``field`` decoded to an H x W x C uint8 array."""
+        arrays = self.field_arrays[field]
+        position = self._index(index)
+        data = self.read_bytes(position, field)
+        shape = tuple(arrays.shapes[position].tolist())
+        try:
+            return arrays.layout.decode(data, shape)  # type: ignore[arg-type]
+        except CodecError as error:
+            raise DecodeError(f"{self.path}: sample {position} ({field}): {error}") from None
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        position = self._index(index)
+        sample: dict[str, Any] = {name: self.decode(position, name) for name in self.field_arrays}
+        label = int(self.labels[position])
+        sample["label"] = None if label < 0 else label
+        return sample
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for index in range(len(self)):
+            yield self[index]
+
+    def close(self) -> None:
+        with self._lock:
+            for handle in self._shards.values():
+                handle.close()
+            self._shards.clear()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Picklable for DataLoader workers: they reopen the shard files themselves.
+        return {"path": str(self.path), "check_crc": self.check_crc}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], check_crc=state["check_crc"])  # type: ignore[misc]
+
+
+def open_store(path: str | os.PathLike[str], *, check_crc: bool = False) -> Store:
+    """Open the prepkit store at ``path`` for reading.
+
+    ``store[i]`` returns ``{"image": HxWxC uint8, "label": int | None}`` (plus ``"mask"``
+    when the store has masks). With ``check_crc=True`` every read is checked against the
+    sample's CRC32C.
+    """
+    return Store(path, check_crc=check_crc)

@@ -1,0 +1,361 @@
+"""Write a store: whole shards only, each renamed into place, the store marked complete last.
+
+The writer is crash-safe and resumable. While it runs, ``DEST/.prepkit/`` holds the plan
+(``plan.json``: everything that decides the bytes written) and one metadata file per
+finished shard. A shard file is written under a temporary name and renamed into place,
+then its metadata file is renamed into place: a shard counts as done only when both
+exist. Killed at any moment, the same command run again finds the plan unchanged, skips
+the done shards and writes the rest; the result is byte-identical to an uninterrupted
+run. Only at the end are the per-sample arrays written and the group attribute
+``complete`` set to true; readers refuse a store without it.
+
+A second writer to the same destination is refused: ``DEST/.prepkit.lock`` is held with
+``flock`` for the whole run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prepkit.errors import StoreError
+from prepkit.layouts import Layout
+from prepkit.store.format import (
+    ATTRIBUTE_KEY,
+    FORMAT_VERSION,
+    SMALL_ARRAY_CHUNK,
+    Attributes,
+    ShardGeometry,
+    crc32c,
+    encode_shard,
+    fsync_directory,
+    shard_path,
+)
+
+STAGING = ".prepkit"
+LOCK_NAME = ".prepkit.lock"
+
+
+@dataclass
+class EncodedSample:
+    """One sample ready to store: its stored bytes and decoded shape per field."""
+
+    item: int  # index of the source item
+    relpath: str
+    label: int | None
+    fields: dict[str, tuple[bytes, tuple[int, int, int]]]
+
+
+@dataclass
+class SampleFailure:
+    """A source item that could not be stored, with the reason."""
+
+    item: int
+    path: str
+    reason: str
+
+
+@dataclass
+class StorePlan:
+    """Everything that decides the bytes of the store (a resumed run must match it)."""
+
+    num_items: int
+    samples_per_shard: int
+    fields: dict[str, dict[str, Any]]  # field -> {"layout": {...}, "capacity": int, "chunk": int}
+    class_names: list[str] | None
+    provenance: dict[str, Any]
+    items_digest: str  # digest of the ordered source list
+
+    @property
+    def num_shards(self) -> int:
+        return -(-self.num_items // self.samples_per_shard) if self.num_items else 0
+
+    def geometry(self, name: str) -> ShardGeometry:
+        spec = self.fields[name]
+        return ShardGeometry(capacity=int(spec["capacity"]), chunk=int(spec["chunk"]))
+
+    def shard_items(self, shard: int) -> range:
+        start = shard * self.samples_per_shard
+        return range(start, min(start + self.samples_per_shard, self.num_items))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "num_items": self.num_items,
+            "samples_per_shard": self.samples_per_shard,
+            "fields": self.fields,
+            "class_names": self.class_names,
+            "provenance": self.provenance,
+            "items_digest": self.items_digest,
+        }
+
+
+@dataclass
+class WriteSummary:
+    num_samples: int
+    num_shards_written: int
+    num_shards_resumed: int
+    failures: list[SampleFailure] = field(default_factory=list)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def _is_prepkit_destination(dest: Path) -> bool:
+    """True if ``dest`` holds a prepkit store (finished or not), so replacing it is safe."""
+    return (dest / STAGING).is_dir() or (dest / "zarr.json").is_file() or (dest / LOCK_NAME).exists()
+
+
+def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
+    """Refuse early (before any work) a destination that must not be written."""
+    path = Path(dest)
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"destination {str(path)!r} exists and is not a folder")
+    if overwrite or not path.is_dir() or not any(c.name != LOCK_NAME for c in path.iterdir()):
+        return
+    if not _is_prepkit_destination(path):
+        raise StoreError(f"destination {str(path)!r} exists and is not empty (use --overwrite to replace it)")
+    if not (path / STAGING).is_dir():
+        raise StoreError(f"destination {str(path)!r} already holds a complete store (use --overwrite to replace it)")
+
+
+class StoreWriter:
+    """Writes one store shard by shard; use as a context manager.
+
+    ``layouts`` maps field name ("image", "mask") to its layout object.
+    """
+
+    def __init__(self, dest: str | os.PathLike[str], plan: StorePlan, layouts: dict[str, Layout], *, overwrite: bool) -> None:
+        self.dest = Path(dest)
+        self.plan = plan
+        self.layouts = layouts
+        self.overwrite = overwrite
+        self.resumed_shards: set[int] = set()
+        self._lock_handle: Any = None
+
+    # -- set-up -----------------------------------------------------------------------
+    def __enter__(self) -> "StoreWriter":
+        self._prepare()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._lock_handle is not None:
+            fcntl.flock(self._lock_handle, fcntl.LOCK_UN)
+            self._lock_handle.close()
+            self._lock_handle = None
+
+    def _acquire_lock(self) -> None:
+        self.dest.mkdir(parents=True, exist_ok=True)
+        handle = open(self.dest / LOCK_NAME, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise StoreError(f"{self.dest}: another prepkit process is writing this store (lock held)") from None
+        self._lock_handle = handle
+
+    def _clear_destination(self) -> None:
+        for child in self.dest.iterdir():
+            if child.name == LOCK_NAME:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+    def _prepare(self) -> None:
+        dest = self.dest
+        if dest.exists() and not dest.is_dir():
+            raise StoreError(f"destination {str(dest)!r} exists and is not a folder")
+        existing = dest.is_dir() and any(child.name != LOCK_NAME for child in dest.iterdir())
+        if existing and not self.overwrite and not _is_prepkit_destination(dest):
+            raise StoreError(f"destination {str(dest)!r} exists and is not empty (use --overwrite to replace it)")
+        self._acquire_lock()
+        staging = dest / STAGING
+        plan_path = staging / "plan.json"
+        wanted = json.dumps(self.plan.to_dict(), sort_keys=True, indent=1)
+        if existing and not self.overwrite:
+            if not staging.is_dir():
+                self.close()
+                raise StoreError(f"destination {str(dest)!r} already holds a complete store (use --overwrite to replace it)")
+            if plan_path.is_file() and plan_path.read_text() == wanted:
+                self.resumed_shards = self._done_shards()
+                return
+            # An unfinished store made from other inputs or options: its shards cannot be
+            # reused, and it was never complete, so nothing of value is lost.
+        if dest.exists():
+            self._clear_destination()
+        self._create_arrays()
+        staging.mkdir(parents=True)
+        _write_atomic(plan_path, wanted.encode())
+        fsync_directory(staging)
+
+    def _done_shards(self) -> set[int]:
+        done = set()
+        staging = self.dest / STAGING
+        for shard in range(self.plan.num_shards):
+            if (staging / f"shard-{shard}.npz").is_file():
+                done.add(shard)
+        return done
+
+    def _create_arrays(self) -> None:
+        import zarr
+
+        # mode "a": mode "w" would delete the staging folder and the lock file.
+        root = zarr.open_group(self.dest, mode="a", attributes={ATTRIBUTE_KEY: self._attributes(0, complete=False).to_dict()})
+        for name in self.plan.fields:
+            geometry = self.plan.geometry(name)
+            group = root.create_group(name)
+            group.create_array(
+                "bytes",
+                shape=(self.plan.num_shards * geometry.capacity,),
+                shards=(geometry.capacity,),
+                chunks=(geometry.chunk,),
+                dtype="uint8",
+                fill_value=0,
+                compressors=None,
+                filters=None,
+            )
+            (self.dest / name / "bytes" / "c").mkdir(parents=True, exist_ok=True)
+
+    def _attributes(self, num_samples: int, *, complete: bool) -> Attributes:
+        return Attributes(
+            format_version=FORMAT_VERSION,
+            layout=self.plan.fields["image"]["layout"],
+            num_samples=num_samples,
+            samples_per_shard=self.plan.samples_per_shard,
+            num_shards=self.plan.num_shards,
+            fields=self.plan.fields,
+            class_names=self.plan.class_names,
+            provenance=self.plan.provenance,
+            complete=complete,
+        )
+
+    # -- shards -----------------------------------------------------------------------
+    def write_shard(self, shard: int, results: list[EncodedSample | SampleFailure]) -> None:
+        """Write shard ``shard`` from the results of its source items, in item order."""
+        samples = [r for r in results if isinstance(r, EncodedSample)]
+        failures = [r for r in results if isinstance(r, SampleFailure)]
+        meta: dict[str, np.ndarray] = {
+            "items": np.array([s.item for s in samples], dtype=np.int64),
+            "labels": np.array([-1 if s.label is None else s.label for s in samples], dtype=np.int64),
+        }
+        paths = [os.fsencode(s.relpath) for s in samples]
+        meta["paths"] = np.frombuffer(b"".join(paths), dtype=np.uint8)
+        meta["path_lengths"] = np.array([len(p) for p in paths], dtype=np.int64)
+        for name in self.plan.fields:
+            geometry = self.plan.geometry(name)
+            base = shard * geometry.capacity
+            parts, ranges, shapes, crcs = [], [], [], []
+            position = 0
+            for sample in samples:
+                data, shape = sample.fields[name]
+                parts.append(data)
+                ranges.append((base + position, base + position + len(data)))
+                shapes.append(shape)
+                crcs.append(crc32c(data))
+                position += len(data)
+            payload = b"".join(parts)
+            if len(payload) > geometry.capacity:
+                raise StoreError(
+                    f"shard {shard} of field {name!r} needs {len(payload)} bytes, more than the "
+                    f"planned capacity {geometry.capacity} (a layout bound was wrong)"
+                )
+            if payload:
+                _write_atomic(shard_path(self.dest, name, shard), encode_shard(payload, geometry))
+            meta[f"{name}_ranges"] = np.array(ranges, dtype=np.uint64).reshape(-1, 2)
+            meta[f"{name}_shapes"] = np.array(shapes, dtype=np.uint32).reshape(-1, 3)
+            meta[f"{name}_crc32c"] = np.array(crcs, dtype=np.uint32)
+        meta["failures"] = np.frombuffer(
+            json.dumps([[f.item, f.path, f.reason] for f in failures]).encode(), dtype=np.uint8
+        )
+        staging = self.dest / STAGING
+        temporary = staging / f"shard-{shard}.tmp.npz"
+        with open(temporary, "wb") as handle:
+            np.savez(handle, **meta)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, staging / f"shard-{shard}.npz")
+
+    # -- completion -------------------------------------------------------------------
+    def finalize(self, ignored: list[tuple[str, str]] = ()) -> WriteSummary:  # type: ignore[assignment]
+        """Write the per-sample arrays, mark the store complete, remove the staging area.
+
+        ``ignored`` lists (path, reason) of files seen in the source but not ingested
+        (not images); they join the failures in ``skipped.jsonl``.
+        """
+        import zarr
+
+        staging = self.dest / STAGING
+        collected: dict[str, list[np.ndarray]] = {}
+        failures: list[SampleFailure] = []
+        for shard in range(self.plan.num_shards):
+            with np.load(staging / f"shard-{shard}.npz") as meta:
+                for key in meta.files:
+                    if key != "failures":
+                        collected.setdefault(key, []).append(meta[key])
+                failures += [SampleFailure(int(i), p, r) for i, p, r in json.loads(meta["failures"].tobytes() or b"[]")]
+
+        def joined(key: str, dtype: Any, width: int | None = None) -> np.ndarray:
+            parts = collected.get(key, [])
+            if parts:
+                return np.concatenate(parts).astype(dtype)
+            return np.zeros((0,) if width is None else (0, width), dtype=dtype)
+
+        labels = joined("labels", np.int64)
+        num_samples = int(labels.shape[0])
+        path_lengths = joined("path_lengths", np.int64)
+        path_stops = np.cumsum(path_lengths, dtype=np.uint64)
+        path_ranges = np.stack([path_stops - path_lengths.astype(np.uint64), path_stops], axis=1) if num_samples else np.zeros((0, 2), np.uint64)
+
+        root = zarr.open_group(self.dest, mode="r+")
+        _write_small(root, "labels", labels)
+        _write_small(root, "paths", joined("paths", np.uint8))
+        _write_small(root, "path_ranges", path_ranges.astype(np.uint64))
+        for name in self.plan.fields:
+            group = root[name]
+            _write_small(group, "ranges", joined(f"{name}_ranges", np.uint64, 2))
+            _write_small(group, "shapes", joined(f"{name}_shapes", np.uint32, 3))
+            _write_small(group, "crc32c", joined(f"{name}_crc32c", np.uint32))
+        if failures or ignored:
+            report = self.dest / "skipped.jsonl"
+            lines = [json.dumps({"item": f.item, "path": f.path, "reason": f.reason}) for f in failures]
+            lines += [json.dumps({"item": None, "path": path, "reason": reason}) for path, reason in ignored]
+            _write_atomic(report, ("\n".join(lines) + "\n").encode())
+        # Last: the attribute that says the store is complete.
+        root.attrs[ATTRIBUTE_KEY] = self._attributes(num_samples, complete=True).to_dict()
+        shutil.rmtree(staging)
+        fsync_directory(self.dest)
+        return WriteSummary(
+            num_samples=num_samples,
+            num_shards_written=self.plan.num_shards - len(self.resumed_shards),
+            num_shards_resumed=len(self.resumed_shards),
+            failures=failures,
+        )
+
+
+def _write_small(group: Any, name: str, values: np.ndarray) -> None:
+    """A per-sample array: uncompressed, chunked along samples, written in one go."""
+    chunks = (min(SMALL_ARRAY_CHUNK, max(1, values.shape[0])), *values.shape[1:])
+    array = group.create_array(
+        name, shape=values.shape, dtype=values.dtype, chunks=chunks, compressors=None, filters=None,
+        fill_value=0, overwrite=True,
+    )
+    if values.size:
+        array[...] = values

@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PREPKIT := $(VENV)/bin/prepkit
 DEMO_OUT := out/demo
+DEMO_LAYOUTS ?= raw jpeg
 
 .PHONY: demo test test-fast test-cudasim setup fuzz bench clean
 
@@ -19,7 +20,7 @@ setup: $(VENV)/.installed
 # compare decoders on them.
 demo: setup
 	rm -rf $(DEMO_OUT)
-	@for layout in raw jpeg lossless; do \
+	@for layout in $(DEMO_LAYOUTS); do \
 	  echo "== prepkit shard samples/photos $(DEMO_OUT)/$$layout --layout $$layout"; \
 	  $(PREPKIT) shard samples/photos $(DEMO_OUT)/$$layout --layout $$layout --samples-per-shard 8 --workers 2 || exit 1; \
 	  $(PREPKIT) inspect $(DEMO_OUT)/$$layout || exit 1; \

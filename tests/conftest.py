@@ -1,0 +1,62 @@
+"""Shared fixtures: tiny datasets made in the test, and the bundled sample photos."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_PHOTOS = REPO / "samples" / "photos"
+
+
+def smooth_image(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
+    """A photo-like test image: smooth gradients plus mild noise (compresses like a photo)."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    planes = []
+    for c in range(channels):
+        phase = rng.uniform(0, 6.28)
+        plane = 127 + 60 * np.sin(x / (7 + 3 * c) + phase) + 50 * np.cos(y / (11 + c) - phase)
+        planes.append(plane + rng.normal(0, 4, size=(height, width)))
+    return np.clip(np.stack(planes, axis=-1), 0, 255).astype(np.uint8)
+
+
+def write_image(path: Path, pixels: np.ndarray, **save: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels).save(path, **save)
+    return path
+
+
+@pytest.fixture
+def class_folder(tmp_path: Path) -> Path:
+    """An ImageFolder-style dataset: 3 classes, 7 small images of varied sizes and formats."""
+    root = tmp_path / "dataset"
+    sizes = [(20, 30), (17, 17), (33, 9), (8, 40), (25, 25), (12, 31), (40, 22)]
+    classes = ["zebra", "ant", "moose"]
+    for number, (h, w) in enumerate(sizes):
+        label = classes[number % 3]
+        suffix = ".png" if number % 2 else ".jpg"
+        write_image(root / label / f"img{number:02d}{suffix}", smooth_image(h, w, seed=number), quality=95)
+    return root
+
+
+@pytest.fixture
+def sample_photos() -> Path:
+    assert SAMPLE_PHOTOS.is_dir(), "bundled sample photos are missing"
+    return SAMPLE_PHOTOS
+
+
+def store_files(root: Path) -> dict[str, bytes]:
+    """Every file of a store by relative path (the lock file excluded), for byte comparisons."""
+    files = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name == ".prepkit.lock":
+                continue
+            path = Path(folder) / name
+            files[str(path.relative_to(root))] = path.read_bytes()
+    return files

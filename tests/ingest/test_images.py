@@ -1,0 +1,123 @@
+"""Source image normalization: modes, EXIF orientation, downscaling, masks, bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from prepkit.errors import IngestError
+from prepkit.ingest.images import ImageOptions, load_image, load_mask, probe_size, scaled_size
+from tests.conftest import smooth_image, write_image
+
+
+def test_modes_become_rgb(tmp_path: Path) -> None:
+    rgb = smooth_image(6, 5)
+    gray = Image.fromarray(rgb[:, :, 0], "L")
+    cases = {
+        "gray.png": gray,
+        "cmyk.jpg": Image.fromarray(rgb).convert("CMYK"),
+        "palette.png": Image.fromarray(rgb).convert("P"),
+        "rgba.png": Image.fromarray(np.dstack([rgb, np.full(rgb.shape[:2], 255, np.uint8)]), "RGBA"),
+    }
+    for name, image in cases.items():
+        image.save(tmp_path / name)
+        pixels = load_image(str(tmp_path / name), ImageOptions())
+        assert pixels.shape == (6, 5, 3) and pixels.dtype == np.uint8, name
+    np.testing.assert_array_equal(load_image(str(tmp_path / "gray.png"), ImageOptions())[:, :, 1], rgb[:, :, 0])
+    np.testing.assert_array_equal(load_image(str(tmp_path / "rgba.png"), ImageOptions()), rgb)
+
+
+def test_transparent_pixels_composite_on_black(tmp_path: Path) -> None:
+    rgba = np.zeros((2, 2, 4), np.uint8)
+    rgba[..., :3] = 200
+    rgba[0, 0, 3] = 0
+    rgba[1, 1, 3] = 255
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
+    pixels = load_image(str(tmp_path / "a.png"), ImageOptions())
+    assert pixels[0, 0].tolist() == [0, 0, 0] and pixels[1, 1].tolist() == [200, 200, 200]
+    kept = load_image(str(tmp_path / "a.png"), ImageOptions(mode="keep"))
+    assert kept.shape == (2, 2, 4)
+
+
+def test_sixteen_bit_is_scaled_not_clipped(tmp_path: Path) -> None:
+    values = np.array([[0, 256, 65535], [1000, 32768, 40000]], dtype=np.uint16)
+    Image.fromarray(values).save(tmp_path / "deep.png")
+    pixels = load_image(str(tmp_path / "deep.png"), ImageOptions())
+    np.testing.assert_array_equal(pixels[:, :, 0], values >> 8)
+    assert load_image(str(tmp_path / "deep.png"), ImageOptions(mode="keep")).shape == (2, 3, 1)
+
+
+def test_keep_mode_keeps_gray(tmp_path: Path) -> None:
+    write_image(tmp_path / "g.png", smooth_image(4, 7, channels=1))
+    assert load_image(str(tmp_path / "g.png"), ImageOptions(mode="keep")).shape == (4, 7, 1)
+
+
+def test_exif_orientation_is_applied(tmp_path: Path) -> None:
+    pixels = smooth_image(10, 20)
+    image = Image.fromarray(pixels)
+    exif = image.getexif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    image.save(tmp_path / "rotated.jpg", exif=exif.tobytes(), quality=95)
+    loaded = load_image(str(tmp_path / "rotated.jpg"), ImageOptions())
+    assert loaded.shape == (20, 10, 3)
+    assert probe_size(str(tmp_path / "rotated.jpg"), ImageOptions()) == (20, 10, 3)
+
+
+def test_max_side_keeps_aspect(tmp_path: Path) -> None:
+    write_image(tmp_path / "wide.png", smooth_image(50, 200))
+    assert load_image(str(tmp_path / "wide.png"), ImageOptions(max_side=100)).shape == (25, 100, 3)
+    assert load_image(str(tmp_path / "wide.png"), ImageOptions(max_side=400)).shape == (50, 200, 3)
+    assert scaled_size(3, 1000, 10) == (1, 10)
+
+
+def test_mask_keeps_palette_indices(tmp_path: Path) -> None:
+    indices = (np.arange(48).reshape(6, 8) % 19).astype(np.uint8)
+    mask = Image.fromarray(indices, "P")
+    mask.putpalette(list(np.random.default_rng(0).integers(0, 256, 768)))
+    mask.save(tmp_path / "mask.png")
+    loaded = load_mask(str(tmp_path / "mask.png"), ImageOptions())
+    np.testing.assert_array_equal(loaded[:, :, 0], indices)
+    Image.fromarray(smooth_image(6, 8)).save(tmp_path / "rgb_mask.png")
+    with pytest.raises(IngestError, match="one channel"):
+        load_mask(str(tmp_path / "rgb_mask.png"), ImageOptions())
+
+
+@pytest.mark.parametrize(
+    "name, content, reason",
+    [
+        ("empty.png", b"", "empty"),
+        ("text.jpg", b"hello, I am not an image\n" * 4, "not a recognized image"),
+    ],
+)
+def test_bad_files_name_the_file(tmp_path: Path, name: str, content: bytes, reason: str) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(IngestError, match=reason) as info:
+        load_image(str(tmp_path / name), ImageOptions())
+    assert str(tmp_path / name) in str(info.value)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_truncated_files_are_reported(tmp_path: Path, fmt: str) -> None:
+    path = write_image(tmp_path / f"t.{fmt.lower()}", smooth_image(64, 64), format=fmt)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(IngestError, match="cannot decode|truncated") as info:
+        load_image(str(path), ImageOptions())
+    assert str(path) in str(info.value)
+
+
+def test_decompression_bomb_is_refused_before_decoding(tmp_path: Path) -> None:
+    Image.new("L", (20000, 20000)).save(tmp_path / "bomb.png")  # a few hundred KB on disk
+    assert (tmp_path / "bomb.png").stat().st_size < 2_000_000
+    with pytest.raises(IngestError, match="decompression bomb"):
+        load_image(str(tmp_path / "bomb.png"), ImageOptions())
+
+
+def test_missing_and_looping_files(tmp_path: Path) -> None:
+    (tmp_path / "loop.png").symlink_to(tmp_path / "loop.png")
+    with pytest.raises(IngestError, match=str(tmp_path / "loop.png")):
+        load_image(str(tmp_path / "loop.png"), ImageOptions())
+    with pytest.raises(IngestError, match="not found"):
+        load_image(str(tmp_path / "gone.png"), ImageOptions())

@@ -1,0 +1,136 @@
+"""One decode entry for a batch of stored samples, any layout, on "cpu" or "cuda".
+
+    packed = decode_samples(store, indices, device="cuda")
+
+- raw: the gathered stored bytes already are the packed pixels; on cuda that is one
+  host-to-device copy of the batch (from pinned memory when a pinned buffer is given);
+- jpeg: nvImageCodec (nvJPEG) on the GPU; nvImageCodec's CPU backend or Pillow on the host,
+  in a thread pool (each thread with its own decoder);
+- lossless: prepkit's codec, one call (one kernel launch on cuda) for the whole batch.
+
+Every stored sample is validated before any kernel reads it (the codecs check their own
+headers; raw sizes are checked against the recorded shapes here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from prepkit.decode.packed import PackedImages, packed_offsets
+from prepkit.errors import CodecError, DecodeError
+from prepkit.store.reader import Store
+
+DEVICES = ("cpu", "cuda")
+
+
+def gather_bytes(store: Store, indices: Sequence[int], field: str = "image", out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Copy the stored bytes of ``indices`` back to back into one buffer.
+
+    Returns (buffer, offsets, lengths). ``out`` (e.g. a pinned host buffer) is used when it
+    is large enough; the returned buffer is a view of it.
+    """
+    views = [store.read_bytes(int(i), field) for i in indices]
+    lengths = np.array([v.size for v in views], dtype=np.int64)
+    offsets = np.zeros(len(views), dtype=np.int64)
+    if len(views) > 1:
+        np.cumsum(lengths[:-1], out=offsets[1:])
+    total = int(lengths.sum())
+    buffer = out[:total] if out is not None and out.size >= total else np.empty(total, dtype=np.uint8)
+    for view, start in zip(views, offsets):
+        buffer[start : start + view.size] = view
+    return buffer, offsets, lengths
+
+
+def _shapes(store: Store, indices: Sequence[int], field: str) -> np.ndarray:
+    return store.field_arrays[field].shapes[np.asarray(indices, dtype=np.int64)].astype(np.int32).reshape(-1, 3)
+
+
+def decode_samples(
+    store: Store,
+    indices: Sequence[int],
+    *,
+    field: str = "image",
+    device: str = "cpu",
+    threads: int | None = None,
+    pinned: np.ndarray | None = None,
+    stream: Any = 0,
+) -> PackedImages:
+    """Decode samples ``indices`` of ``store``'s ``field`` into a :class:`PackedImages`."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    indices = [int(i) for i in indices]
+    shapes = _shapes(store, indices, field)
+    layout = store.field_arrays[field].layout.name
+    offsets, total = packed_offsets(shapes)
+    try:
+        if layout == "raw":
+            return _decode_raw(store, indices, field, shapes, offsets, device, pinned, stream)
+        if layout == "jpeg":
+            return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream)
+        if layout == "lossless":
+            return _decode_lossless(store, indices, field, shapes, device)
+    except CodecError as error:
+        raise DecodeError(f"{store.path}: {error}") from None
+    raise DecodeError(f"{store.path}: no decoder for layout {layout!r}")
+
+
+def _decode_raw(store: Store, indices: list[int], field: str, shapes: np.ndarray, offsets: np.ndarray,
+                device: str, pinned: np.ndarray | None, stream: Any) -> PackedImages:
+    buffer, stored_offsets, lengths = gather_bytes(store, indices, field, out=pinned)
+    expected = np.prod(shapes.astype(np.int64), axis=1) if len(shapes) else lengths
+    bad = np.flatnonzero(lengths != expected)
+    if bad.size:
+        i = int(bad[0])
+        raise DecodeError(f"{store.path}: sample {indices[i]}: raw sample holds {lengths[i]} bytes, expected {expected[i]} for shape {tuple(shapes[i])}")
+    if device == "cpu":
+        flat = buffer if pinned is None else buffer.copy()
+        return PackedImages(flat, offsets, shapes, "cpu")
+    from numba import cuda
+
+    return PackedImages(cuda.to_device(buffer, stream=stream), offsets, shapes, "cuda")
+
+
+def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarray, offsets: np.ndarray, total: int,
+                 device: str, threads: int | None, stream: Any) -> PackedImages:
+    from prepkit.decode import jpeg
+
+    datas = [store.read_bytes(i, field) for i in indices]
+    if device == "cuda":
+        from numba import cuda
+
+        flat = cuda.device_array(max(total, 1), dtype=np.uint8, stream=stream)[:total]
+        jpeg.decode_device(datas, shapes, indices, flat, offsets, stream)
+        return PackedImages(flat, offsets, shapes, "cuda")
+    flat = np.empty(total, dtype=np.uint8)
+
+    def work(span: range) -> None:
+        pixels = jpeg.decode_host([datas[i] for i in span], shapes[span.start : span.stop], indices[span.start : span.stop])
+        for i, image in zip(span, pixels):
+            flat[offsets[i] : offsets[i] + image.size] = image.reshape(-1)
+
+    workers = max(1, min(threads or 1, len(indices)))
+    if workers == 1:
+        work(range(len(indices)))
+    else:
+        step = -(-len(indices) // workers)
+        spans = [range(s, min(s + step, len(indices))) for s in range(0, len(indices), step)]
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(work, spans))
+    return PackedImages(flat, offsets, shapes, "cpu")
+
+
+def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str) -> PackedImages:
+    from prepkit import lossless
+
+    buffers = [store.read_bytes(i, field) for i in indices]
+    flat, offsets, decoded_shapes = lossless.decode_batch_packed(buffers, device=device)
+    decoded = np.asarray(decoded_shapes if device == "cpu" else decoded_shapes.copy_to_host()).reshape(-1, 3)
+    if not np.array_equal(decoded.astype(np.int64), shapes.astype(np.int64)):
+        bad = int(np.flatnonzero((decoded != shapes).any(axis=1))[0])
+        raise DecodeError(f"{store.path}: sample {indices[bad]}: stored image decodes to {tuple(decoded[bad])}, expected {tuple(shapes[bad])}")
+    host_offsets = np.asarray(offsets if device == "cpu" else offsets.copy_to_host(), dtype=np.int64)
+    return PackedImages(flat, host_offsets, shapes, device)

@@ -1,0 +1,33 @@
+"""What the reader hands to a training step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Batch:
+    """One batch: ``images`` (N, C, h, w) by default, ``labels`` (N,) int64 (-1 = no label),
+    ``indices`` (N,) the store indices of its samples, ``masks`` when asked for.
+
+    Arrays are numpy on the CPU, numba device arrays on the GPU, or torch tensors with
+    ``output="torch"``. Without transforms, images of different sizes come as a list.
+    """
+
+    images: Any
+    labels: Any
+    indices: np.ndarray
+    masks: Any = None
+    epoch: int = 0
+    number: int = 0  # position of this batch in the epoch
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        # `images, labels = batch` as with a DataLoader.
+        yield self.images
+        yield self.labels

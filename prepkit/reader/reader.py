@@ -1,0 +1,422 @@
+"""``prepkit.Reader``: stream a store into a training loop.
+
+    reader = prepkit.Reader("data/train", batch_size=256, device="cuda", seed=0,
+                            rank=rank, world_size=world_size, output="torch",
+                            transforms=[RandomResizedCrop(224), RandomHorizontalFlip(),
+                                        ToDtype("float32", scale=True),
+                                        Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    for epoch in range(epochs):
+        reader.set_epoch(epoch)
+        for batch in reader:
+            loss = model(batch.images).loss(batch.labels)
+
+Semantics a DDP user expects: ``set_epoch`` as on DistributedSampler (the order depends on
+seed and epoch only; call it every epoch), every rank yields ``len(reader)`` batches, and
+``state_dict()`` / ``load_state_dict()`` resume mid-epoch at the next unconsumed batch.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from prepkit.decode.engine import decode_samples
+from prepkit.decode.packed import PackedImages
+from prepkit.errors import DecodeError, PipelineError, PrepkitError
+from prepkit.reader.batch import Batch
+from prepkit.reader.order import EpochPlan, plan_epoch
+from prepkit.reader.prefetch import Prefetcher
+from prepkit.store.reader import Store, open_store
+
+OUTPUTS = ("numpy", "torch", "cupy")
+
+
+class Reader:
+    """Iterates :class:`Batch` objects from a store; see the module docstring.
+
+    Parameters beyond the obvious ones:
+    - ``transforms``: prepkit.augment ops (torchvision names), fused into one kernel;
+    - ``transfer_index``: on cuda, run the first k ops on the CPU in uint8 and the rest on
+      the GPU (default 0: everything on the GPU);
+    - ``fields``: ``("image", "label")``, plus ``"mask"`` for segmentation stores;
+    - ``output``: "numpy" (numba device arrays on cuda), "torch" or "cupy";
+    - ``shards_in_use``: keep at most this many shards in the shuffle at a time;
+    - ``gpu_memory_budget``: staging bytes on the GPU (micro-batches keep within it);
+    - ``on_error``: "raise" (a DecodeError naming the sample) or "skip" (warn, drop it);
+    - ``prefetch``: batches prepared ahead in the background.
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | Store,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        device: str = "cpu",
+        transforms: Sequence[Any] = (),
+        transfer_index: int | None = None,
+        fields: Sequence[str] = ("image", "label"),
+        layout: str = "NCHW",
+        output: str = "numpy",
+        shards_in_use: int | None = None,
+        gpu_memory_budget: int | None = None,
+        prefetch: int = 2,
+        threads: int | None = None,
+        on_error: str = "raise",
+        mask_mode: str = "nearest",
+    ) -> None:
+        self.store = store if isinstance(store, Store) else open_store(store)
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        unknown = set(fields) - {"image", "label", "mask"}
+        if unknown or "image" not in fields:
+            raise ValueError(f"fields must include 'image' and may add 'label' and 'mask', got {tuple(fields)}")
+        if "mask" in fields and "mask" not in self.store.fields:
+            raise ValueError(f"fields asks for 'mask' but {self.store.path} has no mask field")
+        self.batch_size = int(batch_size)
+        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.device, self.output, self.on_error = device, output, on_error
+        self.fields = tuple(fields)
+        self.shards_in_use = shards_in_use
+        self.prefetch = prefetch
+        self.threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        self.mask_mode = mask_mode
+        self.pipeline = self._make_pipeline(transforms, layout)
+        self.transfer_index = 0 if transfer_index is None else int(transfer_index)
+        self._cpu_part = self._gpu_part = None
+        if self.pipeline is not None and device == "cuda" and self.transfer_index:
+            self._cpu_part, self._gpu_part = self.pipeline.split(self.transfer_index)
+        elif self.transfer_index and device == "cpu":
+            raise PipelineError("transfer_index applies to device='cuda' only")
+        self._stager: Any = None
+        if device == "cuda":
+            from prepkit.reader.gpu import GpuStager
+
+            self._stager = GpuStager(self.store, gpu_memory_budget, use_torch=output == "torch")
+        self.epoch = 0
+        self._next_batch = 0
+        self._active: Prefetcher[Any] | None = None
+        self._plan_cache: tuple[int, EpochPlan] | None = None
+        self.plan(0)  # validates rank, world size and batch size now
+
+    @staticmethod
+    def _make_pipeline(transforms: Sequence[Any], layout: str) -> Any:
+        if not transforms:
+            return None
+        from prepkit.augment import Pipeline
+
+        return transforms if isinstance(transforms, Pipeline) else Pipeline(list(transforms), layout=layout)  # type: ignore[arg-type]
+
+    # -- order and state ------------------------------------------------------------------
+    def plan(self, epoch: int) -> EpochPlan:
+        """This rank's batches for ``epoch``."""
+        if self._plan_cache is None or self._plan_cache[0] != epoch:
+            shard_of = None
+            if self.shards_in_use is not None:
+                arrays = self.store.field_arrays["image"]
+                shard_of = (arrays.ranges[:, 0] // np.uint64(arrays.geometry.capacity)).astype(np.int64)
+            plan = plan_epoch(
+                len(self.store), batch_size=self.batch_size, seed=self.seed, epoch=epoch, rank=self.rank,
+                world_size=self.world_size, shuffle=self.shuffle, drop_last=self.drop_last,
+                shard_of_sample=shard_of, shards_in_use=self.shards_in_use,
+            )
+            self._plan_cache = (epoch, plan)
+        return self._plan_cache[1]
+
+    def __len__(self) -> int:
+        return len(self.plan(self.epoch))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch (the order depends on seed and epoch); restarts at its first batch."""
+        self.close()
+        self.epoch = int(epoch)
+        self._next_batch = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this reader stands: resume with :meth:`load_state_dict`."""
+        return {
+            "epoch": self.epoch, "next_batch": self._next_batch, "seed": self.seed, "rank": self.rank,
+            "world_size": self.world_size, "batch_size": self.batch_size, "num_samples": len(self.store),
+            "shuffle": self.shuffle, "drop_last": self.drop_last,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at the first batch not consumed when ``state`` was taken."""
+        for key in ("seed", "world_size", "batch_size", "num_samples", "shuffle", "drop_last"):
+            mine = len(self.store) if key == "num_samples" else getattr(self, key)
+            if state.get(key) != mine:
+                raise ValueError(f"state_dict was taken with {key}={state.get(key)!r}, this reader has {key}={mine!r}")
+        self.close()
+        self.epoch = int(state["epoch"])
+        self._next_batch = int(state["next_batch"])
+
+    # -- iteration ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Batch]:
+        self.close()
+        plan = self.plan(self.epoch)
+        start = self._next_batch
+        prefetcher: Prefetcher[Any] = Prefetcher(lambda n: self._make_batch(plan, n), range(start, len(plan)), depth=self.prefetch)
+        self._active = prefetcher
+        try:
+            for batch in prefetcher:
+                batch = self._hand_over(batch)
+                self._next_batch = batch.number + 1
+                yield batch
+        finally:
+            prefetcher.close()
+            if self._active is prefetcher:
+                self._active = None
+
+    def close(self) -> None:
+        """Stop the background thread (also done when iteration ends or the reader is dropped)."""
+        if self._active is not None:
+            self._active.close()
+            self._active = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- producing one batch (background thread) ----------------------------------------------
+    def _make_batch(self, plan: EpochPlan, number: int) -> tuple[Batch, list[Any] | None]:
+        indices = plan.batch(number)
+        try:
+            return self._produce(indices, number)
+        except DecodeError:
+            if self.on_error == "raise":
+                raise
+        # Only a batch that failed pays for finding its bad samples one by one.
+        return self._produce(self._drop_bad(indices), number)
+
+    def _produce(self, indices: np.ndarray, number: int) -> tuple[Batch, list[Any] | None]:
+        labels = self.store.labels[indices]
+        events = None
+        if self.device == "cpu":
+            images = self._cpu_field(indices, "image")
+            masks = self._cpu_field(indices, "mask") if "mask" in self.fields else None
+        else:
+            images, masks, events = self._gpu_batch(indices)
+        return Batch(images=images, labels=labels, indices=indices, masks=masks, epoch=self.epoch, number=number), events
+
+    def _drop_bad(self, indices: np.ndarray) -> np.ndarray:
+        good = []
+        for index in indices.tolist():
+            try:
+                for field in ("image", "mask") if "mask" in self.fields else ("image",):
+                    decode_samples(self.store, [index], field=field, device="cpu")
+                good.append(index)
+            except PrepkitError as error:
+                warnings.warn(f"skipping sample {index}: {error}", RuntimeWarning, stacklevel=2)
+        return np.array(good, dtype=np.int64)
+
+    def _params(self, pipeline: Any, shapes: np.ndarray, indices: np.ndarray) -> Any:
+        return pipeline.params(shapes, indices, seed=self.seed, epoch=self.epoch)
+
+    def _cpu_field(self, indices: np.ndarray, field: str) -> Any:
+        packed = decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads)
+        if self.pipeline is None:
+            return _stack_or_list(packed)
+        params = self._params(self.pipeline, packed.shapes, indices)
+        if field == "mask":
+            return self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, params, "cpu", mode=self.mask_mode)
+        return self.pipeline(packed.flat, packed.offsets, packed.shapes, params, "cpu")
+
+    def _gpu_batch(self, indices: np.ndarray) -> tuple[Any, Any, list[Any]]:
+        from numba import cuda
+
+        stager = self._stager
+        events: list[Any] = []
+        masks = None
+        if self.pipeline is None:
+            packed = decode_samples(self.store, indices, device="cuda", stream=stager.streams[0])
+            images = _stack_or_list(packed)
+            if "mask" in self.fields:
+                masks = _stack_or_list(decode_samples(self.store, indices, field="mask", device="cuda", stream=stager.streams[0]))
+            event = cuda.event()
+            event.record(stager.streams[0])
+            return images, masks, [event]
+        if self._cpu_part is not None:
+            return self._gpu_batch_after_cpu_part(indices)
+        shapes = self.store.field_arrays["image"].shapes[indices].astype(np.int32)
+        params = self._params(self.pipeline, shapes, indices)
+        images = self._allocate_output(self.pipeline, len(indices), shapes)
+
+        def augment(packed: PackedImages, span: range, stream: Any) -> None:
+            self._run_on_stream(self.pipeline, packed, _slice_params(params, span), images, span, stream)
+
+        events += stager.run(indices, "image", augment)
+        if "mask" in self.fields:
+            mask_shapes = self.store.field_arrays["mask"].shapes[indices].astype(np.int32)
+            masks = self._allocate_output(self.pipeline, len(indices), mask_shapes, dtype="uint8")
+
+            def mask(packed: PackedImages, span: range, stream: Any) -> None:
+                target = _device_view(masks)[span.start : span.stop]
+                self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, _slice_params(params, span), "cuda", mode=self.mask_mode, out=target)
+
+            events += stager.run(indices, "mask", mask)
+        return images, masks, events
+
+    def _gpu_batch_after_cpu_part(self, indices: np.ndarray) -> tuple[Any, Any, list[Any]]:
+        """Transfer index k > 0: the first k ops in uint8 on the CPU, one copy, the rest on the GPU."""
+        from numba import cuda
+
+        packed = decode_samples(self.store, indices, device="cpu", threads=self.threads)
+        first_params = self._params(self._cpu_part, packed.shapes, indices)
+        flat, offsets, shapes = self._cpu_part.apply_packed(packed.flat, packed.offsets, packed.shapes, first_params)
+        stream = self._stager.streams[0]
+        device_flat = cuda.to_device(flat, stream=stream)
+        second_params = self._params(self._gpu_part, shapes, indices)
+        images = self._allocate_output(self._gpu_part, len(indices), shapes)
+        self._run_on_stream(self._gpu_part, PackedImages(device_flat, offsets, shapes, "cuda"), second_params, images, range(len(indices)), stream)
+        masks = None
+        if "mask" in self.fields:
+            mask_packed = decode_samples(self.store, indices, field="mask", device="cuda", stream=stream)
+            params = self._params(self.pipeline, mask_packed.shapes, indices)
+            masks = self._allocate_output(self.pipeline, len(indices), mask_packed.shapes, dtype="uint8")
+            self.pipeline.apply_mask(mask_packed.flat, mask_packed.offsets, mask_packed.shapes, params, "cuda", mode=self.mask_mode, out=_device_view(masks))
+        event = cuda.event()
+        event.record(stream)
+        return images, masks, [event]
+
+    def _run_on_stream(self, pipeline: Any, packed: PackedImages, params: Any, images: Any, span: range, stream: Any) -> None:
+        # numba launches kernels on the default stream unless told; the augment kernels take
+        # their stream from the device arrays' context, so run them inside this stream.
+        target = _device_view(images)[span.start : span.stop]
+        pipeline(packed.flat, packed.offsets, packed.shapes, params, "cuda", out=target)
+
+    def _allocate_output(self, pipeline: Any, count: int, shapes: np.ndarray, dtype: str | None = None) -> Any:
+        channels = int(shapes[0][2]) if len(shapes) else 3
+        params = pipeline.params(shapes[:1], np.zeros(1, np.int64), seed=0, epoch=0) if len(shapes) else None
+        h, w = params.uniform_size() if params is not None else (0, 0)
+        shape = (count, channels, h, w) if pipeline.layout == "NCHW" else (count, h, w, channels)
+        dtype = dtype or pipeline.dtype
+        if self.output == "torch":
+            import torch
+
+            torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "uint8": torch.uint8}[dtype]
+            stream = self._stager.torch_streams[0]
+            if stream is not None:
+                with torch.cuda.stream(stream):
+                    return torch.empty(shape, dtype=torch_dtype, device="cuda")
+            return torch.empty(shape, dtype=torch_dtype, device="cuda")
+        from numba import cuda
+
+        storage = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}[dtype]
+        return cuda.device_array(shape, dtype=storage)
+
+    # -- handing over (consumer thread) --------------------------------------------------------
+    def _hand_over(self, produced: Any) -> Batch:
+        batch, events = produced
+        if events:
+            self._wait(events, batch)
+        return self._convert(batch)
+
+    def _wait(self, events: list[Any], batch: Batch) -> None:
+        if self.output == "torch":
+            import torch
+            from numba import cuda
+
+            consumer = torch.cuda.current_stream()
+            numba_consumer = cuda.external_stream(consumer.cuda_stream)
+            for event in events:
+                event.wait(numba_consumer)
+            for tensor in (batch.images, batch.masks):
+                if isinstance(tensor, torch.Tensor):
+                    tensor.record_stream(consumer)  # memory stays reserved until the consumer is done
+        else:
+            for event in events:
+                event.synchronize()
+
+    def _convert(self, batch: Batch) -> Batch:
+        dtype = getattr(self.pipeline, "dtype", "uint8") if self.pipeline is not None else "uint8"
+        if self.output == "numpy":
+            if self.device == "cpu" and dtype == "float16" and isinstance(batch.images, np.ndarray) and batch.images.dtype == np.uint16:
+                batch.images = batch.images.view(np.float16)
+            return batch
+        if self.output == "torch":
+            import torch
+
+            batch.images = _to_torch(batch.images, dtype)
+            batch.masks = None if batch.masks is None else _to_torch(batch.masks, "uint8")
+            labels = torch.from_numpy(np.asarray(batch.labels))
+            batch.labels = labels.to("cuda", non_blocking=True) if self.device == "cuda" else labels
+            return batch
+        import cupy
+
+        batch.images = _map(batch.images, cupy.asarray)
+        batch.masks = None if batch.masks is None else _map(batch.masks, cupy.asarray)
+        return batch
+
+
+def _map(value: Any, function: Any) -> Any:
+    return [function(v) for v in value] if isinstance(value, list) else function(value)
+
+
+def _to_torch(value: Any, dtype: str) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, list):
+        return [_to_torch(v, dtype) for v in value]
+    if isinstance(value, np.ndarray):
+        tensor = torch.from_numpy(value)
+    else:
+        tensor = torch.as_tensor(value, device="cuda")  # __cuda_array_interface__: no copy
+    if dtype == "bfloat16" and tensor.dtype in (torch.uint16, torch.int16):
+        return tensor.view(torch.bfloat16)
+    if dtype == "float16" and tensor.dtype in (torch.uint16, torch.int16):
+        return tensor.view(torch.float16)
+    return tensor
+
+
+def _device_view(array: Any) -> Any:
+    """A numba view of a device output (numba array or torch tensor), writable in place."""
+    try:
+        import torch
+
+        if isinstance(array, torch.Tensor):
+            from numba import cuda
+
+            if array.dtype in (torch.bfloat16, torch.float16):
+                array = array.view(torch.int16)
+            return cuda.as_cuda_array(array)
+    except ImportError:
+        pass
+    return array
+
+
+def _slice_params(params: Any, span: range) -> Any:
+    from dataclasses import fields, replace
+
+    return replace(params, **{f.name: getattr(params, f.name)[span.start : span.stop] for f in fields(params)})
+
+
+def _stack_or_list(packed: PackedImages) -> Any:
+    """Images of one shape become one (N, H, W, C) array; mixed sizes stay a list."""
+    if len(packed) and (packed.shapes == packed.shapes[0]).all():
+        h, w, c = (int(v) for v in packed.shapes[0])
+        total = len(packed) * h * w * c
+        return packed.flat[:total].reshape((len(packed), h, w, c))
+    return packed.to_list()

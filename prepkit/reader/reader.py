@@ -167,6 +167,8 @@ class Reader:
     def __iter__(self) -> Iterator[Batch]:
         self.close()
         plan = self.plan(self.epoch)
+        if self._next_batch >= len(plan):
+            self._next_batch = 0  # a finished epoch iterated again starts over, like a DataLoader
         start = self._next_batch
         prefetcher: Prefetcher[Any] = Prefetcher(lambda n: self._make_batch(plan, n), range(start, len(plan)), depth=self.prefetch)
         self._active = prefetcher

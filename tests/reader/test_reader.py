@@ -1,0 +1,122 @@
+"""prepkit.Reader on the CPU: epochs, ranks, resume, errors, shutdown, torch output."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import prepkit
+from prepkit.errors import DecodeError
+from prepkit.ingest.build import build_store
+from prepkit.ingest.images import ImageOptions
+from prepkit.layouts import JpegLayout, RawLayout
+from tests.conftest import smooth_image, write_image
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    root = tmp_path / "src"
+    for number in range(23):
+        write_image(root / f"class{number % 3}" / f"{number:03d}.png", smooth_image(12, 10, seed=number))
+    build_store(str(root), str(tmp_path / "s"), layout=RawLayout(), options=ImageOptions(), samples_per_shard=5, workers=1)
+    return tmp_path / "s"
+
+
+def all_indices(reader: prepkit.Reader) -> list[int]:
+    return [i for batch in reader for i in batch.indices.tolist()]
+
+
+def test_epoch_covers_every_sample_once_and_batches_are_correct(store_path: Path) -> None:
+    reader = prepkit.Reader(store_path, batch_size=4, seed=3)
+    store = prepkit.open_store(store_path)
+    assert len(reader) == 6
+    batches = list(reader)
+    assert [len(b) for b in batches] == [4, 4, 4, 4, 4, 3]
+    assert sorted(i for b in batches for i in b.indices.tolist()) == list(range(23))
+    for batch in batches:
+        assert batch.images.shape == (len(batch), 12, 10, 3)  # same size: stacked NHWC
+        for image, label, index in zip(batch.images, batch.labels, batch.indices):
+            np.testing.assert_array_equal(image, store[index]["image"])
+            assert label == store.label(index)
+
+
+def test_same_seed_same_order_and_set_epoch_changes_it(store_path: Path) -> None:
+    first = all_indices(prepkit.Reader(store_path, batch_size=5, seed=1))
+    assert first == all_indices(prepkit.Reader(store_path, batch_size=5, seed=1))
+    reader = prepkit.Reader(store_path, batch_size=5, seed=1)
+    reader.set_epoch(1)
+    assert all_indices(reader) != first
+
+
+def test_ranks_partition_with_equal_batch_counts(store_path: Path) -> None:
+    readers = [prepkit.Reader(store_path, batch_size=3, world_size=4, rank=r, seed=0) for r in range(4)]
+    counts = [len(list(r)) for r in readers]
+    assert len(set(counts)) == 1 and counts[0] == len(readers[0])
+    covered = [i for r in readers for i in all_indices(r)]
+    assert set(covered) == set(range(23)) and len(covered) == 24  # one padded sample
+
+
+def test_resume_mid_epoch_yields_exactly_the_remaining_batches(store_path: Path) -> None:
+    reference = [b.indices.tolist() for b in prepkit.Reader(store_path, batch_size=4, seed=5)]
+    reader = prepkit.Reader(store_path, batch_size=4, seed=5)
+    taken = []
+    for batch in reader:
+        taken.append(batch.indices.tolist())
+        if len(taken) == 2:
+            break
+    state = reader.state_dict()
+    assert state["next_batch"] == 2
+    resumed = prepkit.Reader(store_path, batch_size=4, seed=5)
+    resumed.load_state_dict(state)
+    assert taken + [b.indices.tolist() for b in resumed] == reference
+    with pytest.raises(ValueError, match="batch_size"):
+        prepkit.Reader(store_path, batch_size=3, seed=5).load_state_dict(state)
+
+
+def test_background_error_reaches_consumer_and_skip_mode_drops_the_sample(store_path: Path) -> None:
+    # Corrupt one raw sample's recorded size so that it cannot decode.
+    store = prepkit.open_store(store_path)
+    store.field_arrays["image"].ranges[7, 1] -= 1
+    with pytest.raises(DecodeError, match="sample 7"):
+        list(prepkit.Reader(store, batch_size=4, shuffle=False))
+    with pytest.warns(RuntimeWarning, match="skipping sample 7"):
+        seen = all_indices(prepkit.Reader(store, batch_size=4, shuffle=False, on_error="skip"))
+    assert seen == [i for i in range(23) if i != 7]
+
+
+def test_breaking_out_stops_the_background_thread(store_path: Path) -> None:
+    before = threading.active_count()
+    reader = prepkit.Reader(store_path, batch_size=2, prefetch=1)
+    for _ in reader:
+        break
+    reader.close()
+    deadline = time.time() + 5
+    while threading.active_count() > before and time.time() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
+    for _ in prepkit.Reader(store_path, batch_size=2, prefetch=1):
+        pass
+    time.sleep(0.2)
+    assert threading.active_count() == before
+
+
+def test_torch_output_shares_memory(store_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    batch = next(iter(prepkit.Reader(store_path, batch_size=4, output="torch", shuffle=False)))
+    assert isinstance(batch.images, torch.Tensor) and batch.images.dtype == torch.uint8
+    assert batch.labels.dtype == torch.int64 and batch.labels.tolist() == [0, 0, 0, 0]
+    images, labels = batch  # unpacks like a DataLoader batch
+    assert images.shape == (4, 12, 10, 3) and labels.shape == (4,)
+
+
+def test_variable_sizes_come_as_a_list(tmp_path: Path) -> None:
+    for number, (h, w) in enumerate([(5, 6), (7, 3), (4, 4)]):
+        write_image(tmp_path / "src" / f"{number}.jpg", smooth_image(h, w, seed=number))
+    build_store(str(tmp_path / "src"), str(tmp_path / "s"), layout=JpegLayout(), options=ImageOptions(), samples_per_shard=2, workers=1)
+    batch = next(iter(prepkit.Reader(tmp_path / "s", batch_size=3, shuffle=False)))
+    assert [image.shape for image in batch.images] == [(5, 6, 3), (7, 3, 3), (4, 4, 3)]
+    assert list(batch.labels) == [-1, -1, -1]

@@ -1,0 +1,59 @@
+"""A ``torch.utils.data.IterableDataset`` over a store, for users who want a DataLoader.
+
+    dataset = prepkit.reader.torch.StoreDataset("data/train", batch_size=256, seed=0,
+                                                rank=rank, world_size=world_size,
+                                                transforms=[...])
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=8,
+                                         multiprocessing_context="spawn")
+    for epoch in range(epochs):
+        dataset.set_epoch(epoch)
+        for images, labels in loader: ...
+
+Each DataLoader worker runs its own CPU :class:`~prepkit.Reader` and takes every
+``num_workers``-th batch of this rank's epoch, so together they yield the rank's batches
+exactly once. Use ``multiprocessing_context="spawn"``: numba's threading layer does not
+survive ``fork``. (Inside a single process, ``prepkit.Reader`` itself is faster: it already
+decodes on background threads with the GIL released.)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from prepkit.reader.reader import Reader
+
+
+class StoreDataset(IterableDataset):  # type: ignore[type-arg]
+    """Yields ``(images, labels)`` torch batches (or ``(images, labels, masks)``)."""
+
+    def __init__(self, store: str | os.PathLike[str], batch_size: int, **reader_options: Any) -> None:
+        super().__init__()
+        if reader_options.get("device", "cpu") != "cpu":
+            raise ValueError("StoreDataset decodes in DataLoader workers on the CPU; use prepkit.Reader for device='cuda'")
+        self.store = str(store)
+        self.batch_size = batch_size
+        self.reader_options = {**reader_options, "output": "torch"}
+        self.epoch = 0
+        self._length = len(Reader(self.store, batch_size, **{**self.reader_options, "prefetch": 1}))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        reader = Reader(self.store, self.batch_size, **self.reader_options)
+        reader.set_epoch(self.epoch)
+        plan = reader.plan(self.epoch)
+        for number in range(worker, len(plan), workers):
+            batch, _ = reader._make_batch(plan, number)
+            batch = reader._convert(batch)
+            yield (batch.images, batch.labels) if batch.masks is None else (batch.images, batch.labels, batch.masks)

@@ -18,11 +18,12 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from prepkit.cli import convert, inspect, shard
+    from prepkit.cli import convert, inspect, shard, verify
 
     cli.add_command(shard.shard)
     cli.add_command(convert.convert)
     cli.add_command(inspect.inspect)
+    cli.add_command(verify.verify)
 
 
 def main() -> None:

@@ -119,6 +119,25 @@ def _is_prepkit_destination(dest: Path) -> bool:
     return (dest / STAGING).is_dir() or (dest / "zarr.json").is_file() or (dest / LOCK_NAME).exists()
 
 
+def _marked_complete(dest: Path) -> bool:
+    try:
+        meta = json.loads((dest / "zarr.json").read_text())
+        return bool(meta["attributes"][ATTRIBUTE_KEY]["complete"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _remove_leftovers(dest: Path) -> None:
+    """Delete what a killed run leaves behind: temporary files (ours: ``*.tmp``,
+    ``*.tmp.npz``; zarr-python's: ``*.partial``) and, once complete, the staging folder."""
+    for folder, _, names in os.walk(dest):
+        for name in names:
+            if name.endswith((".tmp", ".tmp.npz", ".partial")):
+                os.unlink(os.path.join(folder, name))
+    if _marked_complete(dest) and (dest / STAGING).is_dir():
+        shutil.rmtree(dest / STAGING)
+
+
 def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
     """Refuse early (before any work) a destination that must not be written."""
     path = Path(dest)
@@ -128,7 +147,7 @@ def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
         return
     if not _is_prepkit_destination(path):
         raise StoreError(f"destination {str(path)!r} exists and is not empty (use --overwrite to replace it)")
-    if not (path / STAGING).is_dir():
+    if not (path / STAGING).is_dir() or _marked_complete(path):
         raise StoreError(f"destination {str(path)!r} already holds a complete store (use --overwrite to replace it)")
 
 
@@ -191,18 +210,23 @@ class StoreWriter:
         plan_path = staging / "plan.json"
         wanted = json.dumps(self.plan.to_dict(), sort_keys=True, indent=1)
         if existing and not self.overwrite:
-            if not staging.is_dir():
+            if _marked_complete(dest):
+                # Killed after the store was marked complete: only the clean-up was left.
+                _remove_leftovers(dest)
                 self.close()
                 raise StoreError(f"destination {str(dest)!r} already holds a complete store (use --overwrite to replace it)")
             if plan_path.is_file() and plan_path.read_text() == wanted:
+                _remove_leftovers(dest)
                 self.resumed_shards = self._done_shards()
                 return
             # An unfinished store made from other inputs or options: its shards cannot be
             # reused, and it was never complete, so nothing of value is lost.
         if dest.exists():
             self._clear_destination()
-        self._create_arrays()
+        # The staging folder comes first: a run killed from here on is recognised as unfinished.
         staging.mkdir(parents=True)
+        fsync_directory(dest)
+        self._create_arrays()
         _write_atomic(plan_path, wanted.encode())
         fsync_directory(staging)
 

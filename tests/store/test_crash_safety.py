@@ -1,0 +1,87 @@
+"""Crash safety: SIGKILL at random moments, then resume to a byte-identical store;
+a second writer is refused; incomplete stores are refused; many readers at once."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import pytest
+
+import prepkit
+from prepkit.errors import StoreError
+from tests.conftest import REPO, smooth_image, store_files, write_image
+
+
+def shard_command(src: Path, dest: Path) -> list[str]:
+    return [sys.executable, "-m", "prepkit", "shard", str(src), str(dest), "--layout", "jpeg",
+            "--samples-per-shard", "3", "--workers", "1"]
+
+
+@pytest.fixture
+def many_images(tmp_path: Path) -> Path:
+    root = tmp_path / "src"
+    for number in range(90):
+        write_image(root / f"c{number % 4}" / f"{number:03d}.png", smooth_image(160, 150, seed=number))
+    return root
+
+
+def test_sigkill_at_random_moments_then_resume_gives_identical_store(many_images: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    started = time.perf_counter()
+    subprocess.run(shard_command(many_images, tmp_path / "reference"), check=True, env=env, capture_output=True)
+    duration = time.perf_counter() - started
+    dest = tmp_path / "killed"
+    rng = random.Random(1)
+    kills = 0
+    for round_number in range(6):
+        process = subprocess.Popen(shard_command(many_images, dest), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Random moments across a whole run: start-up, listing, shard writes, finishing.
+        time.sleep(rng.uniform(0.1, 0.6 if round_number == 0 else 0.95) * duration)
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait()
+        if (dest / "zarr.json").exists() and not (dest / ".prepkit").exists():
+            break  # it finished before the kill; the remaining rounds would only overwrite
+        with pytest.raises(StoreError):
+            prepkit.open_store(dest)  # an interrupted store never looks complete
+    assert kills >= 1
+    result = subprocess.run(shard_command(many_images, dest), env=env, capture_output=True, text=True)
+    if result.returncode != 0:  # already complete: the command refuses to overwrite it
+        assert "already holds a complete store" in result.stderr
+    assert store_files(dest) == store_files(tmp_path / "reference")
+
+
+def test_second_writer_is_refused(many_images: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "s"
+    dest.mkdir()
+    (dest / ".prepkit").mkdir()  # looks like an unfinished prepkit store
+    with open(dest / ".prepkit.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        result = subprocess.run(shard_command(many_images, dest), env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "another prepkit process is writing" in result.stderr and "Traceback" not in result.stderr
+
+
+def _checksum_all(path: str) -> int:
+    store = prepkit.open_store(path, check_crc=True)
+    return sum(int(store[i]["image"].sum()) for i in range(len(store)))
+
+
+def test_many_processes_read_one_store(many_images: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(shard_command(many_images, tmp_path / "s"), check=True, env=env, capture_output=True)
+    expected = _checksum_all(str(tmp_path / "s"))
+    with ProcessPoolExecutor(3, mp_context=get_context("spawn")) as pool:
+        results = list(pool.map(_checksum_all, [str(tmp_path / "s")] * 3))
+    assert results == [expected] * 3

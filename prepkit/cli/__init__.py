@@ -18,12 +18,13 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from prepkit.cli import convert, inspect, shard, verify
+    from prepkit.cli import bench, convert, inspect, shard, verify
 
     cli.add_command(shard.shard)
     cli.add_command(convert.convert)
     cli.add_command(inspect.inspect)
     cli.add_command(verify.verify)
+    cli.add_command(bench.bench_decode)
 
 
 def main() -> None:

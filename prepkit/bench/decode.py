@@ -1,0 +1,374 @@
+"""``prepkit bench-decode``: every format decoded side by side, on the same images, in one run.
+
+For each format the images are encoded once, then decoded ``repeat`` times after
+``warmup`` untimed passes; a figure is the median pass. All formats run in the same
+process and the same minute, so their ratios hold on a noisy machine.
+
+Decoders (a format whose library is missing is listed as skipped, with the reason):
+
+| format | decoder | device |
+| --- | --- | --- |
+| png | Pillow | cpu |
+| jpeg | Pillow, nvImageCodec | cpu; nvImageCodec also cuda |
+| webp-lossless | Pillow | cpu |
+| qoi | qoi | cpu |
+| raw | memory copy | cpu; cuda (host-to-device copy from pinned memory) |
+| prepkit-lossless | numba | cpu; cuda (host-to-device copy of the compressed bytes included) |
+| reader | prepkit.Reader on a prepkit-lossless store, end to end | cpu; cuda |
+
+CPU decoders run on ``threads`` threads (a thread pool for the per-image libraries, numba's
+thread count for prepkit's kernels).
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prepkit.bench.machine import describe_machine
+
+
+@dataclass
+class Result:
+    """One (format, decoder, device, threads) measurement, or a skipped one."""
+
+    format: str
+    decoder: str
+    device: str
+    threads: int
+    images: int = 0
+    images_per_s: float | None = None
+    decoded_mb_per_s: float | None = None
+    size_ratio: float | None = None  # stored bytes / raw pixel bytes
+    speedup_vs_png: float | None = None
+    encoded_bytes: int | None = None
+    skipped: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Candidate:
+    format: str
+    decoder: str
+    device: str
+    encode: Callable[[np.ndarray], bytes] | None
+    run: Callable[[list[bytes], int], Callable[[], None]]  # (encoded, threads) -> one timed pass
+    skipped: str | None = None
+    stored_bytes: Callable[[list[bytes]], int] = field(default=lambda encoded: sum(len(e) for e in encoded))
+
+
+def _pillow_encoder(fmt: str, **options: Any) -> Callable[[np.ndarray], bytes]:
+    def encode(image: np.ndarray) -> bytes:
+        from PIL import Image
+
+        buffer = io.BytesIO()
+        Image.fromarray(image[:, :, 0] if image.shape[2] == 1 else image).save(buffer, format=fmt, **options)
+        return buffer.getvalue()
+
+    return encode
+
+
+def _pool_run(decode_one: Callable[[bytes], Any]) -> Callable[[list[bytes], int], Callable[[], None]]:
+    def prepare(encoded: list[bytes], threads: int) -> Callable[[], None]:
+        pool = ThreadPoolExecutor(threads) if threads > 1 else None
+
+        def one_pass() -> None:
+            if pool is None:
+                for data in encoded:
+                    decode_one(data)
+            else:
+                list(pool.map(decode_one, encoded))
+
+        return one_pass
+
+    return prepare
+
+
+def _pillow_decode(data: bytes) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image)
+
+
+def _cuda_available() -> str | None:
+    """None if a real CUDA GPU can be used, else the reason."""
+    try:
+        from numba import config, cuda
+
+        if config.ENABLE_CUDASIM:
+            return "numba CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1)"
+        if not cuda.is_available():
+            return "no CUDA GPU available"
+        return None
+    except Exception as error:
+        return f"numba CUDA unavailable: {error}"
+
+
+def candidates(quality: int, devices: Sequence[str]) -> list[Candidate]:
+    """Every (format, decoder, device) to measure; unavailable ones carry a skip reason."""
+    from prepkit import lossless
+    from prepkit.decode import jpeg as jpeg_module
+
+    found: list[Candidate] = []
+    no_cuda = _cuda_available() if "cuda" in devices else None
+    if "cpu" in devices:
+        found.append(Candidate("png", "pillow", "cpu", _pillow_encoder("PNG"), _pool_run(_pillow_decode)))
+        found.append(Candidate(f"jpeg-q{quality}", "pillow", "cpu", _pillow_encoder("JPEG", quality=quality), _pool_run(_pillow_decode)))
+        nv_error = jpeg_module.nvimgcodec_error()
+
+        def nv_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
+            # Shapes are checked by decode_host; decode without the check for a fair figure.
+            def decode_one(data: bytes) -> Any:
+                return np.asarray(jpeg_module._decoder("cpu").decode(np.frombuffer(data, np.uint8)))
+
+            return _pool_run(decode_one)(encoded, threads)
+
+        found.append(Candidate(f"jpeg-q{quality}", "nvimgcodec", "cpu", _pillow_encoder("JPEG", quality=quality), nv_run, skipped=nv_error))
+        found.append(Candidate("webp-lossless", "pillow", "cpu", _pillow_encoder("WEBP", lossless=True), _pool_run(_pillow_decode)))
+        try:
+            import qoi as qoi_module
+
+            found.append(Candidate("qoi", "qoi", "cpu", lambda image: qoi_module.encode(np.ascontiguousarray(image)), _pool_run(qoi_module.decode)))
+        except ImportError:
+            found.append(Candidate("qoi", "qoi", "cpu", None, _pool_run(lambda d: d), skipped="package 'qoi' not installed"))
+        found.append(Candidate("raw", "memcpy", "cpu", lambda image: image.tobytes(), _pool_run(lambda d: np.frombuffer(d, np.uint8).copy())))
+        found.append(Candidate("prepkit-lossless", "numba", "cpu", lossless.encode, _lossless_cpu_run))
+    if "cuda" in devices:
+        found.append(Candidate("raw", "h2d-copy", "cuda", lambda image: image.tobytes(), _raw_cuda_run, skipped=no_cuda))
+        found.append(Candidate("prepkit-lossless", "numba-cuda", "cuda", lossless.encode, _lossless_cuda_run, skipped=no_cuda))
+        nv_error = jpeg_module.nvimgcodec_error()
+        found.append(Candidate(f"jpeg-q{quality}", "nvimgcodec", "cuda", _pillow_encoder("JPEG", quality=quality), _jpeg_cuda_run, skipped=no_cuda or nv_error))
+    return found
+
+
+def _lossless_cpu_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
+    import numba
+
+    from prepkit import lossless
+
+    def one_pass() -> None:
+        numba.set_num_threads(threads)
+        lossless.decode_batch(encoded, device="cpu")
+
+    return one_pass
+
+
+def _raw_cuda_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
+    from numba import cuda
+
+    pinned = cuda.pinned_array(sum(len(e) for e in encoded), dtype=np.uint8)
+    position = 0
+    for data in encoded:
+        pinned[position : position + len(data)] = np.frombuffer(data, np.uint8)
+        position += len(data)
+    device = cuda.device_array(pinned.size, dtype=np.uint8)
+
+    def one_pass() -> None:
+        device.copy_to_device(pinned)
+        cuda.synchronize()
+
+    return one_pass
+
+
+def _lossless_cuda_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
+    from numba import cuda
+
+    from prepkit import lossless
+
+    def one_pass() -> None:
+        lossless.decode_batch_packed(encoded, device="cuda")  # includes the host-to-device copy
+        cuda.synchronize()
+
+    return one_pass
+
+
+def _jpeg_cuda_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
+    from numba import cuda
+
+    from prepkit.decode import jpeg as jpeg_module
+
+    decoder = jpeg_module._decoder("cuda")
+    arrays = [np.frombuffer(e, np.uint8) for e in encoded]
+
+    def one_pass() -> None:
+        decoder.decode(arrays)
+        cuda.synchronize()
+
+    return one_pass
+
+
+def _reader_candidates(images: list[np.ndarray], devices: Sequence[str], folder: Path, workers: int) -> list[tuple[Candidate, Callable[[int], Callable[[], None]]]]:
+    """The Reader end to end on a lossless store of the same images."""
+    from prepkit.layouts import LosslessLayout
+    from prepkit.reader import Reader
+    from prepkit.store.format import ShardGeometry
+    from prepkit.store.writer import EncodedSample, StorePlan, StoreWriter
+
+    layout = LosslessLayout()
+    encoded = [layout.encode(image) for image in images]
+    geometry = ShardGeometry.for_largest_shard(sum(len(e) for e in encoded))
+    plan = StorePlan(
+        num_items=len(images), samples_per_shard=len(images),
+        fields={"image": {"layout": layout.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}},
+        class_names=None, provenance={"command": "bench-decode"}, items_digest="bench",
+    )
+    with StoreWriter(folder / "reader-store", plan, {"image": layout}, overwrite=True) as writer:
+        writer.write_shard(0, [EncodedSample(i, f"{i}", None, {"image": (e, tuple(im.shape))}) for i, (e, im) in enumerate(zip(encoded, images))])
+        writer.finalize()
+    found = []
+    no_cuda = _cuda_available()
+    for device in devices:
+        def make(threads: int, device: str = device) -> Callable[[], None]:
+            import numba
+
+            batch = max(1, min(64, len(images)))
+            reader = Reader(folder / "reader-store", batch_size=batch, shuffle=False, device=device, threads=threads)
+
+            def one_pass() -> None:
+                numba.set_num_threads(threads)
+                for _ in reader:
+                    pass
+                if device == "cuda":
+                    from numba import cuda
+
+                    cuda.synchronize()
+
+            return one_pass
+
+        candidate = Candidate("prepkit-lossless", "reader", device, None, lambda e, t: (lambda: None),
+                              skipped=no_cuda if device == "cuda" else None)
+        found.append((candidate, make))
+    return found
+
+
+def _time(one_pass: Callable[[], None], repeat: int, warmup: int) -> float:
+    for _ in range(warmup):
+        one_pass()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        one_pass()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_benchmark(
+    images: list[np.ndarray],
+    *,
+    threads: int,
+    devices: Sequence[str],
+    repeat: int = 5,
+    warmup: int = 1,
+    quality: int = 90,
+    with_reader: bool = True,
+    progress: Callable[[str], None] = lambda text: None,
+) -> tuple[list[Result], dict[str, Any]]:
+    """Measure every available decoder on ``images``; returns (results, machine)."""
+    raw_bytes = sum(image.nbytes for image in images)
+    results: list[Result] = []
+    encoded_cache: dict[str, list[bytes]] = {}
+    for candidate in candidates(quality, devices):
+        result = Result(candidate.format, candidate.decoder, candidate.device, threads if candidate.device == "cpu" else 1, images=len(images))
+        if candidate.skipped:
+            result.skipped = candidate.skipped
+            results.append(result)
+            continue
+        progress(f"{candidate.format} / {candidate.decoder} / {candidate.device}")
+        try:
+            if candidate.format not in encoded_cache:
+                encoded_cache[candidate.format] = [candidate.encode(image) for image in images]  # type: ignore[misc]
+            encoded = encoded_cache[candidate.format]
+            seconds = _time(candidate.run(encoded, threads), repeat, warmup)
+        except Exception as error:  # a broken optional library must not end the benchmark
+            result.skipped = f"failed: {type(error).__name__}: {error}"
+            results.append(result)
+            continue
+        result.encoded_bytes = candidate.stored_bytes(encoded)
+        result.size_ratio = result.encoded_bytes / raw_bytes
+        result.images_per_s = len(images) / seconds
+        result.decoded_mb_per_s = raw_bytes / seconds / 1e6
+        results.append(result)
+    if with_reader:
+        with tempfile.TemporaryDirectory() as folder:
+            for candidate, make in _reader_candidates(images, devices, Path(folder), threads):
+                result = Result(candidate.format, candidate.decoder, candidate.device, threads, images=len(images))
+                if candidate.skipped:
+                    result.skipped = candidate.skipped
+                else:
+                    progress(f"reader / {candidate.device}")
+                    try:
+                        seconds = _time(make(threads), repeat, warmup)
+                        result.images_per_s = len(images) / seconds
+                        result.decoded_mb_per_s = raw_bytes / seconds / 1e6
+                        lossless_row = next((r for r in results if r.format == "prepkit-lossless" and r.size_ratio), None)
+                        result.size_ratio = lossless_row.size_ratio if lossless_row else None
+                    except Exception as error:
+                        result.skipped = f"failed: {type(error).__name__}: {error}"
+                results.append(result)
+    png = next((r for r in results if r.format == "png" and r.images_per_s), None)
+    for result in results:
+        if png and result.images_per_s:
+            result.speedup_vs_png = result.images_per_s / png.images_per_s
+    machine = describe_machine(with_gpu="cuda" in devices)
+    machine.update({"threads": threads, "repeat": repeat, "warmup": warmup, "images": len(images),
+                    "raw_bytes": raw_bytes, "shapes": sorted({tuple(map(int, i.shape)) for i in images})[:8]})
+    return results, machine
+
+
+def format_table(results: list[Result]) -> str:
+    """A fixed-width text table of the results (skipped rows last, with their reason)."""
+    header = f"{'format':<18}{'decoder':<13}{'device':<7}{'threads':>7}{'images/s':>11}{'MB/s':>9}{'size/raw':>10}{'vs PNG':>9}"
+    lines = [header, "-" * len(header)]
+    for r in results:
+        if r.skipped:
+            continue
+        ratio = f"{r.size_ratio:.3f}" if r.size_ratio is not None else "-"
+        speed = f"{r.speedup_vs_png:.2f}x" if r.speedup_vs_png is not None else "-"
+        lines.append(f"{r.format:<18}{r.decoder:<13}{r.device:<7}{r.threads:>7}{r.images_per_s:>11.1f}{r.decoded_mb_per_s:>9.0f}{ratio:>10}{speed:>9}")
+    for r in results:
+        if r.skipped:
+            lines.append(f"{r.format:<18}{r.decoder:<13}{r.device:<7} skipped: {r.skipped}")
+    return "\n".join(lines)
+
+
+def plot(results: list[Result], machine: dict[str, Any], path: str, title: str = "") -> None:
+    """A horizontal bar chart of images/s (log scale), size/raw annotated on each bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in results if r.images_per_s]
+    rows.sort(key=lambda r: r.images_per_s or 0)
+    labels = [f"{r.format} ({r.decoder}, {r.device})" for r in rows]
+    values = [r.images_per_s for r in rows]
+    colours = ["#d62728" if r.format.startswith("prepkit") else ("#1f77b4" if r.device == "cpu" else "#2ca02c") for r in rows]
+    figure, axis = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.6))
+    bars = axis.barh(labels, values, color=colours)
+    axis.set_xscale("log")
+    axis.set_xlabel("images decoded per second (log scale, higher is better)")
+    for bar, row in zip(bars, rows):
+        note = f" {row.images_per_s:,.0f}/s"
+        if row.size_ratio is not None:
+            note += f"  size {row.size_ratio:.2f}x raw"
+        if row.speedup_vs_png:
+            note += f"  {row.speedup_vs_png:.1f}x PNG"
+        axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, note, va="center", fontsize=8)
+    gpu = machine.get("gpu") or "no GPU"
+    axis.set_title(title or f"bench-decode: {machine['images']} images, {machine['threads']} CPU threads, {gpu}", fontsize=10)
+    axis.set_xlim(right=max(values) * 30 if values else 10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,104 @@
+"""Reader overhead: samples/s delivered by ``prepkit.Reader`` against the bare cost of the
+same decode and augmentation done in a plain loop, on the same samples, in one run.
+
+    python -m prepkit.bench.reader [--images 256] [--batch 64] [--layout lossless|jpeg|raw]
+
+The images are the ImageNet-like set (real photographs at about 500x375, see
+``prepkit.bench.photos``), repeated to ``--images``. Transforms: RandomResizedCrop(224),
+RandomHorizontalFlip, ToDtype(float32, scale=True), Normalize (ImageNet statistics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def build(images: list[np.ndarray], folder: Path, layout_name: str, count: int, per_shard: int) -> Path:
+    from prepkit.layouts import make_layout
+    from prepkit.store.format import ShardGeometry
+    from prepkit.store.writer import EncodedSample, StorePlan, StoreWriter
+
+    layout = make_layout(layout_name)
+    encoded = [layout.encode(image) for image in images]
+    bound = max(layout.max_stored_size(*image.shape) for image in images) * per_shard
+    geometry = ShardGeometry.for_largest_shard(bound)
+    plan = StorePlan(num_items=count, samples_per_shard=per_shard,
+                     fields={"image": {"layout": layout.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}},
+                     class_names=None, provenance={"command": "bench"}, items_digest="bench")
+    dest = folder / layout_name
+    with StoreWriter(dest, plan, {"image": layout}, overwrite=True) as writer:
+        for shard in range(plan.num_shards):
+            writer.write_shard(shard, [EncodedSample(i, str(i), i % 10, {"image": (encoded[i % len(images)], tuple(images[i % len(images)].shape))}) for i in plan.shard_items(shard)])
+        writer.finalize()
+    return dest
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--layout", default="lossless", choices=["raw", "jpeg", "lossless"])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args(argv)
+
+    import numba
+
+    from prepkit.augment import Normalize, Pipeline, RandomHorizontalFlip, RandomResizedCrop, ToDtype
+    from prepkit.bench.machine import machine_line
+    from prepkit.bench.photos import imagenet_like
+    from prepkit.decode import decode_samples
+    from prepkit.reader import Reader
+    from prepkit.reader.order import plan_epoch
+    from prepkit.store.reader import open_store
+
+    threads = args.threads or numba.config.NUMBA_NUM_THREADS
+    numba.set_num_threads(threads)
+    ops = [RandomResizedCrop(224), RandomHorizontalFlip(), ToDtype("float32", scale=True), Normalize(MEAN, STD)]
+    pipeline = Pipeline(ops)
+    with tempfile.TemporaryDirectory() as folder:
+        path = build(imagenet_like(), Path(folder), args.layout, args.images, per_shard=128)
+        store = open_store(path)
+        order = plan_epoch(len(store), batch_size=args.batch, seed=0, epoch=0)
+
+        def bare() -> None:
+            for number in range(len(order)):
+                indices = order.batch(number)
+                packed = decode_samples(store, indices, threads=threads)
+                params = pipeline.params(packed.shapes, indices, seed=0, epoch=0)
+                pipeline(packed.flat, packed.offsets, packed.shapes, params)
+
+        reader = Reader(store, batch_size=args.batch, seed=0, transforms=ops, threads=threads)
+
+        def through_reader() -> None:
+            for _ in reader:
+                pass
+
+        results = {}
+        for name, run in (("bare decode + augment loop", bare), ("prepkit.Reader", through_reader)):
+            run()  # warm-up (numba compilation, page cache)
+            times = []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+            results[name] = len(store) / statistics.median(times)
+    print(f"machine: {machine_line()}; numba threads {threads}")
+    print(f"{len(store)} ImageNet-like samples ({args.layout}), batch {args.batch}, RandomResizedCrop(224)+flip+float32+Normalize")
+    bare_rate = results["bare decode + augment loop"]
+    for name, rate in results.items():
+        print(f"  {name:<28} {rate:>9.1f} samples/s   {rate / bare_rate:6.3f}x bare")
+    overhead = 1 - results["prepkit.Reader"] / bare_rate
+    print(f"reader overhead: {overhead * 100:+.1f}% (negative: the reader is faster, its prefetch overlaps work)")
+
+
+if __name__ == "__main__":
+    main()

@@ -58,8 +58,13 @@ def decode_samples(
     threads: int | None = None,
     pinned: np.ndarray | None = None,
     stream: Any = 0,
+    rois: np.ndarray | None = None,
 ) -> PackedImages:
-    """Decode samples ``indices`` of ``store``'s ``field`` into a :class:`PackedImages`."""
+    """Decode samples ``indices`` of ``store``'s ``field`` into a :class:`PackedImages`.
+
+    ``rois`` (int[N, 4] of y0, x0, y1, x1), for the lossless layout only: decode just the
+    tiles each region touches and return the regions (crop-aware decoding).
+    """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     indices = [int(i) for i in indices]
@@ -72,10 +77,15 @@ def decode_samples(
         if layout == "jpeg":
             return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream)
         if layout == "lossless":
-            return _decode_lossless(store, indices, field, shapes, device)
+            return _decode_lossless(store, indices, field, shapes, device, rois, stream)
     except CodecError as error:
         raise DecodeError(f"{store.path}: {error}") from None
     raise DecodeError(f"{store.path}: no decoder for layout {layout!r}")
+
+
+def supports_rois(store: Store, field: str = "image") -> bool:
+    """Whether ``decode_samples`` can decode only a region of this field's samples."""
+    return store.field_arrays[field].layout.name == "lossless"
 
 
 def _decode_raw(store: Store, indices: list[int], field: str, shapes: np.ndarray, offsets: np.ndarray,
@@ -123,14 +133,24 @@ def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarra
     return PackedImages(flat, offsets, shapes, "cpu")
 
 
-def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str) -> PackedImages:
-    from prepkit import lossless
+def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str,
+                     rois: np.ndarray | None, stream: Any) -> PackedImages:
+    from prepkit.lossless import plan as lossless_plan
 
     buffers = [store.read_bytes(i, field) for i in indices]
-    flat, offsets, decoded_shapes = lossless.decode_batch_packed(buffers, device=device)
-    decoded = np.asarray(decoded_shapes if device == "cpu" else decoded_shapes.copy_to_host()).reshape(-1, 3)
-    if not np.array_equal(decoded.astype(np.int64), shapes.astype(np.int64)):
-        bad = int(np.flatnonzero((decoded != shapes).any(axis=1))[0])
-        raise DecodeError(f"{store.path}: sample {indices[bad]}: stored image decodes to {tuple(decoded[bad])}, expected {tuple(shapes[bad])}")
-    host_offsets = np.asarray(offsets if device == "cpu" else offsets.copy_to_host(), dtype=np.int64)
-    return PackedImages(flat, host_offsets, shapes, device)
+    roi_list = None if rois is None else [tuple(int(v) for v in roi) for roi in rois]
+    plan = lossless_plan.build(buffers, roi_list)  # validates every header and tile table
+    expected = shapes if rois is None else np.column_stack([rois[:, 2] - rois[:, 0], rois[:, 3] - rois[:, 1], shapes[:, 2]])
+    decoded = np.asarray(plan.shapes, dtype=np.int64).reshape(-1, 3)
+    if not np.array_equal(decoded, expected.astype(np.int64)):
+        bad = int(np.flatnonzero((decoded != expected).any(axis=1))[0])
+        raise DecodeError(f"{store.path}: sample {indices[bad]}: stored image decodes to {tuple(decoded[bad])}, expected {tuple(expected[bad])}")
+    offsets = np.asarray(plan.offsets, dtype=np.int64)
+    if device == "cpu":
+        from prepkit.lossless import cpu
+
+        return PackedImages(cpu.decode_plan(plan), offsets, expected.astype(np.int32), "cpu")
+    from prepkit.lossless import cuda
+
+    flat = cuda.decode_plan(plan, stream=stream)[0]
+    return PackedImages(flat, offsets, expected.astype(np.int32), "cuda")

@@ -89,7 +89,7 @@ class GpuStager:
         decoded = np.prod(arrays.shapes[position].astype(np.int64), axis=1)
         return split_micro_batches(stored, decoded, self.budget // 2)
 
-    def run(self, indices: np.ndarray, field: str, work: Any) -> list[Any]:
+    def run(self, indices: np.ndarray, field: str, work: Any, rois: np.ndarray | None = None) -> list[Any]:
         """For each micro-batch: decode on its stream, then ``work(packed, span, stream)``.
 
         Returns one event per stream, recorded after the last work on it.
@@ -101,7 +101,8 @@ class GpuStager:
             arrays = self.store.field_arrays[field]
             stored = int((arrays.ranges[part, 1] - arrays.ranges[part, 0]).sum())
             pinned = self._pinned(slot, stored)
-            packed = decode_samples(self.store, part, field=field, device="cuda", pinned=pinned, stream=stream)
+            part_rois = None if rois is None else rois[span.start : span.stop]
+            packed = decode_samples(self.store, part, field=field, device="cuda", pinned=pinned, stream=stream, rois=part_rois)
             work(packed, span, stream)
             slot.event = self.cuda.event()
             slot.event.record(stream)

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import replace
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from prepkit.decode.engine import decode_samples
+from prepkit.decode.engine import decode_samples, supports_rois
 from prepkit.decode.packed import PackedImages
 from prepkit.errors import DecodeError, PipelineError, PrepkitError
 from prepkit.reader.batch import Batch
@@ -47,7 +48,8 @@ class Reader:
     - ``shards_in_use``: keep at most this many shards in the shuffle at a time;
     - ``gpu_memory_budget``: staging bytes on the GPU (micro-batches keep within it);
     - ``on_error``: "raise" (a DecodeError naming the sample) or "skip" (warn, drop it);
-    - ``prefetch``: batches prepared ahead in the background.
+    - ``prefetch``: batches prepared ahead in the background;
+    - ``crop_decode``: for lossless stores, decode only the tiles under each crop.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class Reader:
         threads: int | None = None,
         on_error: str = "raise",
         mask_mode: str = "nearest",
+        crop_decode: bool = True,
     ) -> None:
         self.store = store if isinstance(store, Store) else open_store(store)
         if device not in ("cpu", "cuda"):
@@ -94,6 +97,7 @@ class Reader:
         self.prefetch = prefetch
         self.threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         self.mask_mode = mask_mode
+        self.crop_decode = crop_decode
         self.pipeline = self._make_pipeline(transforms, layout)
         self.transfer_index = 0 if transfer_index is None else int(transfer_index)
         self._cpu_part = self._gpu_part = None
@@ -235,11 +239,28 @@ class Reader:
     def _params(self, pipeline: Any, shapes: np.ndarray, indices: np.ndarray) -> Any:
         return pipeline.params(shapes, indices, seed=self.seed, epoch=self.epoch)
 
+    def _crop_plan(self, field: str, indices: np.ndarray) -> tuple[Any, np.ndarray | None, Any]:
+        """(params on the full images, regions to decode or None, params on those regions).
+
+        For lossless samples only the tiles under each sample's source window are decoded
+        (a RandomResizedCrop reads a fraction of the image); the params are then moved
+        into the decoded region's coordinates.
+        """
+        shapes = self.store.field_arrays[field].shapes[indices].astype(np.int32)
+        params = self._params(self.pipeline, shapes, indices)
+        if not (self.crop_decode and supports_rois(self.store, field)):
+            return params, None, params
+        region = params.region.astype(np.int64)
+        rois = np.column_stack([region[:, 0], region[:, 1], region[:, 0] + region[:, 2], region[:, 1] + region[:, 3]])
+        moved = np.array(params.region, copy=True)
+        moved[:, :2] = 0
+        return params, rois, replace(params, region=moved)
+
     def _cpu_field(self, indices: np.ndarray, field: str) -> Any:
-        packed = decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads)
         if self.pipeline is None:
-            return _stack_or_list(packed)
-        params = self._params(self.pipeline, packed.shapes, indices)
+            return _stack_or_list(decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads))
+        _, rois, params = self._crop_plan(field, indices)
+        packed = decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads, rois=rois)
         if field == "mask":
             return self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, params, "cpu", mode=self.mask_mode)
         return self.pipeline(packed.flat, packed.offsets, packed.shapes, params, "cpu")
@@ -260,23 +281,22 @@ class Reader:
             return images, masks, [event]
         if self._cpu_part is not None:
             return self._gpu_batch_after_cpu_part(indices)
-        shapes = self.store.field_arrays["image"].shapes[indices].astype(np.int32)
-        params = self._params(self.pipeline, shapes, indices)
-        images = self._allocate_output(self.pipeline, len(indices), shapes)
+        full_params, rois, params = self._crop_plan("image", indices)
+        images = self._allocate_output(self.pipeline, len(indices), full_params)
 
         def augment(packed: PackedImages, span: range, stream: Any) -> None:
             self._run_on_stream(self.pipeline, packed, _slice_params(params, span), images, span, stream)
 
-        events += stager.run(indices, "image", augment)
+        events += stager.run(indices, "image", augment, rois)
         if "mask" in self.fields:
-            mask_shapes = self.store.field_arrays["mask"].shapes[indices].astype(np.int32)
-            masks = self._allocate_output(self.pipeline, len(indices), mask_shapes, dtype="uint8")
+            full_mask_params, mask_rois, mask_params = self._crop_plan("mask", indices)
+            masks = self._allocate_output(self.pipeline, len(indices), full_mask_params, dtype="uint8", channels=1)
 
             def mask(packed: PackedImages, span: range, stream: Any) -> None:
                 target = _device_view(masks)[span.start : span.stop]
-                self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, _slice_params(params, span), "cuda", mode=self.mask_mode, out=target)
+                self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, _slice_params(mask_params, span), "cuda", mode=self.mask_mode, out=target)
 
-            events += stager.run(indices, "mask", mask)
+            events += stager.run(indices, "mask", mask, mask_rois)
         return images, masks, events
 
     def _gpu_batch_after_cpu_part(self, indices: np.ndarray) -> tuple[Any, Any, list[Any]]:
@@ -289,13 +309,13 @@ class Reader:
         stream = self._stager.streams[0]
         device_flat = cuda.to_device(flat, stream=stream)
         second_params = self._params(self._gpu_part, shapes, indices)
-        images = self._allocate_output(self._gpu_part, len(indices), shapes)
+        images = self._allocate_output(self._gpu_part, len(indices), second_params, channels=int(shapes[0][2]))
         self._run_on_stream(self._gpu_part, PackedImages(device_flat, offsets, shapes, "cuda"), second_params, images, range(len(indices)), stream)
         masks = None
         if "mask" in self.fields:
             mask_packed = decode_samples(self.store, indices, field="mask", device="cuda", stream=stream)
             params = self._params(self.pipeline, mask_packed.shapes, indices)
-            masks = self._allocate_output(self.pipeline, len(indices), mask_packed.shapes, dtype="uint8")
+            masks = self._allocate_output(self.pipeline, len(indices), params, dtype="uint8", channels=1)
             self.pipeline.apply_mask(mask_packed.flat, mask_packed.offsets, mask_packed.shapes, params, "cuda", mode=self.mask_mode, out=_device_view(masks))
         event = cuda.event()
         event.record(stream)
@@ -307,10 +327,10 @@ class Reader:
         target = _device_view(images)[span.start : span.stop]
         pipeline(packed.flat, packed.offsets, packed.shapes, params, "cuda", out=target)
 
-    def _allocate_output(self, pipeline: Any, count: int, shapes: np.ndarray, dtype: str | None = None) -> Any:
-        channels = int(shapes[0][2]) if len(shapes) else 3
-        params = pipeline.params(shapes[:1], np.zeros(1, np.int64), seed=0, epoch=0) if len(shapes) else None
-        h, w = params.uniform_size() if params is not None else (0, 0)
+    def _allocate_output(self, pipeline: Any, count: int, params: Any, dtype: str | None = None, channels: int | None = None) -> Any:
+        if channels is None:
+            channels = int(self.store.field_arrays["image"].shapes[0][2]) if len(self.store) else 3
+        h, w = params.uniform_size()
         shape = (count, channels, h, w) if pipeline.layout == "NCHW" else (count, h, w, channels)
         dtype = dtype or pipeline.dtype
         if self.output == "torch":

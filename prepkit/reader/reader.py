@@ -33,7 +33,7 @@ from prepkit.reader.order import EpochPlan, plan_epoch
 from prepkit.reader.prefetch import Prefetcher
 from prepkit.store.reader import Store, open_store
 
-OUTPUTS = ("numpy", "torch", "cupy")
+OUTPUTS = ("numpy", "torch", "cupy", "dlpack")
 
 
 class Reader:
@@ -44,7 +44,9 @@ class Reader:
     - ``transfer_index``: on cuda, run the first k ops on the CPU in uint8 and the rest on
       the GPU (default 0: everything on the GPU);
     - ``fields``: ``("image", "label")``, plus ``"mask"`` for segmentation stores;
-    - ``output``: "numpy" (numba device arrays on cuda), "torch" or "cupy";
+    - ``output``: "numpy" (numba device arrays on cuda), "torch", "cupy", or "dlpack"
+      (arrays any DLPack consumer takes without a copy: ``jax.dlpack.from_dlpack``,
+      ``torch.from_dlpack``);
     - ``shards_in_use``: keep at most this many shards in the shuffle at a time;
     - ``gpu_memory_budget``: staging bytes on the GPU (micro-batches keep within it);
     - ``on_error``: "raise" (a DecodeError naming the sample) or "skip" (warn, drop it);
@@ -383,6 +385,13 @@ class Reader:
             batch.masks = None if batch.masks is None else _to_torch(batch.masks, "uint8")
             labels = torch.from_numpy(np.asarray(batch.labels))
             batch.labels = labels.to("cuda", non_blocking=True) if self.device == "cuda" else labels
+            return batch
+        if self.output == "dlpack":
+            from prepkit.interop import DLPackArray
+
+            if self.device == "cuda":
+                batch.images = _map(batch.images, DLPackArray)
+                batch.masks = None if batch.masks is None else _map(batch.masks, DLPackArray)
             return batch
         import cupy
 

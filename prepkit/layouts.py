@@ -68,7 +68,7 @@ class JpegLayout:
     subsampling: str = "4:2:0"
 
     def __post_init__(self) -> None:
-        if not 1 <= self.quality <= 100:
+        if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
             raise ValueError(f"JPEG quality must be between 1 and 100, got {self.quality}")
         if self.subsampling not in ("4:4:4", "4:2:2", "4:2:0"):
             raise ValueError(f"JPEG subsampling must be 4:4:4, 4:2:2 or 4:2:0, got {self.subsampling!r}")
@@ -119,6 +119,10 @@ class LosslessLayout:
     name: ClassVar[str] = "lossless"
     tile: int = 64
 
+    def __post_init__(self) -> None:
+        if self.tile not in (16, 32, 64):
+            raise ValueError(f"lossless tile size must be 16, 32 or 64, got {self.tile!r}")
+
     def encode(self, pixels: np.ndarray) -> bytes:
         from prepkit import lossless
 
@@ -150,9 +154,12 @@ def layout_from_dict(config: dict[str, Any]) -> Layout:
     """Rebuild a layout from the dict stored in a store's attributes."""
     options = dict(config)
     name = options.pop("name", None)
-    if name not in _LAYOUTS:
+    if not isinstance(name, str) or name not in _LAYOUTS:
         raise ValueError(f"unknown layout {name!r}; expected one of {', '.join(LAYOUT_NAMES)}")
-    return _LAYOUTS[name](**options)
+    try:
+        return _LAYOUTS[name](**options)  # type: ignore[no-any-return]
+    except TypeError as error:
+        raise ValueError(f"layout {name!r}: bad options {options!r} ({error})") from None
 
 
 def make_layout(name: str, *, quality: int = 90) -> Layout:

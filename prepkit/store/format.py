@@ -145,25 +145,46 @@ class Attributes:
 
     @staticmethod
     def from_dict(values: dict[str, Any], where: str) -> "Attributes":
-        try:
-            version = int(values["format_version"])
-            if version != FORMAT_VERSION:
-                raise StoreError(
-                    f"{where}: store format version {version}, this prepkit reads version {FORMAT_VERSION}"
-                )
-            return Attributes(
-                format_version=version,
-                layout=dict(values["layout"]),
-                num_samples=int(values["num_samples"]),
-                samples_per_shard=int(values["samples_per_shard"]),
-                num_shards=int(values["num_shards"]),
-                fields={str(k): dict(v) for k, v in values["fields"].items()},
-                class_names=values.get("class_names"),
-                provenance=dict(values.get("provenance", {})),
-                complete=bool(values.get("complete", False)),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise StoreError(f"{where}: malformed prepkit attributes ({error!r})") from None
+        """Parse and check the attribute values: every type and range a reader relies on."""
+        def fail(what: str) -> StoreError:
+            return StoreError(f"{where}: malformed prepkit attributes: {what}")
+
+        def integer(name: str, low: int, container: dict[str, Any] | None = None) -> int:
+            value = (values if container is None else container).get(name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low or value >= 2**62:
+                raise fail(f"expected {name!r} to be an integer >= {low}, found {value!r}")
+            return value
+
+        if not isinstance(values, dict):
+            raise fail(f"expected an object, found {type(values).__name__}")
+        version = values.get("format_version")
+        if version != FORMAT_VERSION:
+            raise StoreError(f"{where}: store format version {version!r}, this prepkit reads version {FORMAT_VERSION}")
+        num_samples = integer("num_samples", 0)
+        samples_per_shard = integer("samples_per_shard", 1)
+        num_shards = integer("num_shards", 0)
+        fields = values.get("fields")
+        if not isinstance(fields, dict) or "image" not in fields:
+            raise fail(f"expected 'fields' to be an object with an 'image' entry, found {fields!r}")
+        for name, spec in fields.items():
+            if not isinstance(spec, dict) or not isinstance(spec.get("layout"), dict):
+                raise fail(f"field {name!r}: expected an object with a 'layout' object")
+            capacity, chunk = integer("capacity", 1, spec), integer("chunk", 1, spec)
+            if capacity % chunk or capacity // chunk > MAX_INDEX_ENTRIES * 64:
+                raise fail(f"field {name!r}: capacity {capacity} is not a reasonable multiple of chunk {chunk}")
+        class_names = values.get("class_names")
+        if class_names is not None and (not isinstance(class_names, list) or not all(isinstance(c, str) for c in class_names)):
+            raise fail(f"expected 'class_names' to be null or a list of strings, found {class_names!r}")
+        layout = values.get("layout")
+        provenance = values.get("provenance", {})
+        complete = values.get("complete", False)
+        if not isinstance(layout, dict) or not isinstance(provenance, dict) or not isinstance(complete, bool):
+            raise fail("expected 'layout' and 'provenance' objects and a boolean 'complete'")
+        return Attributes(
+            format_version=version, layout=dict(layout), num_samples=num_samples, samples_per_shard=samples_per_shard,
+            num_shards=num_shards, fields={str(k): dict(v) for k, v in fields.items()}, class_names=class_names,
+            provenance=dict(provenance), complete=complete,
+        )
 
 
 def read_group_attributes(root: Path) -> Attributes:
@@ -179,7 +200,8 @@ def read_group_attributes(root: Path) -> Attributes:
         raise StoreError(f"{meta_path}: cannot read group metadata ({error})") from None
     if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
         raise StoreError(f"{meta_path}: expected a Zarr v3 group")
-    values = meta.get("attributes", {}).get(ATTRIBUTE_KEY)
+    attributes = meta.get("attributes", {})
+    values = attributes.get(ATTRIBUTE_KEY) if isinstance(attributes, dict) else None
     if not isinstance(values, dict):
         raise StoreError(f"{root}: a Zarr group, but not a prepkit store (no '{ATTRIBUTE_KEY}' attribute)")
     return Attributes.from_dict(values, str(root))

@@ -125,11 +125,23 @@ class Store:
         import zarr
 
         where = str(self.path)
+        count = self.attributes.num_samples
+
+        def load(group: Any, name: str, shape: tuple[int, ...] | None, dtype: Any) -> np.ndarray:
+            # Check the shape before reading: a damaged zarr.json must not make us allocate
+            # whatever size it claims.
+            array = group[name]
+            if shape is not None and tuple(array.shape) != shape:
+                raise StoreCorruptError(f"{where}: array {name!r} has shape {tuple(array.shape)}, expected {shape}")
+            if shape is None and (len(array.shape) != 1 or array.shape[0] > (1 << 34)):
+                raise StoreCorruptError(f"{where}: array {name!r} has an implausible shape {tuple(array.shape)}")
+            return np.asarray(array[...], dtype=dtype)
+
         try:
             root = zarr.open_group(self.path, mode="r")
-            self.labels: np.ndarray = np.asarray(root["labels"][...], dtype=np.int64)
-            self._paths = np.asarray(root["paths"][...], dtype=np.uint8)
-            self._path_ranges = np.asarray(root["path_ranges"][...], dtype=np.uint64)
+            self.labels: np.ndarray = load(root, "labels", (count,), np.int64)
+            self._paths = load(root, "paths", None, np.uint8)
+            self._path_ranges = load(root, "path_ranges", (count, 2), np.uint64)
             self.field_arrays: dict[str, FieldArrays] = {}
             for name, spec in self.attributes.fields.items():
                 group = root[name]
@@ -137,15 +149,16 @@ class Store:
                     name=name,
                     layout=layout_from_dict(spec["layout"]),
                     geometry=ShardGeometry(capacity=int(spec["capacity"]), chunk=int(spec["chunk"])),
-                    ranges=np.asarray(group["ranges"][...], dtype=np.uint64),
-                    shapes=np.asarray(group["shapes"][...], dtype=np.uint32),
-                    crc32c=np.asarray(group["crc32c"][...], dtype=np.uint32),
+                    ranges=load(group, "ranges", (count, 2), np.uint64),
+                    shapes=load(group, "shapes", (count, 3), np.uint32),
+                    crc32c=load(group, "crc32c", (count,), np.uint32),
                 )
         except StoreError:
             raise
         except Exception as error:  # zarr raises many types for missing or broken metadata
             raise StoreError(f"{where}: cannot read the store's per-sample arrays ({type(error).__name__}: {error})") from None
-        count = self.attributes.num_samples
+        if self._path_ranges.size and (np.any(self._path_ranges[:, 1] < self._path_ranges[:, 0]) or self._path_ranges.max() > self._paths.size):
+            raise StoreCorruptError(f"{where}: path ranges point outside the paths array")
         arrays = [self.labels, self._path_ranges] + [a for f in self.field_arrays.values() for a in (f.ranges, f.shapes, f.crc32c)]
         if any(a.shape[0] != count for a in arrays):
             raise StoreCorruptError(f"{where}: per-sample arrays do not all have {count} entries")

@@ -172,6 +172,12 @@ class Store:
                 raise StoreCorruptError(f"{where}: {field.name} byte ranges are inconsistent")
             if np.any(shard_of_start >= np.uint64(max(1, self.attributes.num_shards))):
                 raise StoreCorruptError(f"{where}: {field.name} byte ranges point past the last shard")
+            shapes = field.shapes.astype(np.int64)
+            pixels = shapes[:, 0] * shapes[:, 1] * shapes[:, 2]
+            if shapes.size and (not np.isin(shapes[:, 2], (1, 3, 4)).all() or pixels.max() > 1 << 32):
+                raise StoreCorruptError(f"{where}: {field.name} shapes are implausible (channels must be 1, 3 or 4)")
+            if field.layout.name == "raw" and not np.array_equal((stops - starts).astype(np.int64), pixels):
+                raise StoreCorruptError(f"{where}: {field.name} raw byte ranges do not match the recorded shapes")
         self._image = self.field_arrays["image"]
 
     # -- description ------------------------------------------------------------------

@@ -1,0 +1,273 @@
+"""numba CPU kernels: the encoder and the decoder, parallel over tiles.
+
+The same steps as reference.py. The decoder never branches per pixel on the data: the
+unary section is flattened with a byte lookup table (every byte writes 8 candidate
+positions, the count advances by its popcount), low bits are read from 2-byte windows,
+and the inverse predictor is a row scan plus a column add. Reads stay in bounds because
+plan.build validated the tile table and appended zero padding, and every data-driven
+index is clamped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from prepkit.lossless import format as fmt
+from prepkit.lossless import plan as plan_mod
+
+BLOCK = fmt.BLOCK
+MAX_K = fmt.MAX_K
+
+
+def _bit_tables() -> tuple[np.ndarray, np.ndarray]:
+    popcount = np.array([bin(b).count("1") for b in range(256)], np.int32)
+    positions = np.zeros((256, 8), np.int32)
+    for b in range(256):
+        set_bits = [i for i in range(8) if b >> i & 1]
+        positions[b, : len(set_bits)] = set_bits
+    return popcount, positions
+
+
+POPCOUNT, POSITIONS = _bit_tables()
+
+
+# ----------------------------------------------------------------------------- encoder
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _tile_values(image, y0, x0, th, tw, colour, values):
+    """Zig-zagged gradient residuals of one tile, channel-planar, into values[:th*tw*c]."""
+    c = image.shape[2]
+    plane = th * tw
+    for y in range(th):
+        for x in range(tw):
+            for ch in range(c):
+                v = np.int32(image[y0 + y, x0 + x, ch])
+                left = np.int32(image[y0 + y, x0 + x - 1, ch]) if x > 0 else 0
+                up = np.int32(image[y0 + y - 1, x0 + x, ch]) if y > 0 else 0
+                ul = np.int32(image[y0 + y - 1, x0 + x - 1, ch]) if x > 0 and y > 0 else 0
+                values[ch * plane + y * tw + x] = (v - left - up + ul) & 255
+    if colour:
+        for i in range(plane):
+            g = np.int32(values[plane + i])
+            values[i] = (np.int32(values[i]) - g) & 255
+            values[2 * plane + i] = (np.int32(values[2 * plane + i]) - g) & 255
+    for i in range(c * plane):
+        s = np.int32(values[i])
+        s = s - 256 if s > 127 else s
+        values[i] = (s << 1) ^ (s >> 31)  # zig-zag: 2s or -2s-1
+    return c * plane
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _encode_tile(image, y0, x0, th, tw, colour, out, base):
+    """Write one tile's payload at out[base:]; return its length in bytes."""
+    values = np.zeros(((th * tw * image.shape[2] + BLOCK - 1) // BLOCK) * BLOCK, np.int32)
+    n = _tile_values(image, y0, x0, th, tw, colour, values)
+    n_blocks = (n + BLOCK - 1) // BLOCK
+    ks = np.empty(n_blocks, np.int32)
+    b_len = 0
+    for b in range(n_blocks):
+        best_k = 0
+        best = 1 << 30
+        for k in range(MAX_K + 1):
+            cost = BLOCK * k
+            for i in range(BLOCK):
+                cost += values[b * BLOCK + i] >> k
+            if cost < best:
+                best = cost
+                best_k = k
+        ks[b] = best_k
+        b_len += 2 * best_k
+    a_len = (n_blocks + 1) // 2
+    for i in range(a_len):
+        lo = ks[2 * i]
+        hi = ks[2 * i + 1] if 2 * i + 1 < n_blocks else 0
+        out[base + i] = lo | (hi << 4)
+    # Low bits: each block is 16 * k bits = 2k bytes, so blocks start on byte boundaries.
+    pos = base + a_len
+    for b in range(n_blocks):
+        k = ks[b]
+        acc = np.uint64(0)
+        nbits = 0
+        mask = (1 << k) - 1
+        for i in range(BLOCK):
+            acc |= np.uint64(values[b * BLOCK + i] & mask) << np.uint64(nbits)
+            nbits += k
+            if nbits >= 32:
+                for _ in range(4):
+                    out[pos] = acc & np.uint64(255)
+                    acc >>= np.uint64(8)
+                    pos += 1
+                nbits -= 32
+        while nbits > 0:
+            out[pos] = acc & np.uint64(255)
+            acc >>= np.uint64(8)
+            pos += 1
+            nbits -= 8
+    # Unary high parts: q zero bits then a one bit, LSB-first.
+    c_start = pos
+    bit = 0
+    for b in range(n_blocks):
+        k = ks[b]
+        for i in range(BLOCK):
+            bit += values[b * BLOCK + i] >> k
+            out[c_start + (bit >> 3)] |= 1 << (bit & 7)
+            bit += 1
+    return c_start + (bit + 7) // 8 - base
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _encode_tiles(image, tile, colour, scratch, starts, lengths):
+    h, w = image.shape[0], image.shape[1]
+    tiles_x = (w + tile - 1) // tile
+    for i in prange(lengths.size):
+        ty = i // tiles_x
+        tx = i - ty * tiles_x
+        th = min(tile, h - ty * tile)
+        tw = min(tile, w - tx * tile)
+        lengths[i] = _encode_tile(image, ty * tile, tx * tile, th, tw, colour, scratch, starts[i])
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _gather(scratch, starts, offsets, out):
+    for i in prange(starts.size):
+        n = offsets[i + 1] - offsets[i]
+        out[offsets[i] : offsets[i] + n] = scratch[starts[i] : starts[i] + n]
+
+
+def encode(image: np.ndarray, tile: int = 64) -> bytes:
+    """Encode an HxW or HxWxC uint8 image with the numba kernels."""
+    from prepkit.lossless.reference import prepare
+
+    image, flags = prepare(image, tile)
+    h, w, c = image.shape
+    header = fmt.Header(h, w, c, tile, flags)
+    th, tw = fmt.tile_geometry(header)
+    n_blocks = -(-(th * tw * c) // BLOCK)
+    max_len = (n_blocks + 1) // 2 + fmt.MAX_BLOCK_BYTES * n_blocks + 1
+    starts = np.concatenate([[0], np.cumsum(max_len)]).astype(np.int64)
+    scratch = np.zeros(int(starts[-1]), np.uint8)
+    lengths = np.zeros(header.n_tiles, np.int64)
+    _encode_tiles(image, tile, header.colour, scratch, starts, lengths)
+    first = fmt.HEADER_SIZE + header.table_size
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    out = np.empty(first + int(offsets[-1]), np.uint8)
+    out[: fmt.HEADER_SIZE] = np.frombuffer(header.pack(), np.uint8)
+    out[fmt.HEADER_SIZE : first] = np.frombuffer((offsets + first).astype("<u4").tobytes(), np.uint8)
+    _gather(scratch, starts, offsets + first, out)
+    return out.tobytes()
+
+
+# ----------------------------------------------------------------------------- decoder
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _decode_item(src, item, out, popcount, positions):
+    """Decode one work item (see plan.py) into the flat output; return an error code."""
+    start, end = item[0], item[1]
+    th, tw, c, colour = item[2], item[3], item[4], item[5]
+    out_base, out_h, out_w, oy, ox = item[6], item[7], item[8], item[9], item[10]
+    n = th * tw * c
+    n_blocks = (n + BLOCK - 1) // BLOCK
+    n_vals = n_blocks * BLOCK
+    a_len = (n_blocks + 1) // 2
+    # Section A: Rice parameters, and where each block's low bits start (2k bytes each).
+    ks = np.empty(n_blocks, np.int32)
+    block_start = np.empty(n_blocks, np.int64)
+    pos = start + a_len
+    k_or = 0
+    for b in range(n_blocks):
+        byte = np.int32(src[start + (b >> 1)])
+        k = (byte >> ((b & 1) * 4)) & 15
+        k_or |= k
+        k = min(k, MAX_K)
+        ks[b] = k
+        block_start[b] = pos
+        pos += 2 * k
+    if k_or > MAX_K:
+        return plan_mod.ERR_K
+    if pos > end:
+        return plan_mod.ERR_LOW_BITS
+    # Section C: positions of the terminating one bits, flattened 8 at a time per byte.
+    ends = np.empty(n_vals + 9, np.int32)
+    j = 0
+    for p in range(pos, end):
+        byte = src[p]
+        bit0 = np.int32((p - pos) * 8)
+        for t in range(8):
+            ends[j + t] = bit0 + positions[byte, t]
+        j = min(j + popcount[byte], n_vals)
+    total = 0
+    for p in range(pos, end):
+        total += popcount[src[p]]
+    if total != n_vals or src[end - 1] == 0:
+        return plan_mod.ERR_UNARY
+    # Values: high part from the terminator gaps, low part from a 2-byte window.
+    values = np.empty(n_vals, np.int32)
+    prev = np.int32(-1)
+    too_big = 0
+    for b in range(n_blocks):
+        k = ks[b]
+        mask = (1 << k) - 1
+        bs = block_start[b]
+        for i in range(BLOCK):
+            e = ends[b * BLOCK + i]
+            q = e - prev - 1
+            prev = e
+            bitpos = i * k
+            window = np.int32(src[bs + (bitpos >> 3)]) | (np.int32(src[bs + (bitpos >> 3) + 1]) << 8)
+            v = (q << k) | ((window >> (bitpos & 7)) & mask)
+            too_big |= v
+            values[b * BLOCK + i] = (v >> 1) ^ -(v & 1)  # undo zig-zag (mod 256 later)
+    if too_big > 255 or too_big < 0:
+        return plan_mod.ERR_VALUE
+    # Inverse predictor: 2-D prefix sum mod 256, rows then columns, in place per plane.
+    plane = th * tw
+    for ch in range(c):
+        p0 = ch * plane
+        for y in range(th):
+            run = 0
+            row = p0 + y * tw
+            for x in range(tw):
+                run += values[row + x]
+                values[row + x] = run
+        for y in range(1, th):
+            row = p0 + y * tw
+            for x in range(tw):
+                values[row + x] += values[row - tw + x]
+    # Copy the part of the tile that lies inside the requested region.
+    ya, yb = max(0, -oy), min(th, out_h - oy)
+    xa, xb = max(0, -ox), min(tw, out_w - ox)
+    for y in range(ya, yb):
+        dst = out_base + ((oy + y) * out_w + ox) * c
+        for x in range(xa, xb):
+            i = y * tw + x
+            if c == 1:
+                out[dst + x] = values[i] & 255
+            else:
+                g = values[plane + i]
+                r = values[i] + g * colour
+                bl = values[2 * plane + i] + g * colour
+                out[dst + x * c] = r & 255
+                out[dst + x * c + 1] = g & 255
+                out[dst + x * c + 2] = bl & 255
+                if c == 4:
+                    out[dst + x * c + 3] = values[3 * plane + i] & 255
+    return 0
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _decode_items(src, work, out, errors, popcount, positions):
+    for i in prange(work.shape[0]):
+        errors[i] = _decode_item(src, work[i], out, popcount, positions)
+
+
+def decode_plan(plan: plan_mod.Plan) -> np.ndarray:
+    """Run the CPU decoder over a validated plan; return the flat output buffer."""
+    out = np.empty(plan.total, np.uint8)
+    errors = np.zeros(plan.work.shape[0], np.int32)
+    _decode_items(plan.src, plan.work, out, errors, POPCOUNT, POSITIONS)
+    plan_mod.raise_errors(plan, errors)
+    return out

@@ -4,7 +4,8 @@ The same steps as reference.py. The decoder never branches per pixel on the data
 unary section is flattened with a byte lookup table (every byte writes 8 candidate
 positions, the count advances by its popcount), low bits are read from 2-byte windows,
 and the inverse predictor is a row scan plus a column add. Reads stay in bounds because
-plan.build validated the tile table and appended zero padding, and every data-driven
+plan.build validated the tile table, 8-byte loads near the end of the input fall back
+to a checked byte loop, and every data-driven
 index is clamped.
 """
 
@@ -170,7 +171,7 @@ def _load64(typingctx, array, index):
     """8 bytes little-endian from a uint8 array at index, as one unaligned load.
 
     numba does not fold the byte-by-byte version into one load (measured 2x slower on the
-    value stage). No bounds check: callers read inside the zero-padded input (plan.PAD).
+    value stage). No bounds check: callers make sure index + 8 <= array.size.
     """
 
     def codegen(context, builder, signature, args):
@@ -179,6 +180,15 @@ def _load64(typingctx, array, index):
         return builder.load(pointer, align=1)
 
     return types.int64(array, index), codegen
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _load64_tail(src, at):
+    """The bytes of src[at : at + 8] that exist, little-endian, zeros beyond the end."""
+    word = np.int64(0)
+    for i in range(min(8, src.size - at)):
+        word |= np.int64(src[at + i]) << (8 * i)
+    return word
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -242,8 +252,12 @@ def _decode_item(src, item, out, popcount, positions):
         k = np.int32(ks[b])
         mask = np.int32((1 << k) - 1)
         at = block_start[b]
-        w0 = _load64(src, at)
-        w1 = _load64(src, at + k)
+        if at + k + 8 <= src.size:
+            w0 = _load64(src, at)
+            w1 = _load64(src, at + k)
+        else:  # the last blocks of the input: no 8 bytes left to load at once
+            w0 = _load64_tail(src, at)
+            w1 = _load64_tail(src, at + k)
         s0 = np.int32(w0 & 0xFFFFFFF)
         s1 = np.int32((w0 >> (4 * k)) & 0xFFFFFFF)
         s2 = np.int32(w1 & 0xFFFFFFF)

@@ -191,7 +191,9 @@ def decode_kernel(src, work, out, errors):
         k = ks[b]
         bitpos = (j & 15) * k
         at = block_start[b] + (bitpos >> 3)
-        window = np.int32(src[at]) | (np.int32(src[at + 1]) << 8)
+        # The input has no padding: the byte after the last block may not exist.
+        nxt = np.int32(src[at + 1]) if at + 1 < src.shape[0] else 0
+        window = np.int32(src[at]) | (nxt << 8)
         v = (np.int32(vals[j]) << k) | ((window >> (bitpos & 7)) & ((1 << k) - 1))
         if v > 255:
             flag[0] = plan_mod.ERR_VALUE
@@ -257,5 +259,5 @@ def kernel_signatures() -> list[tuple]:
     """(python function, signature) of every CUDA kernel, for compile_ptx checks."""
     from numba import types
 
-    sig = (types.uint8[::1], types.int64[:, ::1], types.uint8[::1], types.int32[::1])
+    sig = (types.Array(types.uint8, 1, "C", readonly=True), types.int64[:, ::1], types.uint8[::1], types.int32[::1])
     return [(decode_kernel.py_func, sig)]

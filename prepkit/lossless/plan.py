@@ -18,7 +18,6 @@ from prepkit.lossless import format as fmt
 # Columns of a work item (int64).
 SRC_START, SRC_END, TH, TW, CH, COLOUR, OUT_BASE, OUT_H, OUT_W, OY, OX = range(11)
 N_COLS = 11
-PAD = 16  # zero bytes after the concatenated input: unchecked 2-byte reads never leave it
 
 Roi = tuple[int, int, int, int]
 
@@ -27,7 +26,7 @@ Roi = tuple[int, int, int, int]
 class Plan:
     """Everything a decoder kernel needs, all validated."""
 
-    src: np.ndarray  # uint8: every stream back to back, then PAD zero bytes
+    src: np.ndarray  # uint8, read-only: every stream back to back
     work: np.ndarray  # int64 (n_items, N_COLS)
     image_of_item: np.ndarray  # int64 (n_items,): which image each item belongs to
     offsets: np.ndarray  # int64 (n_images,): start of each image in the flat output
@@ -86,11 +85,13 @@ def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -
         out_shapes.append((oh, ow) if header.is_2d else (oh, ow, c))
         src_base += buf.size
         out_base += oh * ow * c
-    src = np.zeros(src_base + PAD, np.uint8)
-    pos = 0
-    for buf in arrays:
-        src[pos : pos + buf.size] = buf
-        pos += buf.size
+    if len(arrays) == 1:
+        src = arrays[0]  # no copy: a fresh buffer costs page faults (about 9 us per 4 KiB here)
+    else:
+        src = np.concatenate(arrays) if arrays else np.zeros(0, np.uint8)
+    if src.flags.writeable:
+        src = src.view()
+        src.flags.writeable = False  # one numba specialization: kernels see read-only input
     work = np.concatenate(items) if items else np.zeros((0, N_COLS), np.int64)
     owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
     return Plan(src, np.ascontiguousarray(work), owner, out_offsets, shapes, out_shapes, out_base)

@@ -259,5 +259,5 @@ def kernel_signatures() -> list[tuple]:
     """(python function, signature) of every CUDA kernel, for compile_ptx checks."""
     from numba import types
 
-    sig = (types.Array(types.uint8, 1, "C", readonly=True), types.int64[:, ::1], types.uint8[::1], types.int32[::1])
+    sig = (types.uint8[::1], types.int64[:, ::1], types.uint8[::1], types.int32[::1])
     return [(decode_kernel.py_func, sig)]

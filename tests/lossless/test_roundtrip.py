@@ -103,3 +103,16 @@ def test_decode_batch_cpu_and_packed() -> None:
         lossless.decode_batch(streams, device="tpu")
     with pytest.raises(ValueError):
         lossless.decode(streams[0], roi=(0, 0, 31, 5))
+
+
+@pytest.mark.parametrize("min_tiles", [1, 10**9])
+def test_parallel_and_serial_kernels_agree(monkeypatch: pytest.MonkeyPatch, min_tiles: int) -> None:
+    # Small images normally take the serial path; force each path in turn.
+    from prepkit.lossless import cpu
+
+    monkeypatch.setattr(cpu, "MIN_TILES_PER_THREAD", min_tiles)
+    image = make_image("smooth", 150, 170, 3, seed=11)
+    stream = lossless.encode(image, tile=16)
+    assert stream == reference.encode(image, tile=16)
+    np.testing.assert_array_equal(lossless.decode(stream), image)
+    np.testing.assert_array_equal(lossless.decode(stream, roi=(3, 40, 149, 77)), image[3:149, 40:77])

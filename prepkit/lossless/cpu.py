@@ -296,12 +296,6 @@ def _decode_item(src, item, out, popcount, positions, flat_positions):
         for t in range(8):
             ends[j + np.uint64(t)] = bit0 + positions[byte, t]
         j += np.uint64(popcount[byte])
-    # High parts are the gaps between terminators.
-    high = np.empty(n_vals, np.int32)
-    later = ends[1 : n_vals + 1]
-    earlier = ends[0:n_vals]
-    for v in range(n_vals):
-        high[v] = later[v] - earlier[v] - 1
     # Values: the low bits of values 0-7 of a block lie in its first k bytes and those of
     # values 8-15 in the next k bytes; four 28-bit slices of two 64-bit loads feed the 16
     # values in a loop LLVM unrolls into straight-line code.
@@ -321,12 +315,14 @@ def _decode_item(src, item, out, popcount, positions, flat_positions):
         s1 = np.int32((w0 >> (4 * k)) & 0xFFFFFFF)
         s2 = np.int32(w1 & 0xFFFFFFF)
         s3 = np.int32((w1 >> (4 * k)) & 0xFFFFFFF)
-        hv = high[b * BLOCK : b * BLOCK + BLOCK]
+        # High parts are the gaps between consecutive terminators.
+        later = ends[b * BLOCK + 1 : b * BLOCK + BLOCK + 1]
+        earlier = ends[b * BLOCK : b * BLOCK + BLOCK]
         rv = res[b * BLOCK : b * BLOCK + BLOCK]
         for i in range(BLOCK):
             quarter = i >> 2
             word = s0 if quarter == 0 else (s1 if quarter == 1 else (s2 if quarter == 2 else s3))
-            v = (hv[i] << k) | ((word >> ((i & 3) * k)) & mask)
+            v = ((later[i] - earlier[i] - 1) << k) | ((word >> ((i & 3) * k)) & mask)
             too_big |= v
             rv[i] = (v >> 1) ^ -(v & 1)  # undo zig-zag; the uint8 store keeps it mod 256
     if too_big > 255 or too_big < 0:

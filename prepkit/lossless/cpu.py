@@ -335,56 +335,45 @@ def _decode_item(src, item, out, popcount, positions, flat_positions):
             above = res[ch * plane + (y - 1) * tw : ch * plane + y * tw]
             for x in range(tw):
                 cur[x] += above[x]
-    # Part 2, fused with the colour transform and the copy into the requested region:
-    # running sums along each row, one independent chain per channel.
+    # Part 2: running sums along each row, in place, one chain per channel; then the colour
+    # transform and the interleaved copy into the requested region, which LLVM vectorizes.
     ya, yb = max(0, -oy), min(th, out_h - oy)
     xa, xb = max(0, -ox), min(tw, out_w - ox)
-    gain = np.uint8(colour)
     for y in range(ya, yb):
         row = y * tw
-        dst = out_base + ((oy + y) * out_w + ox + xa) * c
-        line = out[dst : dst + (xb - xa) * c]
-        p0 = res[row : row + tw]
-        if c == 1:
+        for ch in range(c):
+            line_in = res[ch * plane + row : ch * plane + row + xb]
             run = np.uint8(0)
-            for x in range(xa):
-                run += p0[x]
-            tail0 = p0[xa:xb]
-            for x in range(xb - xa):
-                run += tail0[x]
-                line[x] = run
+            for x in range(xb):
+                run += line_in[x]
+                line_in[x] = run
+    gain = np.uint8(colour)
+    width = xb - xa
+    for y in range(ya, yb):
+        row = y * tw + xa
+        dst = out_base + ((oy + y) * out_w + ox + xa) * c
+        line = out[dst : dst + width * c]
+        t0 = res[row : row + width]
+        if c == 1:
+            for x in range(width):
+                line[x] = t0[x]
             continue
-        p1 = res[plane + row : plane + row + tw]
-        p2 = res[2 * plane + row : 2 * plane + row + tw]
-        p3 = res[(c - 1) * plane + row : (c - 1) * plane + row + tw]  # alpha when c == 4
-        r = np.uint8(0)
-        g = np.uint8(0)
-        bl = np.uint8(0)
-        a = np.uint8(0)
-        for x in range(xa):
-            r += p0[x]
-            g += p1[x]
-            bl += p2[x]
-            a += p3[x]
-        t0, t1, t2, t3 = p0[xa:xb], p1[xa:xb], p2[xa:xb], p3[xa:xb]
+        t1 = res[plane + row : plane + row + width]
+        t2 = res[2 * plane + row : 2 * plane + row + width]
         if c == 3:
-            for x in range(xb - xa):
-                r += t0[x]
-                g += t1[x]
-                bl += t2[x]
-                line[3 * x] = r + g * gain
+            for x in range(width):
+                g = t1[x]
+                line[3 * x] = t0[x] + g * gain
                 line[3 * x + 1] = g
-                line[3 * x + 2] = bl + g * gain
+                line[3 * x + 2] = t2[x] + g * gain
         else:
-            for x in range(xb - xa):
-                r += t0[x]
-                g += t1[x]
-                bl += t2[x]
-                a += t3[x]
-                line[4 * x] = r + g * gain
+            t3 = res[3 * plane + row : 3 * plane + row + width]
+            for x in range(width):
+                g = t1[x]
+                line[4 * x] = t0[x] + g * gain
                 line[4 * x + 1] = g
-                line[4 * x + 2] = bl + g * gain
-                line[4 * x + 3] = a
+                line[4 * x + 2] = t2[x] + g * gain
+                line[4 * x + 3] = t3[x]
     return 0
 
 

@@ -65,3 +65,27 @@ def test_cuda_rejects_corrupt_payload() -> None:
     stream[fmt.HEADER_SIZE + 8] = 0xFF  # first tile's Rice parameters: 15 is impossible
     with pytest.raises(CodecError):
         lossless.decode_batch([bytes(stream)], device="cuda")
+
+
+def test_cuda_and_cpu_agree_on_mutated_payloads() -> None:
+    # Random byte changes inside the payload: both decoders must reject the stream, or both
+    # must return the same pixels (the format has no checksum, see docs/LOSSLESS.md).
+    rng = np.random.default_rng(21)
+    image = _images()[3]
+    stream = lossless.encode(image, tile=16)
+    start = fmt.HEADER_SIZE + lossless.read_header(stream).table_size
+    for _ in range(6):
+        buf = bytearray(stream)
+        for _ in range(2):
+            buf[int(rng.integers(start, len(buf)))] = int(rng.integers(256))
+        outcomes = []
+        for device in ("cpu", "cuda"):
+            try:
+                out = lossless.decode_batch([bytes(buf)], device=device)[0]
+                outcomes.append(out if device == "cpu" else out.copy_to_host())
+            except CodecError:
+                outcomes.append(None)
+        if outcomes[0] is None or outcomes[1] is None:
+            assert outcomes[0] is None and outcomes[1] is None
+        else:
+            np.testing.assert_array_equal(outcomes[0], outcomes[1])

@@ -1,0 +1,1 @@
+"""Measured comparisons: benchmark image sets and codec timings."""

@@ -1,0 +1,81 @@
+"""prepkit's lossless image codec: independent tiles, a gradient predictor, and a Rice
+entropy stage that decodes in parallel on CPU (numba) and GPU (numba CUDA).
+
+The bitstream is specified in docs/LOSSLESS.md.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from prepkit.lossless import cpu
+from prepkit.lossless import plan as _plan
+from prepkit.lossless.format import Header, max_encoded_size, read_header
+
+__all__ = [
+    "Header",
+    "decode",
+    "decode_batch",
+    "decode_batch_packed",
+    "encode",
+    "max_encoded_size",
+    "read_header",
+]
+
+Roi = tuple[int, int, int, int]
+
+
+def encode(image: np.ndarray, tile: int = 64) -> bytes:
+    """Encode an HxW or HxWxC (C in 1, 3, 4) uint8 image; tile is 16, 32 or 64.
+
+    Raises ValueError for any other dtype, shape or tile size.
+    """
+    return cpu.encode(image, tile)
+
+
+def decode(data: object, roi: Roi | None = None) -> np.ndarray:
+    """Decode a stream exactly; roi = (y0, x0, y1, x1) decodes only the tiles it touches.
+
+    Returns HxW for a stream encoded from a 2-D image, HxWxC otherwise (cropped to roi).
+    Raises prepkit.errors.CodecError on a malformed, truncated or hostile stream.
+    """
+    return decode_batch([data], "cpu", None if roi is None else [roi])[0]
+
+
+def decode_batch_packed(
+    buffers: Sequence[object], device: str = "cpu", rois: Sequence[Roi | None] | None = None
+) -> tuple[object, object, object]:
+    """Decode many streams into one flat uint8 buffer.
+
+    Returns (flat, offsets int64[N], shapes int32[N, 3]); image i is
+    flat[offsets[i] : offsets[i] + h*w*c] in HxWxC C-order. numpy arrays on "cpu", numba
+    device arrays on "cuda" (one kernel launch for the whole batch).
+    """
+    plan = _plan.build(buffers, rois)
+    if device == "cpu":
+        return cpu.decode_plan(plan), plan.offsets, plan.shapes
+    if device == "cuda":
+        from prepkit.lossless import cuda  # numba.cuda is imported only when asked for
+
+        return cuda.decode_plan(plan)
+    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+
+
+def decode_batch(
+    buffers: Sequence[object], device: str = "cpu", rois: Sequence[Roi | None] | None = None
+) -> list:
+    """Decode many streams; a list of numpy arrays (cpu) or device-array views (cuda)."""
+    plan = _plan.build(buffers, rois)
+    if device == "cpu":
+        flat = cpu.decode_plan(plan)
+    elif device == "cuda":
+        from prepkit.lossless import cuda
+
+        flat = cuda.decode_plan(plan)[0]
+    else:
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    return [
+        flat[int(o) : int(o) + int(np.prod(s))].reshape(s) for o, s in zip(plan.offsets, plan.out_shapes)
+    ]

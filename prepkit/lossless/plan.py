@@ -1,0 +1,121 @@
+"""Work lists for batch decoding: validate every stream, then list the tiles to decode.
+
+Both the CPU and the CUDA decoder run over one flat list of (image, tile) work items built
+here, after every header and tile table has been checked, so the kernels only see source
+ranges that lie inside the concatenated input and destination ranges inside the output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from prepkit.errors import CodecError
+from prepkit.lossless import format as fmt
+
+# Columns of a work item (int64).
+SRC_START, SRC_END, TH, TW, CH, COLOUR, OUT_BASE, OUT_H, OUT_W, OY, OX = range(11)
+N_COLS = 11
+
+Roi = tuple[int, int, int, int]
+
+
+@dataclass
+class Plan:
+    """Everything a decoder kernel needs, all validated."""
+
+    src: np.ndarray  # uint8, read-only: every stream back to back
+    work: np.ndarray  # int64 (n_items, N_COLS)
+    image_of_item: np.ndarray  # int64 (n_items,): which image each item belongs to
+    offsets: np.ndarray  # int64 (n_images,): start of each image in the flat output
+    shapes: np.ndarray  # int32 (n_images, 3): (h, w, c) of each decoded region
+    out_shapes: list[tuple[int, ...]]  # what decode returns per image (2-D or 3-D)
+    total: int  # bytes of the flat output
+
+
+def as_array(data: object) -> np.ndarray:
+    """A read-only uint8 view of a bytes-like object (CodecError if it is not one)."""
+    return fmt._as_bytes(data)
+
+
+def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -> Plan:
+    """Validate every stream and list the tiles each requested region touches."""
+    if rois is not None and len(rois) != len(buffers):
+        raise ValueError(f"rois must have one entry per buffer: {len(buffers)} buffers, {len(rois)} rois")
+    arrays = [as_array(b) for b in buffers]
+    items = []
+    owners = []
+    shapes = np.zeros((len(arrays), 3), np.int32)
+    out_offsets = np.zeros(len(arrays), np.int64)
+    out_shapes: list[tuple[int, ...]] = []
+    src_base = 0
+    out_base = 0
+    for index, buf in enumerate(arrays):
+        try:
+            header = fmt.read_header(buf)
+            table = fmt.read_tile_table(buf, header)
+        except CodecError as exc:
+            raise CodecError(f"image {index}: {exc}") from None
+        y0, x0, y1, x1 = fmt.normalize_roi(header, None if rois is None else rois[index])
+        t = header.tile
+        oh, ow, c = y1 - y0, x1 - x0, header.channels
+        ty = np.arange(y0 // t, (y1 - 1) // t + 1)
+        tx = np.arange(x0 // t, (x1 - 1) // t + 1)
+        tyy, txx = np.meshgrid(ty, tx, indexing="ij")
+        tiles = (tyy * header.tiles_x + txx).reshape(-1)
+        th_all, tw_all = fmt.tile_geometry(header)
+        block = np.empty((tiles.size, N_COLS), np.int64)
+        block[:, SRC_START] = table[tiles] + src_base
+        block[:, SRC_END] = table[tiles + 1] + src_base
+        block[:, TH] = th_all[tiles]
+        block[:, TW] = tw_all[tiles]
+        block[:, CH] = c
+        block[:, COLOUR] = int(header.colour)
+        block[:, OUT_BASE] = out_base
+        block[:, OUT_H] = oh
+        block[:, OUT_W] = ow
+        block[:, OY] = tyy.reshape(-1) * t - y0
+        block[:, OX] = txx.reshape(-1) * t - x0
+        items.append(block)
+        owners.append(np.full(tiles.size, index, np.int64))
+        shapes[index] = (oh, ow, c)
+        out_offsets[index] = out_base
+        out_shapes.append((oh, ow) if header.is_2d else (oh, ow, c))
+        src_base += buf.size
+        out_base += oh * ow * c
+    if len(arrays) == 1:
+        src = arrays[0]  # no copy: a fresh buffer costs page faults (about 9 us per 4 KiB here)
+    else:
+        src = np.concatenate(arrays) if arrays else np.zeros(0, np.uint8)
+    if src.flags.writeable:
+        src = src.view()
+        src.flags.writeable = False  # one numba specialization: kernels see read-only input
+    work = np.concatenate(items) if items else np.zeros((0, N_COLS), np.int64)
+    owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
+    return Plan(src, np.ascontiguousarray(work), owner, out_offsets, shapes, out_shapes, out_base)
+
+
+# Error codes a kernel writes per work item (0 = fine).
+ERR_K = 1
+ERR_LOW_BITS = 2
+ERR_UNARY = 3
+ERR_VALUE = 4
+
+ERROR_TEXT = {
+    ERR_K: "a Rice parameter above 7",
+    ERR_LOW_BITS: "low-bit section longer than the tile payload",
+    ERR_UNARY: "unary section does not hold exactly one terminator per value",
+    ERR_VALUE: "a decoded value above 255",
+}
+
+
+def raise_errors(plan: Plan, errors: np.ndarray) -> None:
+    """Turn per-item kernel error codes into one CodecError naming the first bad tile."""
+    bad = np.flatnonzero(errors)
+    if bad.size:
+        i = int(bad[0])
+        image = int(plan.image_of_item[i])
+        text = ERROR_TEXT.get(int(errors[i]), f"error code {int(errors[i])}")
+        raise CodecError(f"image {image}: corrupt tile payload ({text}); {bad.size} bad tile(s) in the batch")

@@ -1,0 +1,116 @@
+"""Hostile streams: every mutation either decodes to an array of the header's shape or
+raises CodecError; nothing crashes, hangs or reads out of bounds."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from prepkit import lossless
+from prepkit.errors import CodecError
+from prepkit.lossless import format as fmt
+from prepkit.lossless import reference
+
+from .images import make_image
+
+
+def _streams() -> list[bytes]:
+    return [
+        lossless.encode(make_image("smooth", 70, 90, 3, seed=1), tile=32),
+        lossless.encode(make_image("noise", 20, 33, 4, seed=2), tile=16),
+        lossless.encode(make_image("gradient", 40, 17, None, seed=3), tile=16),
+    ]
+
+
+def _check(data: bytes) -> None:
+    """The only allowed outcomes: a decoded array of the right shape, or CodecError."""
+    try:
+        header = lossless.read_header(data)
+        out = lossless.decode(data)
+    except CodecError:
+        return
+    assert out.shape == header.shape and out.dtype == np.uint8
+
+
+def _mutations(stream: bytes, rng: np.random.Generator):
+    buf = bytearray(stream)
+    n_tiles = lossless.read_header(stream).n_tiles
+    kind = int(rng.integers(6))
+    if kind == 0:  # bit flips anywhere
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(len(buf)))
+            buf[i] ^= 1 << int(rng.integers(8))
+    elif kind == 1:  # truncation or extension
+        cut = int(rng.integers(len(buf)))
+        buf = buf[:cut] if rng.integers(2) else buf + bytes(int(rng.integers(1, 50)))
+    elif kind == 2:  # a random header field
+        i = int(rng.integers(fmt.HEADER_SIZE))
+        buf[i] = int(rng.integers(256))
+    elif kind == 3:  # a random tile offset
+        i = int(rng.integers(n_tiles + 1))
+        pos = fmt.HEADER_SIZE + 4 * i
+        buf[pos : pos + 4] = struct.pack("<I", int(rng.integers(0, 2**32)))
+    elif kind == 4:  # small shifts of an offset (stay plausible, break the payload split)
+        i = int(rng.integers(1, n_tiles + 1))
+        pos = fmt.HEADER_SIZE + 4 * i
+        value = struct.unpack("<I", bytes(buf[pos : pos + 4]))[0] + int(rng.integers(-3, 4))
+        buf[pos : pos + 4] = struct.pack("<I", value % 2**32)
+    else:  # random bytes inside one payload
+        start = fmt.HEADER_SIZE + 4 * (n_tiles + 1)
+        for _ in range(int(rng.integers(1, 8))):
+            buf[int(rng.integers(start, len(buf)))] = int(rng.integers(256))
+    return bytes(buf)
+
+
+def test_fuzz_mutated_streams() -> None:
+    rng = np.random.default_rng(12345)
+    streams = _streams()
+    deadline = time.monotonic() + 4.0
+    count = 0
+    while time.monotonic() < deadline or count < 200:
+        _check(_mutations(streams[count % len(streams)], rng))
+        count += 1
+    assert count >= 200
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"PKLL", b"XXXX" + bytes(40), bytes(fmt.HEADER_SIZE), b"PKLL\x01\x00\x03\x00" + bytes(12)],
+)
+def test_garbage_raises_codec_error(data: bytes) -> None:
+    with pytest.raises(CodecError):
+        lossless.decode(data)
+
+
+def test_oversized_header_rejected_without_allocating() -> None:
+    header = fmt.Header(65535, 65535, 4, 64, 0).pack()
+    with pytest.raises(CodecError):
+        lossless.decode(header + bytes(100))
+    # A valid header with a table that points outside the stream.
+    stream = bytearray(lossless.encode(np.zeros((10, 10, 3), np.uint8)))
+    stream[fmt.HEADER_SIZE + 4 : fmt.HEADER_SIZE + 8] = struct.pack("<I", 2**32 - 1)
+    with pytest.raises(CodecError):
+        lossless.decode(bytes(stream))
+
+
+def test_reference_agrees_on_corrupt_payloads() -> None:
+    # The oracle and the kernel must reject (or accept) the same corrupt payload bytes.
+    rng = np.random.default_rng(9)
+    stream = lossless.encode(make_image("smooth", 40, 40, 3, seed=4), tile=16)
+    start = fmt.HEADER_SIZE + lossless.read_header(stream).n_tiles * 4 + 4
+    for _ in range(150):
+        buf = bytearray(stream)
+        buf[int(rng.integers(start, len(buf)))] ^= 1 << int(rng.integers(8))
+        outcomes = []
+        for decoder in (lossless.decode, reference.decode):
+            try:
+                outcomes.append(decoder(bytes(buf)))
+            except CodecError:
+                outcomes.append(None)
+        if outcomes[0] is None or outcomes[1] is None:
+            assert outcomes[0] is None and outcomes[1] is None
+        else:
+            np.testing.assert_array_equal(outcomes[0], outcomes[1])

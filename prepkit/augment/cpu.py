@@ -1,0 +1,176 @@
+"""Fused augmentation on the CPU: one numba pass from packed uint8 to the final array.
+
+Crop, resize (bilinear / antialiased tent), flip, uint8 rounding, scale, normalize,
+cast and layout happen while reading the source once; the only scratch memory is one
+row of vertically filtered pixels per output row and the horizontal tap weights per
+image. Rows of all images are spread over threads, so a batch of mixed sizes balances.
+
+numba's CPU threading layer here is OpenMP: do not fork() after calling these kernels
+(start workers with spawn or forkserver).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from prepkit.augment import bits, sampling
+from prepkit.augment.params import Params
+
+_jit = njit(inline="always", nogil=True, cache=True)
+filter_width = _jit(sampling.filter_width)
+window_start = _jit(sampling.window_start)
+window_stop = _jit(sampling.window_stop)
+tap_weight = _jit(sampling.tap_weight)
+nearest_index = _jit(sampling.nearest_index)
+finish_value = _jit(sampling.finish_value)
+saturate_uint8 = _jit(sampling.saturate_uint8)
+float16_from_bits = _jit(bits.float16_from_bits)
+bfloat16_from_bits = _jit(bits.bfloat16_from_bits)
+
+#: Output kinds of the fused kernels (bfloat16 and float16 are written as uint16 bits).
+KIND_FLOAT32, KIND_FLOAT16, KIND_BFLOAT16, KIND_UINT8 = 0, 1, 2, 3
+
+
+class Plan(NamedTuple):
+    """The value side of a compiled pipeline, as the kernels take it."""
+
+    antialias: bool
+    round_u8: bool
+    scale: np.ndarray  # float32[C]: value * scale + bias after resampling
+    bias: np.ndarray  # float32[C]
+    kind: int  # KIND_*
+    nchw: bool
+
+
+@_jit
+def _store(out, index, x, kind):  # type: ignore[no-untyped-def]
+    if kind == KIND_FLOAT32:
+        out[index] = x
+    elif kind == KIND_UINT8:
+        out[index] = saturate_uint8(x)
+    else:
+        u = bits.float32_bits(np.float32(x))
+        out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+
+
+@_jit
+def _out_index(base, c, y, x, channels, h, w, nchw):  # type: ignore[no-untyped-def]
+    if nchw:
+        return base + (c * h + y) * w + x
+    return base + (y * w + x) * channels + c
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _augment_kernel(  # type: ignore[no-untyped-def]
+    flat, offsets, shapes, region, resized, offset, flip, out_size,
+    antialias, round_u8, ch_scale, ch_bias, kind, nchw, out, out_offsets,
+):  # fmt: skip
+    n = shapes.shape[0]
+    channels = shapes[0, 2] if n > 0 else 1
+    # Horizontal taps depend only on the output column: compute them once per image.
+    max_w = 1
+    max_taps = 2
+    for i in range(n):
+        max_w = max(max_w, out_size[i, 1])
+        sx = region[i, 3] / resized[i, 1]
+        max_taps = max(max_taps, int(2.0 * filter_width(sx, antialias)) + 2)
+    x_start = np.zeros((n, max_w), np.int64)
+    x_count = np.zeros((n, max_w), np.int64)
+    x_weight = np.zeros((n, max_w, max_taps), np.float32)
+    for i in prange(n):
+        sx = region[i, 3] / resized[i, 1]
+        fw = filter_width(sx, antialias)
+        for col in range(out_size[i, 1]):
+            r = offset[i, 1] + col  # column in the resized grid (before flipping)
+            lo = window_start(r, sx, fw)
+            hi = window_stop(r, sx, fw, region[i, 3])
+            total = 0.0
+            for j in range(lo, hi):
+                total += tap_weight(j, r, sx, fw)
+            for j in range(lo, hi):
+                x_weight[i, col, j - lo] = tap_weight(j, r, sx, fw) / total
+            x_start[i, col] = lo
+            x_count[i, col] = hi - lo
+
+    row_base = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        row_base[i + 1] = row_base[i] + out_size[i, 0]
+    for t in prange(row_base[n]):
+        i = np.searchsorted(row_base, t, side="right") - 1
+        y = t - row_base[i]
+        width = shapes[i, 1]
+        y0, x0 = region[i, 0], region[i, 1]
+        h, w = out_size[i, 0], out_size[i, 1]
+        sy = region[i, 2] / resized[i, 0]
+        fw = filter_width(sy, antialias)
+        r = offset[i, 0] + y
+        lo = window_start(r, sy, fw)
+        hi = window_stop(r, sy, fw, region[i, 2])
+        total = 0.0
+        for j in range(lo, hi):
+            total += tap_weight(j, r, sy, fw)
+        # Vertical pass for the columns this output row reads: one float row.
+        c0 = x_start[i, 0]
+        c1 = x_start[i, w - 1] + x_count[i, w - 1]
+        line = np.zeros((c1 - c0) * channels, np.float32)
+        for j in range(lo, hi):
+            wy = np.float32(tap_weight(j, r, sy, fw) / total)
+            src = offsets[i] + ((y0 + j) * width + x0 + c0) * channels
+            for k in range((c1 - c0) * channels):
+                line[k] += wy * flat[src + k]
+        for x in range(w):
+            col = w - 1 - x if flip[i] else x
+            start = (x_start[i, col] - c0) * channels
+            for c in range(channels):
+                acc = np.float32(0.0)
+                for k in range(x_count[i, col]):
+                    acc += x_weight[i, col, k] * line[start + k * channels + c]
+                value = finish_value(acc, round_u8, ch_scale[c], ch_bias[c])
+                _store(out, _out_index(out_offsets[i], c, y, x, channels, h, w, nchw), value, kind)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def _mask_kernel(  # type: ignore[no-untyped-def]
+    flat, offsets, shapes, region, resized, offset, flip, out_size, exact, nchw, out, out_offsets
+):
+    n = shapes.shape[0]
+    row_base = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        row_base[i + 1] = row_base[i] + out_size[i, 0]
+    for t in prange(row_base[n]):
+        i = np.searchsorted(row_base, t, side="right") - 1
+        y = t - row_base[i]
+        channels = shapes[i, 2]
+        h, w = out_size[i, 0], out_size[i, 1]
+        sy = nearest_index(offset[i, 0] + y, region[i, 2], resized[i, 0], exact)
+        row = offsets[i] + ((region[i, 0] + sy) * shapes[i, 1] + region[i, 1]) * channels
+        for x in range(w):
+            col = w - 1 - x if flip[i] else x
+            sx = nearest_index(offset[i, 1] + col, region[i, 3], resized[i, 1], exact)
+            for c in range(channels):
+                out[_out_index(out_offsets[i], c, y, x, channels, h, w, nchw)] = flat[row + sx * channels + c]
+
+
+def augment(
+    flat: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, params: Params, plan: Plan,
+    out: np.ndarray, out_offsets: np.ndarray,
+) -> None:  # fmt: skip
+    """Run the fused kernel, writing each image at ``out_offsets[i]`` of the 1-D ``out``."""
+    _augment_kernel(
+        flat, offsets, shapes, params.region, params.resized, params.offset, params.flip, params.out_size,
+        plan.antialias, plan.round_u8, plan.scale, plan.bias, plan.kind, plan.nchw, out, out_offsets,
+    )  # fmt: skip
+
+
+def mask(
+    flat: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, params: Params, exact: bool, nchw: bool,
+    out: np.ndarray, out_offsets: np.ndarray,
+) -> None:  # fmt: skip
+    """Nearest-neighbour twin of :func:`augment` for masks (uint8 in, uint8 out)."""
+    _mask_kernel(
+        flat, offsets, shapes, params.region, params.resized, params.offset, params.flip, params.out_size,
+        exact, nchw, out, out_offsets,
+    )  # fmt: skip

@@ -7,6 +7,10 @@ image. Rows of all images are spread over threads, so a batch of mixed sizes bal
 
 numba's CPU threading layer here is OpenMP: do not fork() after calling these kernels
 (start workers with spawn or forkserver).
+
+The kernels are cached on disk (``cache=True``); numba keys that cache on this file
+only, so after editing :mod:`prepkit.augment.sampling` or :mod:`prepkit.augment.bits`
+delete ``prepkit/augment/__pycache__/cpu.*.nb[ic]``.
 """
 
 from __future__ import annotations

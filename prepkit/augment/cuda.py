@@ -77,16 +77,19 @@ def augment_kernel(  # type: ignore[no-untyped-def]
     x_total = 0.0
     for k in range(x_lo, x_hi):
         x_total += tap_weight(k, rx, sx, fx)
-    norm = 1.0 / (y_total * x_total)
+    # Same arithmetic, in the same order, as the CPU kernel: a float32 vertical pass
+    # with normalised weights, then a float32 horizontal pass.
     for c in range(channels):
-        acc = 0.0
-        for j in range(y_lo, y_hi):
-            row = offsets[i] + ((region[i, 0] + j) * width + region[i, 1]) * channels + c
-            row_acc = 0.0
-            for k in range(x_lo, x_hi):
-                row_acc += tap_weight(k, rx, sx, fx) * flat[row + k * channels]
-            acc += tap_weight(j, ry, sy, fy) * row_acc
-        value = finish_value(np.float32(acc * norm), round_u8, ch_scale[c], ch_bias[c])
+        acc = np.float32(0.0)
+        for k in range(x_lo, x_hi):
+            wx = np.float32(tap_weight(k, rx, sx, fx) / x_total)
+            column = offsets[i] + (region[i, 0] * width + region[i, 1] + k) * channels + c
+            col_acc = np.float32(0.0)
+            for j in range(y_lo, y_hi):
+                wy = np.float32(tap_weight(j, ry, sy, fy) / y_total)
+                col_acc += wy * np.float32(flat[column + j * width * channels])
+            acc += wx * col_acc
+        value = finish_value(acc, round_u8, ch_scale[c], ch_bias[c])
         index = _out_index(out_offsets[i], c, y, x, channels, h, w, nchw)
         if kind == KIND_FLOAT32:
             out[index] = value

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from prepkit.augment.params import Params
+from prepkit.augment.sampling import ROUND_MARGIN
 
 
 def tent_weights(in_size: int, out_size: int, antialias: bool) -> np.ndarray:
@@ -90,7 +91,7 @@ def augment(
         resized = np.einsum("yh,hwc,xw->yxc", rows, window, cols)
         sample = _place(resized, params, i)
         if round_u8:
-            sample = np.clip(np.floor(sample + 0.5), 0, 255)
+            sample = np.clip(np.floor(sample + 0.5 + ROUND_MARGIN), 0, 255)
         sample = encode(sample * scale + bias, dtype)
         results.append(np.ascontiguousarray(sample.transpose(2, 0, 1) if layout == "NCHW" else sample))
     return results

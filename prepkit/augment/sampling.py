@@ -61,6 +61,10 @@ def nearest_index(r: int, in_size: int, out_size: int, exact: bool) -> int:
     return min(int(math.floor(position)), in_size - 1)
 
 
+#: Added before rounding resampled uint8 values; see :func:`finish_value`.
+ROUND_MARGIN = 1e-3
+
+
 def finish_value(v: float, round_u8: bool, a: float, b: float) -> float:
     """The value path after resampling: optional uint8 rounding, then ``v * a + b``.
 
@@ -68,7 +72,9 @@ def finish_value(v: float, round_u8: bool, a: float, b: float) -> float:
     uint8 image then (rounded), and later ops see the rounded value.
     """
     if round_u8:
-        v = math.floor(v + 0.5)
+        # Round half up, with a small margin so that a tie computed as x.4999999 in
+        # float32 (weights like 1/3 are inexact) rounds the same on every device.
+        v = math.floor(v + 0.5 + ROUND_MARGIN)
         v = min(max(v, 0.0), 255.0)
     return v * a + b
 

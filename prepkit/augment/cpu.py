@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -34,6 +35,9 @@ saturate_uint8 = _jit(sampling.saturate_uint8)
 float16_from_bits = _jit(bits.float16_from_bits)
 bfloat16_from_bits = _jit(bits.bfloat16_from_bits)
 
+#: Output rows per dynamically scheduled chunk of the parallel loops.
+CHUNK_ROWS = 8
+
 #: Output kinds of the fused kernels (bfloat16 and float16 are written as uint16 bits).
 KIND_FLOAT32, KIND_FLOAT16, KIND_BFLOAT16, KIND_UINT8 = 0, 1, 2, 3
 
@@ -50,14 +54,28 @@ class Plan(NamedTuple):
 
 
 @_jit
-def _store(out, index, x, kind):  # type: ignore[no-untyped-def]
+def _emit_row(row, flip, round_u8, scale, bias, kind, out, first, step):  # type: ignore[no-untyped-def]
+    """Finish one channel of one output row: value ops, cast, mirror, strided store.
+
+    The dtype branch sits outside the loops so each loop is simple enough for LLVM to
+    vectorise.
+    """
+    w = row.shape[0]
+    x0, dx = (w - 1, -1) if flip else (0, 1)
     if kind == KIND_FLOAT32:
-        out[index] = x
+        for x in range(w):
+            out[first + x * step] = finish_value(row[x0 + x * dx], round_u8, scale, bias)
     elif kind == KIND_UINT8:
-        out[index] = saturate_uint8(x)
+        for x in range(w):
+            out[first + x * step] = saturate_uint8(finish_value(row[x0 + x * dx], round_u8, scale, bias))
+    elif kind == KIND_FLOAT16:
+        for x in range(w):
+            value = np.float32(finish_value(row[x0 + x * dx], round_u8, scale, bias))
+            out[first + x * step] = float16_from_bits(bits.float32_bits(value))
     else:
-        u = bits.float32_bits(np.float32(x))
-        out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+        for x in range(w):
+            value = np.float32(finish_value(row[x0 + x * dx], round_u8, scale, bias))
+            out[first + x * step] = bfloat16_from_bits(bits.float32_bits(value))
 
 
 @_jit
@@ -125,15 +143,20 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
             src = offsets[i] + ((y0 + j) * width + x0 + c0) * channels
             for k in range((c1 - c0) * channels):
                 line[k] += wy * flat[src + k]
-        for x in range(w):
-            col = w - 1 - x if flip[i] else x
+        # Horizontal pass into a planar float row (in resized-grid column order)...
+        row = np.empty(channels * w, np.float32)
+        for col in range(w):
             start = (x_start[i, col] - c0) * channels
             for c in range(channels):
                 acc = np.float32(0.0)
                 for k in range(x_count[i, col]):
                     acc += x_weight[i, col, k] * line[start + k * channels + c]
-                value = finish_value(acc, round_u8, ch_scale[c], ch_bias[c])
-                _store(out, _out_index(out_offsets[i], c, y, x, channels, h, w, nchw), value, kind)
+                row[c * w + col] = acc
+        # ... then value ops, cast, flip and layout in simple loops that vectorise.
+        for c in range(channels):
+            first = _out_index(out_offsets[i], c, y, 0, channels, h, w, nchw)
+            step = 1 if nchw else channels
+            _emit_row(row[c * w : (c + 1) * w], flip[i], round_u8, ch_scale[c], ch_bias[c], kind, out, first, step)
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -163,10 +186,13 @@ def augment(
     out: np.ndarray, out_offsets: np.ndarray,
 ) -> None:  # fmt: skip
     """Run the fused kernel, writing each image at ``out_offsets[i]`` of the 1-D ``out``."""
-    _augment_kernel(
+    # Small dynamic chunks of rows: images differ in cost, and a core shared with
+    # another process must not hold up the whole batch (static halves would).
+    with numba.parallel_chunksize(CHUNK_ROWS):
+        _augment_kernel(
         flat, offsets, shapes, params.region, params.resized, params.offset, params.flip, params.out_size,
-        plan.antialias, plan.round_u8, plan.scale, plan.bias, plan.kind, plan.nchw, out, out_offsets,
-    )  # fmt: skip
+            plan.antialias, plan.round_u8, plan.scale, plan.bias, plan.kind, plan.nchw, out, out_offsets,
+        )  # fmt: skip
 
 
 def mask(
@@ -174,7 +200,8 @@ def mask(
     out: np.ndarray, out_offsets: np.ndarray,
 ) -> None:  # fmt: skip
     """Nearest-neighbour twin of :func:`augment` for masks (uint8 in, uint8 out)."""
-    _mask_kernel(
-        flat, offsets, shapes, params.region, params.resized, params.offset, params.flip, params.out_size,
-        exact, nchw, out, out_offsets,
-    )  # fmt: skip
+    with numba.parallel_chunksize(CHUNK_ROWS):
+        _mask_kernel(
+            flat, offsets, shapes, params.region, params.resized, params.offset, params.flip, params.out_size,
+            exact, nchw, out, out_offsets,
+        )  # fmt: skip

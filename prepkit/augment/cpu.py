@@ -85,7 +85,7 @@ def _out_index(base, c, y, x, channels, h, w, nchw):  # type: ignore[no-untyped-
     return base + (y * w + x) * channels + c
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True, fastmath=True, error_model="numpy")
 def _augment_kernel(  # type: ignore[no-untyped-def]
     flat, offsets, shapes, region, resized, offset, flip, out_size,
     antialias, round_u8, ch_scale, ch_bias, kind, nchw, out, out_offsets,
@@ -99,9 +99,11 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
         max_w = max(max_w, out_size[i, 1])
         sx = region[i, 3] / resized[i, 1]
         max_taps = max(max_taps, int(2.0 * filter_width(sx, antialias)) + 2)
+    # Tap k of output column col reads line[x_start + k] with weight x_weight[i, k, col];
+    # every column gets max_taps taps (the unused ones weigh 0), so the horizontal pass
+    # is a fixed-length loop over taps around a loop over columns that vectorises.
     x_start = np.zeros((n, max_w), np.int64)
-    x_count = np.zeros((n, max_w), np.int64)
-    x_weight = np.zeros((n, max_w, max_taps), np.float32)
+    x_weight = np.zeros((n, max_taps, max_w), np.float32)
     for i in prange(n):
         sx = region[i, 3] / resized[i, 1]
         fw = filter_width(sx, antialias)
@@ -113,9 +115,8 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
             for j in range(lo, hi):
                 total += tap_weight(j, r, sx, fw)
             for j in range(lo, hi):
-                x_weight[i, col, j - lo] = tap_weight(j, r, sx, fw) / total
+                x_weight[i, j - lo, col] = tap_weight(j, r, sx, fw) / total
             x_start[i, col] = lo
-            x_count[i, col] = hi - lo
 
     row_base = np.zeros(n + 1, np.int64)
     for i in range(n):
@@ -134,29 +135,30 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
         total = 0.0
         for j in range(lo, hi):
             total += tap_weight(j, r, sy, fw)
-        # Vertical pass for the columns this output row reads: one float row.
+        # Vertical pass over the columns this output row reads, into one float row
+        # (interleaved like the source, so the loop is a contiguous multiply-add;
+        # zero-padded at the end for the padded horizontal taps).
         c0 = x_start[i, 0]
-        c1 = x_start[i, w - 1] + x_count[i, w - 1]
-        line = np.zeros((c1 - c0) * channels, np.float32)
+        span = (min(x_start[i, w - 1] + max_taps, region[i, 3]) - c0) * channels
+        line = np.zeros(span + max_taps * channels, np.float32)
+        head = line[:span]
         for j in range(lo, hi):
             wy = np.float32(tap_weight(j, r, sy, fw) / total)
             src = offsets[i] + ((y0 + j) * width + x0 + c0) * channels
-            for k in range((c1 - c0) * channels):
-                line[k] += wy * flat[src + k]
-        # Horizontal pass into a planar float row (in resized-grid column order)...
-        row = np.empty(channels * w, np.float32)
-        for col in range(w):
-            start = (x_start[i, col] - c0) * channels
-            for c in range(channels):
-                acc = np.float32(0.0)
-                for k in range(x_count[i, col]):
-                    acc += x_weight[i, col, k] * line[start + k * channels + c]
-                row[c * w + col] = acc
-        # ... then value ops, cast, flip and layout in simple loops that vectorise.
+            pixels = flat[src : src + span]
+            for k in range(span):
+                head[k] += wy * np.float32(pixels[k])
+        # Horizontal pass, then value ops, cast, flip and layout per channel.
+        taps = int(2.0 * filter_width(region[i, 3] / resized[i, 1], antialias)) + 2
+        row = np.empty(w, np.float32)
+        step = 1 if nchw else channels
         for c in range(channels):
+            row[:] = 0.0
+            for k in range(taps):
+                for col in range(w):
+                    row[col] += x_weight[i, k, col] * line[(x_start[i, col] - c0 + k) * channels + c]
             first = _out_index(out_offsets[i], c, y, 0, channels, h, w, nchw)
-            step = 1 if nchw else channels
-            _emit_row(row[c * w : (c + 1) * w], flip[i], round_u8, ch_scale[c], ch_bias[c], kind, out, first, step)
+            _emit_row(row, flip[i], round_u8, ch_scale[c], ch_bias[c], kind, out, first, step)
 
 
 @njit(parallel=True, nogil=True, cache=True)

@@ -55,27 +55,35 @@ class Plan(NamedTuple):
 
 @_jit
 def _emit_row(row, flip, round_u8, scale, bias, kind, out, first, step):  # type: ignore[no-untyped-def]
-    """Finish one channel of one output row: value ops, cast, mirror, strided store.
+    """Finish one channel of one output row: value ops, mirror, cast, strided store.
 
-    The dtype branch sits outside the loops so each loop is simple enough for LLVM to
-    vectorise.
+    Each step is its own simple loop (the branches sit outside them) so that LLVM
+    vectorises them; ``row`` is overwritten.
     """
     w = row.shape[0]
-    x0, dx = (w - 1, -1) if flip else (0, 1)
+    for x in range(w):
+        row[x] = finish_value(row[x], round_u8, scale, bias)
+    if flip:
+        for x in range(w // 2):
+            mirrored = row[w - 1 - x]
+            row[w - 1 - x] = row[x]
+            row[x] = mirrored
     if kind == KIND_FLOAT32:
-        for x in range(w):
-            out[first + x * step] = finish_value(row[x0 + x * dx], round_u8, scale, bias)
+        if step == 1:
+            for x in range(w):
+                out[first + x] = row[x]
+        else:
+            for x in range(w):
+                out[first + x * step] = row[x]
     elif kind == KIND_UINT8:
         for x in range(w):
-            out[first + x * step] = saturate_uint8(finish_value(row[x0 + x * dx], round_u8, scale, bias))
+            out[first + x * step] = saturate_uint8(row[x])
     elif kind == KIND_FLOAT16:
         for x in range(w):
-            value = np.float32(finish_value(row[x0 + x * dx], round_u8, scale, bias))
-            out[first + x * step] = float16_from_bits(bits.float32_bits(value))
+            out[first + x * step] = float16_from_bits(bits.float32_bits(row[x]))
     else:
         for x in range(w):
-            value = np.float32(finish_value(row[x0 + x * dx], round_u8, scale, bias))
-            out[first + x * step] = bfloat16_from_bits(bits.float32_bits(value))
+            out[first + x * step] = bfloat16_from_bits(bits.float32_bits(row[x]))
 
 
 @_jit
@@ -103,6 +111,7 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
     # every column gets max_taps taps (the unused ones weigh 0), so the horizontal pass
     # is a fixed-length loop over taps around a loop over columns that vectorises.
     x_start = np.zeros((n, max_w), np.int64)
+    x_index = np.zeros((n, max_w), np.int64)
     x_weight = np.zeros((n, max_taps, max_w), np.float32)
     for i in prange(n):
         sx = region[i, 3] / resized[i, 1]
@@ -117,6 +126,9 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
             for j in range(lo, hi):
                 x_weight[i, j - lo, col] = tap_weight(j, r, sx, fw) / total
             x_start[i, col] = lo
+        for col in range(out_size[i, 1]):
+            # Where column col's first tap sits in the row buffer (see the row loop).
+            x_index[i, col] = (x_start[i, col] - x_start[i, 0]) * channels
 
     row_base = np.zeros(n + 1, np.int64)
     for i in range(n):
@@ -156,7 +168,7 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
             row[:] = 0.0
             for k in range(taps):
                 for col in range(w):
-                    row[col] += x_weight[i, k, col] * line[(x_start[i, col] - c0 + k) * channels + c]
+                    row[col] += x_weight[i, k, col] * line[x_index[i, col] + k * channels + c]
             first = _out_index(out_offsets[i], c, y, 0, channels, h, w, nchw)
             _emit_row(row, flip[i], round_u8, ch_scale[c], ch_bias[c], kind, out, first, step)
 

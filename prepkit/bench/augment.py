@@ -39,21 +39,25 @@ def _images(batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return np.concatenate([im.ravel() for im in images]), offsets, shapes
 
 
-def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm up (and compile)
-    times = []
+def _median_seconds(contenders: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall time of each contender; rounds interleave them, so background load
+    on a shared machine hits all of them alike."""
+    for fn in contenders.values():
+        fn()  # warm up (and compile)
+    times: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print one line per contender."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
 
@@ -65,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     torch.set_num_threads(args.threads)
     flat, offsets, shapes = _images(args.batch)
+    load = os.getloadavg()
     pipe = Pipeline(
         [RandomResizedCrop(224), RandomHorizontalFlip(), ToDtype("float32", scale=True), Normalize(MEAN, STD)]
     )
@@ -96,24 +101,24 @@ def main(argv: list[str] | None = None) -> None:
             )[0]
             if params.flip[k]:
                 resized = resized.flip(-1)
-            value = resized.to(torch.float32)
-            if not float_first:
-                value = value.mul_(1.0 / 255)
-            else:
-                value = value.mul_(1.0 / 255)
+            value = resized.to(torch.float32).mul_(1.0 / 255)
             out[k] = value.sub_(mean).div_(std)
         return out
 
-    results = {
-        "prepkit fused (numba CPU)": _median_seconds(prepkit_run, args.repeats),
-        "torch uint8 interpolate (torchvision v2 CPU path)": _median_seconds(lambda: torch_run(False), args.repeats),
-        "torch float32 interpolate": _median_seconds(lambda: torch_run(True), args.repeats),
-    }
+    results = _median_seconds(
+        {
+            "prepkit fused (numba CPU)": prepkit_run,
+            "torch uint8 interpolate (torchvision v2 CPU path)": lambda: torch_run(False),
+            "torch float32 interpolate": lambda: torch_run(True),
+        },
+        args.repeats,
+    )
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; threads: "
         f"numba {numba.get_num_threads()} ({numba.threading_layer()}), torch {torch.get_num_threads()}; "
         f"torch {torch.__version__}, numba {numba.__version__}"
     )
+    print(f"load average before: {load[0]:.2f} (other processes share these cores)")
     print(f"batch: {args.batch} random uint8 images ~500x375 -> (N, 3, 224, 224) float32; median of {args.repeats}")
     for name, seconds in results.items():
         print(f"{name:52s} {seconds * 1e3:8.1f} ms/batch {args.batch / seconds:8.0f} images/s")

@@ -77,18 +77,30 @@ def augment_kernel(  # type: ignore[no-untyped-def]
     x_total = 0.0
     for k in range(x_lo, x_hi):
         x_total += tap_weight(k, rx, sx, fx)
-    # Same arithmetic, in the same order, as the CPU kernel: a float32 vertical pass
-    # with normalised weights, then a float32 horizontal pass.
+    # Same float32 arithmetic, in the same order, as the CPU kernel: a vertical pass
+    # with normalised weights, then a horizontal one. Channels (1, 3 or 4) are
+    # accumulated side by side so each weight is computed once, not once per channel.
+    acc0 = acc1 = acc2 = acc3 = np.float32(0.0)
+    base = offsets[i] + (region[i, 0] * width + region[i, 1]) * channels
+    row_stride = width * channels
+    for k in range(x_lo, x_hi):
+        wx = np.float32(tap_weight(k, rx, sx, fx) / x_total)
+        col0 = col1 = col2 = col3 = np.float32(0.0)
+        for j in range(y_lo, y_hi):
+            wy = np.float32(tap_weight(j, ry, sy, fy) / y_total)
+            q = base + j * row_stride + k * channels
+            col0 += wy * np.float32(flat[q])
+            if channels >= 3:
+                col1 += wy * np.float32(flat[q + 1])
+                col2 += wy * np.float32(flat[q + 2])
+            if channels == 4:
+                col3 += wy * np.float32(flat[q + 3])
+        acc0 += wx * col0
+        acc1 += wx * col1
+        acc2 += wx * col2
+        acc3 += wx * col3
     for c in range(channels):
-        acc = np.float32(0.0)
-        for k in range(x_lo, x_hi):
-            wx = np.float32(tap_weight(k, rx, sx, fx) / x_total)
-            column = offsets[i] + (region[i, 0] * width + region[i, 1] + k) * channels + c
-            col_acc = np.float32(0.0)
-            for j in range(y_lo, y_hi):
-                wy = np.float32(tap_weight(j, ry, sy, fy) / y_total)
-                col_acc += wy * np.float32(flat[column + j * width * channels])
-            acc += wx * col_acc
+        acc = acc0 if c == 0 else (acc1 if c == 1 else (acc2 if c == 2 else acc3))
         value = finish_value(acc, round_u8, ch_scale[c], ch_bias[c])
         index = _out_index(out_offsets[i], c, y, x, channels, h, w, nchw)
         if kind == KIND_FLOAT32:
@@ -133,7 +145,7 @@ def _as_device(name: str, array: Any) -> Any:
     return array if config.ENABLE_CUDASIM else cuda.as_cuda_array(array)
 
 
-def _device_inputs(flat: Any, offsets: Any) -> tuple[Any, Any]:
+def _device_inputs(flat: Any, offsets: Any, stream: Any) -> tuple[Any, Any]:
     # Pixels are never copied behind the caller's back: they must already be on the device.
     flat = _as_device("flat", flat)
     if flat.dtype != np.uint8 or flat.ndim != 1:
@@ -141,24 +153,26 @@ def _device_inputs(flat: Any, offsets: Any) -> tuple[Any, Any]:
     if _is_device(offsets):
         offsets = _as_device("offsets", offsets)
     else:
-        offsets = cuda.to_device(np.ascontiguousarray(offsets, dtype=np.int64))
+        offsets = cuda.to_device(np.ascontiguousarray(offsets, dtype=np.int64), stream=stream)
     if offsets.dtype != np.int64:
         raise PipelineError(f"offsets: expected int64, found {offsets.dtype}")
     return flat, offsets
 
 
-def _device_params(shapes: np.ndarray, params: Params, out_offsets: np.ndarray) -> tuple[Any, ...]:
+def _device_params(shapes: np.ndarray, params: Params, out_offsets: np.ndarray, stream: Any) -> tuple[Any, ...]:
     # A few bytes per sample: these are the only host -> device copies a call makes.
     return tuple(
-        cuda.to_device(np.ascontiguousarray(a))
+        cuda.to_device(np.ascontiguousarray(a), stream=stream)
         for a in (shapes, params.region, params.resized, params.offset, params.flip.astype(np.uint8),
                   params.out_size, out_offsets)
     )  # fmt: skip
 
 
-def _device_output(out: Any, shape: tuple[int, ...], storage: Any, accepted: tuple[Any, ...]) -> tuple[Any, Any]:
+def _device_output(
+    out: Any, shape: tuple[int, ...], storage: Any, accepted: tuple[Any, ...], stream: Any
+) -> tuple[Any, Any]:
     if out is None:
-        target = cuda.device_array(int(np.prod(shape)), dtype=storage)
+        target = cuda.device_array(int(np.prod(shape)), dtype=storage, stream=stream)
         return target.reshape(shape), target
     array = _as_device("out", out)
     if tuple(array.shape) != shape or array.dtype not in [np.dtype(d) for d in accepted] or not array.is_c_contiguous():
@@ -176,19 +190,20 @@ def _grid(params: Params) -> tuple[int, int, int]:
 
 def augment(
     flat: Any, offsets: Any, shapes: np.ndarray, params: Params, plan: Plan, shape: tuple[int, ...],
-    dtype: str, out: Any, out_offsets: np.ndarray,
+    dtype: str, out: Any, out_offsets: np.ndarray, stream: Any = 0,
 ) -> Any:  # fmt: skip
-    """Launch :func:`augment_kernel` once for the batch; returns the output device array."""
+    """Launch :func:`augment_kernel` once for the batch on ``stream``; returns the output."""
     storage = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}[dtype]
     accepted = {"float16": (np.float16, np.uint16), "bfloat16": (np.uint16, np.int16)}.get(dtype, (storage,))
-    result, target = _device_output(out, shape, storage, accepted)
+    result, target = _device_output(out, shape, storage, accepted, stream)
     if out is None and dtype == "float16":
         result = target.view(np.float16).reshape(shape)
-    flat, offsets = _device_inputs(flat, offsets)
-    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = _device_params(shapes, params, out_offsets)
-    augment_kernel[_grid(params), BLOCK](
+    flat, offsets = _device_inputs(flat, offsets, stream)
+    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = _device_params(shapes, params, out_offsets, stream)
+    augment_kernel[_grid(params), BLOCK, stream](
         flat, offsets, d_shapes, region, resized, offset, flip, out_size,
-        plan.antialias, plan.round_u8, cuda.to_device(plan.scale), cuda.to_device(plan.bias),
+        plan.antialias, plan.round_u8, cuda.to_device(plan.scale, stream=stream),
+        cuda.to_device(plan.bias, stream=stream),
         plan.kind, plan.nchw, target, d_out_offsets,
     )  # fmt: skip
     return result
@@ -196,13 +211,13 @@ def augment(
 
 def mask(
     flat: Any, offsets: Any, shapes: np.ndarray, params: Params, exact: bool, nchw: bool,
-    shape: tuple[int, ...], out: Any, out_offsets: np.ndarray,
+    shape: tuple[int, ...], out: Any, out_offsets: np.ndarray, stream: Any = 0,
 ) -> Any:  # fmt: skip
-    """Launch :func:`mask_kernel` once for the batch; returns the uint8 device array."""
-    result, target = _device_output(out, shape, np.uint8, (np.uint8,))
-    flat, offsets = _device_inputs(flat, offsets)
-    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = _device_params(shapes, params, out_offsets)
-    mask_kernel[_grid(params), BLOCK](
+    """Launch :func:`mask_kernel` once for the batch on ``stream``; returns the uint8 output."""
+    result, target = _device_output(out, shape, np.uint8, (np.uint8,), stream)
+    flat, offsets = _device_inputs(flat, offsets, stream)
+    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = _device_params(shapes, params, out_offsets, stream)
+    mask_kernel[_grid(params), BLOCK, stream](
         flat, offsets, d_shapes, region, resized, offset, flip, out_size, exact, nchw, target, d_out_offsets
     )
     return result

@@ -142,7 +142,14 @@ class Pipeline:
     # -- running ---------------------------------------------------------------------
 
     def __call__(
-        self, flat: Any, offsets: Any, shapes: Any, params: Params, device: Device = "cpu", out: Any = None
+        self,
+        flat: Any,
+        offsets: Any,
+        shapes: Any,
+        params: Params,
+        device: Device = "cpu",
+        out: Any = None,
+        stream: Any = 0,
     ) -> Any:
         """Augment a packed batch into an (N, C, h, w) or (N, h, w, C) array.
 
@@ -150,7 +157,10 @@ class Pipeline:
         are device arrays (anything with ``__cuda_array_interface__``) and a numba device
         array comes back. ``out`` (optional) receives the result in place: a C-contiguous
         array of the output shape whose dtype is the output dtype (uint16 or int16 for
-        bfloat16, e.g. ``torch_tensor.view(torch.int16)``).
+        bfloat16, e.g. ``torch_tensor.view(torch.int16)``). ``stream`` (cuda only) is the
+        numba stream the small parameter copies and the single kernel launch are queued
+        on (e.g. ``cuda.external_stream(torch.cuda.current_stream().cuda_stream)``);
+        the call does not synchronise.
         """
         shapes_h = _host_shapes(shapes, device)
         channels = _channels(shapes_h)
@@ -167,7 +177,7 @@ class Pipeline:
         _check_device(device)
         from prepkit.augment import cuda as cuda_kernels  # lazy: needs numba-cuda
 
-        return cuda_kernels.augment(flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets)
+        return cuda_kernels.augment(flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream)
 
     def apply_mask(
         self,
@@ -178,6 +188,7 @@ class Pipeline:
         device: Device = "cpu",
         mode: Literal["nearest", "nearest-exact"] = "nearest",
         out: Any = None,
+        stream: Any = 0,
     ) -> Any:
         """Apply the same geometry to masks (usually 1 channel) with nearest sampling.
 
@@ -202,7 +213,9 @@ class Pipeline:
         _check_device(device)
         from prepkit.augment import cuda as cuda_kernels
 
-        return cuda_kernels.mask(flat, offsets, shapes_h, params, exact, self.layout == "NCHW", shape, out, out_offsets)
+        return cuda_kernels.mask(
+            flat, offsets, shapes_h, params, exact, self.layout == "NCHW", shape, out, out_offsets, stream
+        )
 
     def apply_packed(
         self, flat: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, params: Params

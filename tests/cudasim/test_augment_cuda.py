@@ -90,3 +90,14 @@ def test_host_pixels_are_refused_on_cuda() -> None:
     pipe = Pipeline([RandomResizedCrop(4)])
     with pytest.raises(ValueError, match="device array"):
         pipe(flat, offsets, shapes, pipe.params(shapes, [0, 1, 2]), device="cuda")
+
+
+def test_cuda_runs_on_a_given_stream() -> None:
+    flat, offsets, shapes = _batch(4, seed=5)
+    pipe = Pipeline([RandomResizedCrop((5, 3)), ToDtype("float32", scale=True)])
+    params = pipe.params(shapes, [0, 1, 2], seed=1)
+    stream = cuda.stream()
+    got = pipe(cuda.to_device(flat, stream=stream), cuda.to_device(offsets, stream=stream), shapes, params,
+               device="cuda", stream=stream)  # fmt: skip
+    stream.synchronize()
+    np.testing.assert_allclose(got.copy_to_host(), pipe(flat, offsets, shapes, params), atol=1e-3)

@@ -121,13 +121,14 @@ class Pipeline:
         scale, bias = self.channel_affine(channels)
         return Plan(self.antialias, self.round_u8, scale, bias, _KINDS[self.dtype], self.layout == "NCHW")
 
-    def split(self, k: int) -> tuple["Pipeline", "Pipeline"]:
+    def split(self, k: int = 0) -> tuple["Pipeline", "Pipeline"]:
         """Expresso's transfer index: (first k ops, the rest).
 
         The first part runs where the data is (usually the CPU) and must leave uint8
         images, so uint8 crosses to the GPU (4x less than float32); its output is NHWC
         and rounded to uint8 exactly as torchvision rounds uint8 tensors. The second part
-        draws the same random numbers as it would inside the whole pipeline.
+        draws the same random numbers as it would inside the whole pipeline. The default,
+        k = 0, sends the packed uint8 images as they are and does everything on the GPU.
         """
         if not 0 <= k <= len(self.ops):
             raise PipelineError(f"split: expected 0 <= k <= {len(self.ops)}, found {k}")

@@ -199,7 +199,8 @@ def augment(
     if out is None and dtype == "float16":
         result = target.view(np.float16).reshape(shape)
     flat, offsets = _device_inputs(flat, offsets, stream)
-    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = _device_params(shapes, params, out_offsets, stream)
+    device_params = _device_params(shapes, params, out_offsets, stream)
+    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = device_params
     augment_kernel[_grid(params), BLOCK, stream](
         flat, offsets, d_shapes, region, resized, offset, flip, out_size,
         plan.antialias, plan.round_u8, cuda.to_device(plan.scale, stream=stream),
@@ -216,7 +217,8 @@ def mask(
     """Launch :func:`mask_kernel` once for the batch on ``stream``; returns the uint8 output."""
     result, target = _device_output(out, shape, np.uint8, (np.uint8,), stream)
     flat, offsets = _device_inputs(flat, offsets, stream)
-    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = _device_params(shapes, params, out_offsets, stream)
+    device_params = _device_params(shapes, params, out_offsets, stream)
+    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = device_params
     mask_kernel[_grid(params), BLOCK, stream](
         flat, offsets, d_shapes, region, resized, offset, flip, out_size, exact, nchw, target, d_out_offsets
     )

@@ -89,7 +89,8 @@ def _random_resized_crop_boxes(
 
     # Centre-crop fallback for samples where no attempt fitted.
     in_ratio = width / height.astype(np.float64)
-    fb_w = np.where(in_ratio < op.ratio[0], width, np.where(in_ratio > op.ratio[1], np.rint(height * op.ratio[1]), width))
+    too_wide = np.rint(height * op.ratio[1])
+    fb_w = np.where(in_ratio < op.ratio[0], width, np.where(in_ratio > op.ratio[1], too_wide, width))
     fb_h = np.where(in_ratio < op.ratio[0], np.rint(width / op.ratio[0]), height)
     fb_w, fb_h = fb_w.astype(np.int64), fb_h.astype(np.int64)
     fb_top, fb_left = (height - fb_h) // 2, (width - fb_w) // 2

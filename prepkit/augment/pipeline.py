@@ -271,7 +271,9 @@ def _host_inputs(flat: Any, offsets: Any, shapes: np.ndarray) -> tuple[np.ndarra
         raise PipelineError(f"offsets: expected int64[{shapes.shape[0]}], found shape {offsets.shape}")
     ends = offsets + shapes.astype(np.int64).prod(axis=1)
     if len(offsets) and (offsets.min() < 0 or ends.max() > flat.shape[0]):
-        raise PipelineError(f"offsets: expected images inside flat ({flat.shape[0]} bytes), found one ending at {ends.max()}")
+        raise PipelineError(
+            f"offsets: expected images inside flat ({flat.shape[0]} bytes), found one ending at {ends.max()}"
+        )
     return np.ascontiguousarray(flat), offsets
 
 

@@ -1,0 +1,27 @@
+"""Fused image augmentation on CPU (numba) and GPU (numba CUDA) with torchvision meaning."""
+
+from prepkit.augment.ops import (
+    CenterCrop,
+    Normalize,
+    Op,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToDtype,
+    op_from_dict,
+)
+from prepkit.augment.params import Params
+from prepkit.augment.pipeline import Pipeline
+
+__all__ = [
+    "CenterCrop",
+    "Normalize",
+    "Op",
+    "Params",
+    "Pipeline",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "ToDtype",
+    "op_from_dict",
+]

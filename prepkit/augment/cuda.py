@@ -1,0 +1,225 @@
+"""Fused augmentation on the GPU: one numba CUDA kernel launch per batch.
+
+The twin of :mod:`prepkit.augment.cpu`, built from the same scalar math in
+:mod:`prepkit.augment.sampling`. The grid is 3-D over (output x, output y, image):
+every thread computes one output pixel for all channels straight from the packed uint8
+source, so a batch of images of different sizes is one launch and no intermediate
+image is written. Imported lazily by the pipeline (needs numba-cuda).
+
+Only the small per-sample parameter arrays are copied host -> device on each call;
+the pixels must already be on the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import config, cuda
+
+from prepkit.augment import bits, sampling
+from prepkit.augment.cpu import KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
+from prepkit.augment.params import Params
+from prepkit.errors import PipelineError
+
+_device = cuda.jit(device=True)
+filter_width = _device(sampling.filter_width)
+window_start = _device(sampling.window_start)
+window_stop = _device(sampling.window_stop)
+tap_weight = _device(sampling.tap_weight)
+nearest_index = _device(sampling.nearest_index)
+finish_value = _device(sampling.finish_value)
+saturate_uint8 = _device(sampling.saturate_uint8)
+float16_from_bits = _device(bits.float16_from_bits)
+bfloat16_from_bits = _device(bits.bfloat16_from_bits)
+# The simulator runs kernels as Python, where an LLVM intrinsic cannot run.
+float32_bits = _device(bits.float32_bits_python) if config.ENABLE_CUDASIM else bits.float32_bits
+
+#: Threads per block along (x, y); images go along the grid's z.
+BLOCK = (16, 8, 1)
+
+
+@cuda.jit(device=True)
+def _out_index(base, c, y, x, channels, h, w, nchw):  # type: ignore[no-untyped-def]
+    if nchw:
+        return base + (c * h + y) * w + x
+    return base + (y * w + x) * channels + c
+
+
+@cuda.jit
+def augment_kernel(  # type: ignore[no-untyped-def]
+    flat, offsets, shapes, region, resized, offset, flip, out_size,
+    antialias, round_u8, ch_scale, ch_bias, kind, nchw, out, out_offsets,
+):  # fmt: skip
+    """One thread per output pixel: crop, resample, flip, value ops, cast, layout."""
+    x, y, i = cuda.grid(3)
+    if i >= shapes.shape[0]:
+        return
+    h = out_size[i, 0]
+    w = out_size[i, 1]
+    if y >= h or x >= w:
+        return
+    width = shapes[i, 1]
+    channels = shapes[i, 2]
+    sy = region[i, 2] / resized[i, 0]
+    sx = region[i, 3] / resized[i, 1]
+    fy = filter_width(sy, antialias)
+    fx = filter_width(sx, antialias)
+    ry = offset[i, 0] + y
+    rx = offset[i, 1] + (w - 1 - x if flip[i] else x)
+    y_lo = window_start(ry, sy, fy)
+    y_hi = window_stop(ry, sy, fy, region[i, 2])
+    x_lo = window_start(rx, sx, fx)
+    x_hi = window_stop(rx, sx, fx, region[i, 3])
+    y_total = 0.0
+    for j in range(y_lo, y_hi):
+        y_total += tap_weight(j, ry, sy, fy)
+    x_total = 0.0
+    for k in range(x_lo, x_hi):
+        x_total += tap_weight(k, rx, sx, fx)
+    # Same float32 arithmetic, in the same order, as the CPU kernel: a vertical pass
+    # with normalised weights, then a horizontal one. Channels (1, 3 or 4) are
+    # accumulated side by side so each weight is computed once, not once per channel.
+    acc0 = acc1 = acc2 = acc3 = np.float32(0.0)
+    base = offsets[i] + (region[i, 0] * width + region[i, 1]) * channels
+    row_stride = width * channels
+    for k in range(x_lo, x_hi):
+        wx = np.float32(tap_weight(k, rx, sx, fx) / x_total)
+        col0 = col1 = col2 = col3 = np.float32(0.0)
+        for j in range(y_lo, y_hi):
+            wy = np.float32(tap_weight(j, ry, sy, fy) / y_total)
+            q = base + j * row_stride + k * channels
+            col0 += wy * np.float32(flat[q])
+            if channels >= 3:
+                col1 += wy * np.float32(flat[q + 1])
+                col2 += wy * np.float32(flat[q + 2])
+            if channels == 4:
+                col3 += wy * np.float32(flat[q + 3])
+        acc0 += wx * col0
+        acc1 += wx * col1
+        acc2 += wx * col2
+        acc3 += wx * col3
+    for c in range(channels):
+        acc = acc0 if c == 0 else (acc1 if c == 1 else (acc2 if c == 2 else acc3))
+        value = finish_value(acc, round_u8, ch_scale[c], ch_bias[c])
+        index = _out_index(out_offsets[i], c, y, x, channels, h, w, nchw)
+        if kind == KIND_FLOAT32:
+            out[index] = value
+        elif kind == KIND_UINT8:
+            out[index] = saturate_uint8(value)
+        else:
+            u = float32_bits(np.float32(value))
+            out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+
+
+@cuda.jit
+def mask_kernel(  # type: ignore[no-untyped-def]
+    flat, offsets, shapes, region, resized, offset, flip, out_size, exact, nchw, out, out_offsets
+):
+    """Nearest-neighbour twin of :func:`augment_kernel` for masks (uint8 in and out)."""
+    x, y, i = cuda.grid(3)
+    if i >= shapes.shape[0]:
+        return
+    h = out_size[i, 0]
+    w = out_size[i, 1]
+    if y >= h or x >= w:
+        return
+    channels = shapes[i, 2]
+    sy = nearest_index(offset[i, 0] + y, region[i, 2], resized[i, 0], exact)
+    sx = nearest_index(offset[i, 1] + (w - 1 - x if flip[i] else x), region[i, 3], resized[i, 1], exact)
+    src = offsets[i] + ((region[i, 0] + sy) * shapes[i, 1] + region[i, 1] + sx) * channels
+    for c in range(channels):
+        out[_out_index(out_offsets[i], c, y, x, channels, h, w, nchw)] = flat[src + c]
+
+
+def _is_device(array: Any) -> bool:
+    if config.ENABLE_CUDASIM:  # the simulator's arrays have no __cuda_array_interface__
+        return hasattr(array, "copy_to_host")
+    return bool(cuda.is_cuda_array(array))
+
+
+def _as_device(name: str, array: Any) -> Any:
+    """A numba view of any device array (torch, CuPy, numba), or a PipelineError."""
+    if not _is_device(array):
+        raise PipelineError(f"{name}: expected a device array (__cuda_array_interface__), found {type(array).__name__}")
+    return array if config.ENABLE_CUDASIM else cuda.as_cuda_array(array)
+
+
+def _device_inputs(flat: Any, offsets: Any, stream: Any) -> tuple[Any, Any]:
+    # Pixels are never copied behind the caller's back: they must already be on the device.
+    flat = _as_device("flat", flat)
+    if flat.dtype != np.uint8 or flat.ndim != 1:
+        raise PipelineError(f"flat: expected a 1-D uint8 device buffer, found {flat.dtype} with shape {flat.shape}")
+    if _is_device(offsets):
+        offsets = _as_device("offsets", offsets)
+    else:
+        offsets = cuda.to_device(np.ascontiguousarray(offsets, dtype=np.int64), stream=stream)
+    if offsets.dtype != np.int64:
+        raise PipelineError(f"offsets: expected int64, found {offsets.dtype}")
+    return flat, offsets
+
+
+def _device_params(shapes: np.ndarray, params: Params, out_offsets: np.ndarray, stream: Any) -> tuple[Any, ...]:
+    # A few bytes per sample: these are the only host -> device copies a call makes.
+    return tuple(
+        cuda.to_device(np.ascontiguousarray(a), stream=stream)
+        for a in (shapes, params.region, params.resized, params.offset, params.flip.astype(np.uint8),
+                  params.out_size, out_offsets)
+    )  # fmt: skip
+
+
+def _device_output(
+    out: Any, shape: tuple[int, ...], storage: Any, accepted: tuple[Any, ...], stream: Any
+) -> tuple[Any, Any]:
+    if out is None:
+        target = cuda.device_array(int(np.prod(shape)), dtype=storage, stream=stream)
+        return target.reshape(shape), target
+    array = _as_device("out", out)
+    if tuple(array.shape) != shape or array.dtype not in [np.dtype(d) for d in accepted] or not array.is_c_contiguous():
+        raise PipelineError(
+            f"out: expected a C-contiguous device array of shape {shape} and dtype "
+            f"{'/'.join(np.dtype(d).name for d in accepted)}, found {array.dtype} {tuple(array.shape)}"
+        )
+    return out, array.reshape(int(np.prod(shape))).view(storage)
+
+
+def _grid(params: Params) -> tuple[int, int, int]:
+    h, w = params.out_size.max(axis=0)
+    return (-(-int(w) // BLOCK[0]), -(-int(h) // BLOCK[1]), len(params))
+
+
+def augment(
+    flat: Any, offsets: Any, shapes: np.ndarray, params: Params, plan: Plan, shape: tuple[int, ...],
+    dtype: str, out: Any, out_offsets: np.ndarray, stream: Any = 0,
+) -> Any:  # fmt: skip
+    """Launch :func:`augment_kernel` once for the batch on ``stream``; returns the output."""
+    storage = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}[dtype]
+    accepted = {"float16": (np.float16, np.uint16), "bfloat16": (np.uint16, np.int16)}.get(dtype, (storage,))
+    result, target = _device_output(out, shape, storage, accepted, stream)
+    if out is None and dtype == "float16":
+        result = target.view(np.float16).reshape(shape)
+    flat, offsets = _device_inputs(flat, offsets, stream)
+    device_params = _device_params(shapes, params, out_offsets, stream)
+    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = device_params
+    augment_kernel[_grid(params), BLOCK, stream](
+        flat, offsets, d_shapes, region, resized, offset, flip, out_size,
+        plan.antialias, plan.round_u8, cuda.to_device(plan.scale, stream=stream),
+        cuda.to_device(plan.bias, stream=stream),
+        plan.kind, plan.nchw, target, d_out_offsets,
+    )  # fmt: skip
+    return result
+
+
+def mask(
+    flat: Any, offsets: Any, shapes: np.ndarray, params: Params, exact: bool, nchw: bool,
+    shape: tuple[int, ...], out: Any, out_offsets: np.ndarray, stream: Any = 0,
+) -> Any:  # fmt: skip
+    """Launch :func:`mask_kernel` once for the batch on ``stream``; returns the uint8 output."""
+    result, target = _device_output(out, shape, np.uint8, (np.uint8,), stream)
+    flat, offsets = _device_inputs(flat, offsets, stream)
+    device_params = _device_params(shapes, params, out_offsets, stream)
+    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = device_params
+    mask_kernel[_grid(params), BLOCK, stream](
+        flat, offsets, d_shapes, region, resized, offset, flip, out_size, exact, nchw, target, d_out_offsets
+    )
+    return result

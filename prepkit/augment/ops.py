@@ -1,0 +1,320 @@
+"""Augmentation ops with torchvision.transforms.v2 names and meaning.
+
+Each op is a small frozen dataclass with validated fields and a dict round trip
+(``op.to_dict()`` / ``op_from_dict(d)``). Ops do not touch pixels: a
+:class:`~prepkit.augment.pipeline.Pipeline` compiles a list of them into one fused
+kernel. To let the pipeline reject an impossible order before any data moves, every op
+declares what it does to a :class:`Spec` (dtype, fixed output size) in
+:meth:`Op.output_spec`, in the manner of FFCV's ``declare_state_and_memory``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar
+
+import numpy as np
+
+from prepkit.errors import PipelineError
+
+#: Output dtypes the fused kernels can write. bfloat16 is written as its uint16 bit
+#: pattern (numba has no bfloat16); torch users call ``tensor.view(torch.bfloat16)``.
+DTYPES = ("uint8", "float32", "float16", "bfloat16")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def canonical_dtype(dtype: Any) -> str:
+    """Return one of :data:`DTYPES` for a numpy dtype, a string or a torch dtype.
+
+    torch is never imported here: a torch dtype is recognised by its ``str()``
+    (``"torch.float32"``), so passing one works only when the caller already has torch.
+    """
+    text = str(dtype)
+    if text.startswith("torch."):
+        text = text[len("torch.") :]
+    aliases = {"float": "float32", "half": "float16", "bf16": "bfloat16", "f4": "float32"}
+    text = aliases.get(text, text)
+    if text not in DTYPES:
+        try:
+            text = np.dtype(dtype).name
+        except TypeError:
+            pass
+    if text not in DTYPES:
+        raise PipelineError(f"dtype: expected one of {', '.join(DTYPES)}, found {dtype!r}")
+    return text
+
+
+def _size_pair(name: str, size: Any, allow_int: bool = True) -> int | tuple[int, int]:
+    """Validate a torchvision-style size: an int, or a sequence of one or two ints."""
+    if isinstance(size, (list, tuple)):
+        if len(size) == 1:
+            size = size[0]
+        elif len(size) == 2:
+            h, w = (int(v) for v in size)
+            if h != size[0] or w != size[1] or h < 1 or w < 1:
+                raise PipelineError(f"{name}.size: expected two positive ints, found {size!r}")
+            return (h, w)
+        else:
+            raise PipelineError(f"{name}.size: expected an int or (h, w), found {size!r}")
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise PipelineError(f"{name}.size: expected a positive int or (h, w), found {size!r}")
+    if not allow_int:
+        return (int(size), int(size))
+    return int(size)
+
+
+def _float_pair(name: str, value: Any, positive: bool) -> tuple[float, float]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise PipelineError(f"{name}: expected a (low, high) pair, found {value!r}")
+    lo, hi = float(value[0]), float(value[1])
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi or (positive and lo <= 0):
+        raise PipelineError(f"{name}: expected finite {'0 < ' if positive else ''}low <= high, found {value!r}")
+    return (lo, hi)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the pipeline knows about a batch before any data moves.
+
+    ``dtype`` is one of :data:`DTYPES`; ``size`` is the (h, w) every image has, or None
+    when it depends on the input; ``resampled`` names the resampling op already applied.
+    """
+
+    dtype: str = "uint8"
+    size: tuple[int, int] | None = None
+    resampled: str | None = None
+    quantized_from_float: bool = False
+
+
+class Op:
+    """Base of all ops: validation, a dict round trip and the spec transition."""
+
+    #: Does this op resample (change the pixel grid with interpolation)?
+    resamples: ClassVar[bool] = False
+    #: Does this op draw random numbers (and how many per sample)?
+    draws: ClassVar[int] = 0
+    #: Does this op change pixel values (as opposed to geometry)?
+    changes_values: ClassVar[bool] = False
+
+    def output_spec(self, spec: Spec) -> Spec:
+        """Return the spec after this op, or raise PipelineError if the op cannot run."""
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"name": ..., "configuration": {...}}`` with JSON-friendly values."""
+        config = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            config[f.name] = list(value) if isinstance(value, tuple) else value
+        return {"name": type(self).__name__, "configuration": config}
+
+
+def _check_resample(op: Op, spec: Spec) -> None:
+    # The fused plan has one source box and one interpolation per sample, so two
+    # resampling ops cannot be fused (and resampling rounded uint8 values cannot either).
+    if spec.resampled is not None:
+        raise PipelineError(
+            f"{type(op).__name__}: expected at most one resampling op per pipeline (prepkit fuses "
+            f"all geometry into a single resampling), found a second one after {spec.resampled}"
+        )
+    if spec.quantized_from_float:
+        raise PipelineError(
+            f"{type(op).__name__}: expected resampling before ToDtype(uint8) of float data, found it "
+            "after; the fused kernel cannot resample rounded values"
+        )
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop(Op):
+    """Crop a random area/aspect box and resize it to ``size`` (torchvision semantics).
+
+    The box is drawn with torchvision's 10-attempt rejection loop and its centre-crop
+    fallback; see :mod:`prepkit.augment.rng` for how the numbers are drawn.
+    """
+
+    size: int | tuple[int, int]
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    antialias: bool = True
+
+    resamples: ClassVar[bool] = True
+    draws: ClassVar[int] = 40  # 10 attempts x (area, log-ratio, top, left)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", _size_pair("RandomResizedCrop", self.size, allow_int=False))
+        object.__setattr__(self, "scale", _float_pair("RandomResizedCrop.scale", self.scale, positive=False))
+        object.__setattr__(self, "ratio", _float_pair("RandomResizedCrop.ratio", self.ratio, positive=True))
+        if self.scale[0] < 0:
+            raise PipelineError(f"RandomResizedCrop.scale: expected values >= 0, found {self.scale!r}")
+        object.__setattr__(self, "antialias", _bool("RandomResizedCrop.antialias", self.antialias))
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_resample(self, spec)
+        return replace(spec, size=self.size, resampled=type(self).__name__)
+
+
+@dataclass(frozen=True)
+class Resize(Op):
+    """Resize to ``size``: an int resizes the shorter side (keeping aspect), (h, w) is exact."""
+
+    size: int | tuple[int, int]
+    antialias: bool = True
+
+    resamples: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", _size_pair("Resize", self.size))
+        object.__setattr__(self, "antialias", _bool("Resize.antialias", self.antialias))
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_resample(self, spec)
+        size = self.size if isinstance(self.size, tuple) else None
+        return replace(spec, size=size, resampled=type(self).__name__)
+
+
+@dataclass(frozen=True)
+class CenterCrop(Op):
+    """Crop the centre ``size`` box (top = round((H - h) / 2), as torchvision).
+
+    torchvision pads with zeros when the crop is larger than the image; prepkit raises
+    a PipelineError for such a sample instead (put a Resize first).
+    """
+
+    size: int | tuple[int, int]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", _size_pair("CenterCrop", self.size, allow_int=False))
+
+    def output_spec(self, spec: Spec) -> Spec:
+        if spec.size is not None and (self.size[0] > spec.size[0] or self.size[1] > spec.size[1]):
+            raise PipelineError(
+                f"CenterCrop: expected a crop no larger than the image, found {self.size} on {spec.size} "
+                "(torchvision would pad with zeros; prepkit does not)"
+            )
+        return replace(spec, size=self.size)
+
+
+@dataclass(frozen=True)
+class RandomHorizontalFlip(Op):
+    """Mirror left-right with probability ``p`` (flips when a uniform draw is < p)."""
+
+    p: float = 0.5
+
+    draws: ClassVar[int] = 1
+
+    def __post_init__(self) -> None:
+        p = float(self.p)
+        if not 0.0 <= p <= 1.0:
+            raise PipelineError(f"RandomHorizontalFlip.p: expected 0 <= p <= 1, found {self.p!r}")
+        object.__setattr__(self, "p", p)
+
+
+@dataclass(frozen=True)
+class Normalize(Op):
+    """``(x - mean) / std`` per channel, on float data only (as torchvision)."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    changes_values: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        mean = tuple(float(v) for v in np.atleast_1d(np.asarray(self.mean, dtype=np.float64)))
+        std = tuple(float(v) for v in np.atleast_1d(np.asarray(self.std, dtype=np.float64)))
+        if not mean or not std:
+            raise PipelineError(f"Normalize: expected non-empty mean and std, found {self.mean!r}, {self.std!r}")
+        if any(s == 0 or not math.isfinite(s) for s in std) or not all(math.isfinite(m) for m in mean):
+            raise PipelineError(f"Normalize.std: expected finite non-zero values, found {self.std!r}")
+        if len(mean) != len(std) and 1 not in (len(mean), len(std)):
+            raise PipelineError(
+                f"Normalize: expected mean and std of the same length, found {len(mean)} and {len(std)}"
+            )
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
+
+    def output_spec(self, spec: Spec) -> Spec:
+        if spec.dtype not in FLOAT_DTYPES:
+            raise PipelineError(
+                f"Normalize: expected a float image (torchvision rule), found {spec.dtype}; "
+                "add ToDtype(float32, scale=True) before Normalize"
+            )
+        return spec
+
+    def channel_arrays(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
+        """mean and std broadcast to ``channels`` values, or a PipelineError."""
+        arrays = []
+        for name, values in (("mean", self.mean), ("std", self.std)):
+            if len(values) not in (1, channels):
+                raise PipelineError(
+                    f"Normalize.{name}: expected 1 or {channels} values for {channels}-channel images, "
+                    f"found {len(values)}"
+                )
+            arrays.append(np.broadcast_to(np.asarray(values, dtype=np.float64), (channels,)).copy())
+        return arrays[0], arrays[1]
+
+
+@dataclass(frozen=True)
+class ToDtype(Op):
+    """Convert the dtype; with ``scale=True`` map value ranges (uint8 [0,255] <-> float [0,1]).
+
+    float -> uint8 follows torchvision (``x * 255.999`` truncated when scaling, else
+    truncated) but saturates to [0, 255] where torch's cast would be undefined.
+    """
+
+    dtype: Any
+    scale: bool = False
+
+    changes_values: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+        object.__setattr__(self, "scale", _bool("ToDtype.scale", self.scale))
+
+    def output_spec(self, spec: Spec) -> Spec:
+        quantized = spec.quantized_from_float or (spec.dtype in FLOAT_DTYPES and self.dtype == "uint8")
+        return replace(spec, dtype=self.dtype, quantized_from_float=quantized)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise PipelineError(f"{name}: expected a bool, found {value!r}")
+    return bool(value)
+
+
+OPS: dict[str, type[Op]] = {
+    cls.__name__: cls
+    for cls in (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype)
+}
+
+
+def op_from_dict(data: dict[str, Any]) -> Op:
+    """Rebuild an op from :meth:`Op.to_dict` output."""
+    if not isinstance(data, dict) or "name" not in data:
+        raise PipelineError(f"op dict: expected {{'name': ..., 'configuration': {{...}}}}, found {data!r}")
+    name = data["name"]
+    if name not in OPS:
+        raise PipelineError(f"op dict: expected a name among {sorted(OPS)}, found {name!r}")
+    config = dict(data.get("configuration", {}))
+    for key, value in config.items():
+        if isinstance(value, list):
+            config[key] = tuple(value)
+    try:
+        return OPS[name](**config)
+    except TypeError as exc:
+        raise PipelineError(f"op dict for {name}: {exc}") from None
+
+
+__all__ = [
+    "DTYPES",
+    "Op",
+    "Spec",
+    "RandomResizedCrop",
+    "Resize",
+    "CenterCrop",
+    "RandomHorizontalFlip",
+    "Normalize",
+    "ToDtype",
+    "canonical_dtype",
+    "op_from_dict",
+]

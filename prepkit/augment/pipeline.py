@@ -1,0 +1,294 @@
+"""Compile a list of ops into one fused augmentation and run it on "cpu" or "cuda".
+
+A :class:`Pipeline` checks the op order once (each op's ``output_spec``), then reduces
+the ops to a fused plan: per sample a source window, resized size, output offset and
+flip (:mod:`prepkit.augment.params`), and per channel ``value * scale + bias`` plus an
+output dtype. One kernel call per batch then reads the packed uint8 images and writes
+the final array.
+
+Example::
+
+    pipe = Pipeline([RandomResizedCrop(224), RandomHorizontalFlip(),
+                     ToDtype("float32", scale=True),
+                     Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    params = pipe.params(shapes, indices, seed=0, epoch=3)
+    batch = pipe(flat, offsets, shapes, params)          # (N, 3, 224, 224) float32
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from prepkit.augment import cpu
+from prepkit.augment.cpu import KIND_BFLOAT16, KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
+from prepkit.augment.ops import FLOAT_DTYPES, Normalize, Op, Spec, ToDtype, op_from_dict
+from prepkit.augment.params import Params, compute_params
+from prepkit.errors import PipelineError
+
+Layout = Literal["NCHW", "NHWC"]
+Device = Literal["cpu", "cuda"]
+
+_KINDS = {"float32": KIND_FLOAT32, "float16": KIND_FLOAT16, "bfloat16": KIND_BFLOAT16, "uint8": KIND_UINT8}
+#: numpy dtype of the array each output dtype is written into (16-bit floats as bits).
+_STORAGE = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}
+
+
+class Pipeline:
+    """A fused augmentation: geometry, value ops and cast in a single pass per batch.
+
+    ``ops`` run in order with torchvision.transforms.v2 meaning; at most one of them
+    may resample (RandomResizedCrop or Resize). ``layout`` is the output layout.
+    Outputs of dtype bfloat16 come back as uint16 arrays holding the bfloat16 bits
+    (numba has no bfloat16): torch users call ``tensor.view(torch.bfloat16)``.
+    """
+
+    def __init__(self, ops: Sequence[Op], layout: Layout = "NCHW", *, stream_offset: int = 0) -> None:
+        ops = tuple(op_from_dict(op) if isinstance(op, dict) else op for op in ops)
+        for position, op in enumerate(ops):
+            if not isinstance(op, Op):
+                raise PipelineError(f"ops[{position}]: expected a prepkit.augment op, found {type(op).__name__}")
+        if layout not in ("NCHW", "NHWC"):
+            raise PipelineError(f"layout: expected 'NCHW' or 'NHWC', found {layout!r}")
+        self.ops = ops
+        self.layout: Layout = layout
+        self.stream_offset = int(stream_offset)
+        self.antialias = True
+        self.round_u8 = False
+        spec = Spec()
+        for position, op in enumerate(ops):
+            if spec.quantized_from_float and op.changes_values:
+                raise PipelineError(
+                    f"ops[{position}] {type(op).__name__}: expected ToDtype(uint8) of float data to be the "
+                    "last value op (the fused kernel casts once, at the end), found a value op after it"
+                )
+            try:
+                after = op.output_spec(spec)
+            except PipelineError as exc:
+                raise PipelineError(f"ops[{position}] {exc}") from None
+            if op.resamples:
+                self.antialias = bool(getattr(op, "antialias"))
+                # torchvision resizes uint8 images to uint8 (rounded).
+                self.round_u8 = spec.dtype == "uint8"
+            spec = after
+        self.spec = spec
+        self.dtype: str = spec.dtype
+
+    def __repr__(self) -> str:
+        return f"Pipeline({list(self.ops)!r}, layout={self.layout!r})"
+
+    # -- serialisation ---------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly description; :meth:`from_dict` rebuilds an equal pipeline."""
+        return {"layout": self.layout, "ops": [op.to_dict() for op in self.ops]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Pipeline":
+        """Rebuild a pipeline from :meth:`to_dict` output."""
+        return cls([op_from_dict(op) for op in data["ops"]], layout=data.get("layout", "NCHW"))
+
+    # -- planning --------------------------------------------------------------------
+
+    def params(self, shapes: np.ndarray, indices: np.ndarray, seed: int = 0, epoch: int = 0) -> Params:
+        """Draw this batch's geometry on the host from (seed, epoch, sample index).
+
+        The same sample index gets the same crop box and flip whatever else is in the
+        batch, on either device.
+        """
+        return compute_params(self.ops, shapes, indices, seed, epoch, self.stream_offset)
+
+    def channel_affine(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
+        """float32[C] ``scale`` and ``bias``: all value ops folded into ``v * scale + bias``."""
+        scale, bias = np.ones(channels), np.zeros(channels)
+        dtype = "uint8"
+        for op in self.ops:
+            if isinstance(op, ToDtype):
+                if dtype == "uint8" and op.dtype in FLOAT_DTYPES and op.scale:
+                    scale, bias = scale / 255.0, bias / 255.0
+                elif dtype in FLOAT_DTYPES and op.dtype == "uint8" and op.scale:
+                    # torchvision: image.mul(255 + 1 - 1e-3).to(uint8)
+                    scale, bias = scale * 255.999, bias * 255.999
+                dtype = op.dtype
+            elif isinstance(op, Normalize):
+                mean, std = op.channel_arrays(channels)
+                scale, bias = scale / std, (bias - mean) / std
+        return scale.astype(np.float32), bias.astype(np.float32)
+
+    def plan(self, channels: int) -> Plan:
+        """The value side of the fused kernel for ``channels``-channel images."""
+        scale, bias = self.channel_affine(channels)
+        return Plan(self.antialias, self.round_u8, scale, bias, _KINDS[self.dtype], self.layout == "NCHW")
+
+    def split(self, k: int = 0) -> tuple["Pipeline", "Pipeline"]:
+        """Expresso's transfer index: (first k ops, the rest).
+
+        The first part runs where the data is (usually the CPU) and must leave uint8
+        images, so uint8 crosses to the GPU (4x less than float32); its output is NHWC
+        and rounded to uint8 exactly as torchvision rounds uint8 tensors. The second part
+        draws the same random numbers as it would inside the whole pipeline. The default,
+        k = 0, sends the packed uint8 images as they are and does everything on the GPU.
+        """
+        if not 0 <= k <= len(self.ops):
+            raise PipelineError(f"split: expected 0 <= k <= {len(self.ops)}, found {k}")
+        first = Pipeline(self.ops[:k], layout="NHWC", stream_offset=self.stream_offset)
+        if first.dtype != "uint8":
+            raise PipelineError(
+                f"split({k}): expected the first part to end in uint8 (it is transferred), found {first.dtype}; "
+                "move the ToDtype to the second part"
+            )
+        return first, Pipeline(self.ops[k:], layout=self.layout, stream_offset=self.stream_offset + k)
+
+    # -- running ---------------------------------------------------------------------
+
+    def __call__(
+        self,
+        flat: Any,
+        offsets: Any,
+        shapes: Any,
+        params: Params,
+        device: Device = "cpu",
+        out: Any = None,
+        stream: Any = 0,
+    ) -> Any:
+        """Augment a packed batch into an (N, C, h, w) or (N, h, w, C) array.
+
+        On "cpu" inputs are numpy arrays and a numpy array comes back; on "cuda" inputs
+        are device arrays (anything with ``__cuda_array_interface__``) and a numba device
+        array comes back. ``out`` (optional) receives the result in place: a C-contiguous
+        array of the output shape whose dtype is the output dtype (uint16 or int16 for
+        bfloat16, e.g. ``torch_tensor.view(torch.int16)``). ``stream`` (cuda only) is the
+        numba stream the small parameter copies and the single kernel launch are queued
+        on (e.g. ``cuda.external_stream(torch.cuda.current_stream().cuda_stream)``);
+        the call does not synchronise.
+        """
+        shapes_h = _host_shapes(shapes, device)
+        channels = _channels(shapes_h)
+        h, w = params.uniform_size()
+        n = len(params)
+        shape = (n, channels, h, w) if self.layout == "NCHW" else (n, h, w, channels)
+        out_offsets = np.arange(n, dtype=np.int64) * (h * w * channels)
+        plan = self.plan(channels)
+        if device == "cpu":
+            result, target = _host_output(out, shape, self.dtype)
+            flat, offsets = _host_inputs(flat, offsets, shapes_h)
+            cpu.augment(flat, offsets, shapes_h, params, plan, target, out_offsets)
+            return result
+        _check_device(device)
+        from prepkit.augment import cuda as cuda_kernels  # lazy: needs numba-cuda
+
+        return cuda_kernels.augment(flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream)
+
+    def apply_mask(
+        self,
+        flat: Any,
+        offsets: Any,
+        shapes: Any,
+        params: Params,
+        device: Device = "cpu",
+        mode: Literal["nearest", "nearest-exact"] = "nearest",
+        out: Any = None,
+        stream: Any = 0,
+    ) -> Any:
+        """Apply the same geometry to masks (usually 1 channel) with nearest sampling.
+
+        No value ops, uint8 out, shaped (N, C, h, w) or (N, h, w, C) by the layout.
+        ``mode="nearest"`` picks pixel floor(r * s), what torchvision v2 does to masks;
+        ``"nearest-exact"`` picks floor((r + 0.5) * s), centred like the bilinear image.
+        """
+        if mode not in ("nearest", "nearest-exact"):
+            raise PipelineError(f"mode: expected 'nearest' or 'nearest-exact', found {mode!r}")
+        shapes_h = _host_shapes(shapes, device)
+        channels = _channels(shapes_h)
+        h, w = params.uniform_size()
+        n = len(params)
+        shape = (n, channels, h, w) if self.layout == "NCHW" else (n, h, w, channels)
+        out_offsets = np.arange(n, dtype=np.int64) * (h * w * channels)
+        exact = mode == "nearest-exact"
+        if device == "cpu":
+            result, target = _host_output(out, shape, "uint8")
+            flat, offsets = _host_inputs(flat, offsets, shapes_h)
+            cpu.mask(flat, offsets, shapes_h, params, exact, self.layout == "NCHW", target, out_offsets)
+            return result
+        _check_device(device)
+        from prepkit.augment import cuda as cuda_kernels
+
+        return cuda_kernels.mask(
+            flat, offsets, shapes_h, params, exact, self.layout == "NCHW", shape, out, out_offsets, stream
+        )
+
+    def apply_packed(
+        self, flat: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, params: Params
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Run on the CPU into the packed layout (flat, offsets, shapes), HWC per image.
+
+        Sizes may differ per image. This is how the first part of :meth:`split` hands
+        its uint8 images over; only uint8 pipelines can produce packed output.
+        """
+        if self.dtype != "uint8":
+            raise PipelineError(f"apply_packed: expected a uint8 pipeline, found output dtype {self.dtype}")
+        shapes_h = _host_shapes(shapes, "cpu")
+        channels = _channels(shapes_h)
+        sizes = params.out_size.astype(np.int64).prod(axis=1) * channels
+        out_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        out = np.empty(int(sizes.sum()), np.uint8)
+        plan = self.plan(channels)._replace(nchw=False)
+        flat, offsets = _host_inputs(flat, offsets, shapes_h)
+        cpu.augment(flat, offsets, shapes_h, params, plan, out, out_offsets)
+        out_shapes = np.concatenate([params.out_size, np.full((len(params), 1), channels, np.int32)], axis=1)
+        return out, out_offsets, out_shapes
+
+
+def _check_device(device: str) -> None:
+    if device != "cuda":
+        raise PipelineError(f"device: expected 'cpu' or 'cuda', found {device!r}")
+
+
+def _host_shapes(shapes: Any, device: str) -> np.ndarray:
+    """Shapes are small and drive the launch, so they live on the host (copied if needed)."""
+    if hasattr(shapes, "copy_to_host"):
+        shapes = shapes.copy_to_host()
+    shapes = np.ascontiguousarray(shapes, dtype=np.int32)
+    if shapes.ndim != 2 or shapes.shape[1] != 3:
+        raise PipelineError(f"shapes: expected int32[N, 3] (H, W, C), found shape {shapes.shape}")
+    return shapes
+
+
+def _channels(shapes: np.ndarray) -> int:
+    channels = np.unique(shapes[:, 2])
+    if len(channels) != 1 or int(channels[0]) not in (1, 3, 4):
+        raise PipelineError(f"shapes: expected one channel count of 1, 3 or 4 for the batch, found {channels.tolist()}")
+    return int(channels[0])
+
+
+def _host_inputs(flat: Any, offsets: Any, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    flat = np.asarray(flat)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    if flat.dtype != np.uint8 or flat.ndim != 1:
+        raise PipelineError(f"flat: expected a 1-D uint8 buffer, found {flat.dtype} with shape {flat.shape}")
+    if offsets.shape != (shapes.shape[0],):
+        raise PipelineError(f"offsets: expected int64[{shapes.shape[0]}], found shape {offsets.shape}")
+    ends = offsets + shapes.astype(np.int64).prod(axis=1)
+    if len(offsets) and (offsets.min() < 0 or ends.max() > flat.shape[0]):
+        raise PipelineError(
+            f"offsets: expected images inside flat ({flat.shape[0]} bytes), found one ending at {ends.max()}"
+        )
+    return np.ascontiguousarray(flat), offsets
+
+
+def _host_output(out: Any, shape: tuple[int, ...], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the array handed back, its 1-D storage the kernel writes)."""
+    storage = _STORAGE[dtype]
+    if out is None:
+        target = np.empty(int(np.prod(shape)), storage)
+        result = target.view(np.float16) if dtype == "float16" else target
+        return result.reshape(shape), target
+    array = np.asarray(out)
+    expected = {"float16": (np.float16, np.uint16), "bfloat16": (np.uint16, np.int16)}.get(dtype, (storage,))
+    if array.shape != shape or array.dtype not in [np.dtype(d) for d in expected] or not array.flags.c_contiguous:
+        raise PipelineError(
+            f"out: expected a C-contiguous {shape} array of {dtype} ({'/'.join(np.dtype(d).name for d in expected)}), "
+            f"found {array.dtype} {array.shape}"
+        )
+    return out, array.reshape(-1).view(storage)

@@ -1,0 +1,103 @@
+"""The CUDA kernels (run in numba's simulator) equal the numba CPU kernels.
+
+Images are tiny because the simulator runs every GPU thread as Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from prepkit.augment import CenterCrop, Normalize, Pipeline, RandomHorizontalFlip, RandomResizedCrop, Resize, ToDtype
+
+MEAN, STD = (0.485, 0.456, 0.406, 0.5), (0.229, 0.224, 0.225, 0.25)
+
+
+def _pack(images):
+    shapes = np.array([im.shape for im in images], np.int32)
+    offsets = np.concatenate([[0], np.cumsum([im.size for im in images])[:-1]]).astype(np.int64)
+    return np.concatenate([im.ravel() for im in images]), offsets, shapes
+
+
+def _batch(channels: int, seed: int = 0):
+    rs = np.random.default_rng(seed)
+    sizes = [(12, 10), (7, 9), (1, 3)]
+    return _pack([rs.integers(0, 256, (h, w, channels), dtype=np.uint8) for h, w in sizes])
+
+
+def _pipelines(channels: int) -> list[Pipeline]:
+    norm = Normalize(MEAN[:channels], STD[:channels])
+    return [
+        Pipeline([RandomResizedCrop((6, 5)), RandomHorizontalFlip(), ToDtype("float32", scale=True), norm]),
+        Pipeline([ToDtype("float32", scale=True), Resize((4, 8), antialias=False), RandomHorizontalFlip(1.0)], layout="NHWC"),
+        Pipeline([Resize((8, 6)), CenterCrop((5, 4)), ToDtype("bfloat16", scale=True)]),
+        Pipeline([RandomHorizontalFlip(), RandomResizedCrop(3), ToDtype("float16", scale=True), norm]),
+        Pipeline([RandomResizedCrop(4), RandomHorizontalFlip()], layout="NHWC"),
+    ]
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_cuda_kernel_equals_cpu_kernel(channels) -> None:
+    flat, offsets, shapes = _batch(channels, seed=channels)
+    d_flat, d_offsets = cuda.to_device(flat), cuda.to_device(offsets)
+    for pipe in _pipelines(channels):
+        params = pipe.params(shapes, [3, 1, 2], seed=11, epoch=1)
+        want = pipe(flat, offsets, shapes, params, device="cpu")
+        got = pipe(d_flat, d_offsets, shapes, params, device="cuda").copy_to_host()
+        assert got.dtype == want.dtype and got.shape == want.shape
+        if want.dtype == np.uint8:
+            np.testing.assert_array_equal(got, want)
+        elif pipe.dtype == "bfloat16":  # bit patterns: at most one unit in the last place
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+        else:
+            np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=1e-3, rtol=1e-3)
+
+
+def test_cuda_mask_equals_cpu_mask() -> None:
+    flat, offsets, shapes = _batch(1)
+    pipe = Pipeline([RandomHorizontalFlip(), RandomResizedCrop((7, 6))])
+    params = pipe.params(shapes, [0, 1, 2], seed=4)
+    for mode in ("nearest", "nearest-exact"):
+        want = pipe.apply_mask(flat, offsets, shapes, params, mode=mode)
+        got = pipe.apply_mask(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda", mode=mode)
+        np.testing.assert_array_equal(got.copy_to_host(), want)
+
+
+def test_cuda_writes_into_a_given_output() -> None:
+    flat, offsets, shapes = _batch(3)
+    pipe = Pipeline([RandomResizedCrop(4), ToDtype("float32", scale=True)])
+    params = pipe.params(shapes, [0, 1, 2])
+    out = cuda.to_device(np.full((3, 3, 4, 4), np.nan, np.float32))
+    pipe(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda", out=out)
+    np.testing.assert_allclose(out.copy_to_host(), pipe(flat, offsets, shapes, params), atol=1e-5)
+
+
+def test_cuda_split_equals_whole() -> None:
+    flat, offsets, shapes = _batch(3, seed=8)
+    pipe = Pipeline([RandomHorizontalFlip(), RandomResizedCrop((5, 6)), ToDtype("float32", scale=True),
+                     Normalize(MEAN[:3], STD[:3])])  # fmt: skip
+    whole = pipe(flat, offsets, shapes, pipe.params(shapes, [0, 1, 2], seed=2))
+    first, second = pipe.split(2)  # crop and flip in uint8 on the CPU, the rest on the "GPU"
+    mflat, moffsets, mshapes = first.apply_packed(flat, offsets, shapes, first.params(shapes, [0, 1, 2], seed=2))
+    params = second.params(mshapes, [0, 1, 2], seed=2)
+    got = second(cuda.to_device(mflat), cuda.to_device(moffsets), mshapes, params, device="cuda").copy_to_host()
+    np.testing.assert_allclose(got, whole, atol=1e-3)
+
+
+def test_host_pixels_are_refused_on_cuda() -> None:
+    flat, offsets, shapes = _batch(3)
+    pipe = Pipeline([RandomResizedCrop(4)])
+    with pytest.raises(ValueError, match="device array"):
+        pipe(flat, offsets, shapes, pipe.params(shapes, [0, 1, 2]), device="cuda")
+
+
+def test_cuda_runs_on_a_given_stream() -> None:
+    flat, offsets, shapes = _batch(4, seed=5)
+    pipe = Pipeline([RandomResizedCrop((5, 3)), ToDtype("float32", scale=True)])
+    params = pipe.params(shapes, [0, 1, 2], seed=1)
+    stream = cuda.stream()
+    got = pipe(cuda.to_device(flat, stream=stream), cuda.to_device(offsets, stream=stream), shapes, params,
+               device="cuda", stream=stream)  # fmt: skip
+    stream.synchronize()
+    np.testing.assert_allclose(got.copy_to_host(), pipe(flat, offsets, shapes, params), atol=1e-3)

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PREPKIT := $(VENV)/bin/prepkit
 DEMO_OUT := out/demo
-DEMO_LAYOUTS ?= raw jpeg
+DEMO_LAYOUTS ?= raw jpeg lossless
 
 .PHONY: demo test test-fast test-cudasim setup fuzz bench clean
 

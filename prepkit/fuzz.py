@@ -100,8 +100,13 @@ def fuzz_lossless(seconds: float, seed: int = 0) -> FuzzReport:
         if kind == 0:
             _run_case(report, lambda: lossless.decode(data))
         elif kind == 1:
-            roi = tuple(sorted(rng.sample(range(0, 140), 2)))
-            _run_case(report, lambda: lossless.decode(data, roi=(roi[0], roi[0], roi[1], roi[1])))
+            def decode_region() -> object:
+                header = lossless.read_header(data)  # a damaged header is rejected here
+                y0, y1 = sorted(rng.sample(range(header.height + 1), 2)) if header.height > 1 else (0, 1)
+                x0, x1 = sorted(rng.sample(range(header.width + 1), 2)) if header.width > 1 else (0, 1)
+                return lossless.decode(data, roi=(y0, x0, y1, x1))
+
+            _run_case(report, decode_region)
         else:
             _run_case(report, lambda: lossless.decode_batch([rng.choice(seeds), data]))
     return report

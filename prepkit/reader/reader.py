@@ -296,7 +296,8 @@ class Reader:
 
             def mask(packed: PackedImages, span: range, stream: Any) -> None:
                 target = _device_view(masks)[span.start : span.stop]
-                self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, _slice_params(mask_params, span), "cuda", mode=self.mask_mode, out=target)
+                self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, _slice_params(mask_params, span), "cuda",
+                                         mode=self.mask_mode, out=target, stream=stream)
 
             events += stager.run(indices, "mask", mask, mask_rois)
         return images, masks, events
@@ -318,16 +319,16 @@ class Reader:
             mask_packed = decode_samples(self.store, indices, field="mask", device="cuda", stream=stream)
             params = self._params(self.pipeline, mask_packed.shapes, indices)
             masks = self._allocate_output(self.pipeline, len(indices), params, dtype="uint8", channels=1)
-            self.pipeline.apply_mask(mask_packed.flat, mask_packed.offsets, mask_packed.shapes, params, "cuda", mode=self.mask_mode, out=_device_view(masks))
+            self.pipeline.apply_mask(mask_packed.flat, mask_packed.offsets, mask_packed.shapes, params, "cuda",
+                                     mode=self.mask_mode, out=_device_view(masks), stream=stream)
         event = cuda.event()
         event.record(stream)
         return images, masks, [event]
 
     def _run_on_stream(self, pipeline: Any, packed: PackedImages, params: Any, images: Any, span: range, stream: Any) -> None:
-        # numba launches kernels on the default stream unless told; the augment kernels take
-        # their stream from the device arrays' context, so run them inside this stream.
+        """The fused kernel for one micro-batch, queued on ``stream`` after its decode."""
         target = _device_view(images)[span.start : span.stop]
-        pipeline(packed.flat, packed.offsets, packed.shapes, params, "cuda", out=target)
+        pipeline(packed.flat, packed.offsets, packed.shapes, params, "cuda", out=target, stream=stream)
 
     def _allocate_output(self, pipeline: Any, count: int, params: Any, dtype: str | None = None, channels: int | None = None) -> Any:
         if channels is None:

@@ -25,6 +25,9 @@ demo: setup
 	  $(PREPKIT) shard samples/photos $(DEMO_OUT)/$$layout --layout $$layout --samples-per-shard 8 --workers 2 || exit 1; \
 	  $(PREPKIT) inspect $(DEMO_OUT)/$$layout || exit 1; \
 	done
+	$(PREPKIT) verify $(DEMO_OUT)/lossless --decode
+	@echo "== prepkit bench-decode (the bundled sample photos, every format side by side)"
+	$(PREPKIT) bench-decode --repeat 3 --json $(DEMO_OUT)/bench.json --plot $(DEMO_OUT)/bench.png
 
 # The whole suite. CUDA kernels run under numba's simulator, which must be switched on
 # before numba is first imported, so those tests run in their own pytest process.
@@ -37,6 +40,20 @@ test-fast: setup
 
 test-cudasim: setup
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q tests/cudasim
+
+# Long runs, not part of `make test`: the fuzz harness and the benchmarks of docs/BENCHMARKS.md.
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	$(PY) -m prepkit.fuzz --seconds $(FUZZ_SECONDS)
+
+bench: setup
+	$(PY) -m prepkit.bench.reads
+	$(PY) -m prepkit.bench.codec --threads 1
+	$(PY) -m prepkit.bench.codec --threads 2
+	$(PY) -m prepkit.bench.augment
+	$(PY) -m prepkit.bench.crop
+	$(PY) -m prepkit.bench.reader
+	$(PY) recipes/l3_comparison.py --out out/l3
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -51,7 +51,7 @@ def main() -> None:
     if args.checkpoint and os.path.exists(args.checkpoint):
         state = torch.load(args.checkpoint)
         reader.load_state_dict(state["reader"])
-        start_epoch = state["reader"]["epoch"]
+        start_epoch = reader.epoch + (1 if reader.epoch_finished else 0)
     for epoch in range(start_epoch, args.epochs):
         if epoch != reader.epoch:
             reader.set_epoch(epoch)
@@ -61,7 +61,7 @@ def main() -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total += float(loss) * len(batch)
+            total += loss.item() * len(batch)
             seen += len(batch)
             if args.checkpoint and rank == 0:
                 torch.save({"reader": reader.state_dict()}, args.checkpoint)

@@ -151,6 +151,11 @@ class Reader:
         self.epoch = int(epoch)
         self._next_batch = 0
 
+    @property
+    def epoch_finished(self) -> bool:
+        """True once every batch of the current epoch has been handed over."""
+        return self._next_batch >= len(self.plan(self.epoch))
+
     def state_dict(self) -> dict[str, Any]:
         """Where this reader stands: resume with :meth:`load_state_dict`."""
         return {

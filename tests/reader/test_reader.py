@@ -120,3 +120,12 @@ def test_variable_sizes_come_as_a_list(tmp_path: Path) -> None:
     batch = next(iter(prepkit.Reader(tmp_path / "s", batch_size=3, shuffle=False)))
     assert [image.shape for image in batch.images] == [(5, 6, 3), (7, 3, 3), (4, 4, 3)]
     assert list(batch.labels) == [-1, -1, -1]
+
+
+def test_epoch_finished_and_iterating_again(store_path: Path) -> None:
+    reader = prepkit.Reader(store_path, batch_size=10, seed=2)
+    first = all_indices(reader)
+    assert reader.epoch_finished and reader.state_dict()["next_batch"] == len(reader)
+    assert all_indices(reader) == first  # a finished epoch iterated again starts over, like a DataLoader
+    reader.set_epoch(1)
+    assert not reader.epoch_finished

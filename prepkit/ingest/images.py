@@ -38,18 +38,23 @@ class ImageOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
 
 
+def _open_without_pillow_limit(path: str) -> Image.Image:
+    """Image.open without Pillow's own pixel limit: prepkit applies ``max_pixels`` itself
+    (Pillow's limit is lower than prepkit's default and only warns below twice its value).
+    Workers are processes, so changing the module-wide setting for this call is safe."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        previous = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            return Image.open(path)
+        finally:
+            Image.MAX_IMAGE_PIXELS = previous
+
+
 def _open_checked(path: str, max_pixels: int) -> Image.Image:
     try:
-        with warnings.catch_warnings():
-            # Pillow only warns between MAX_IMAGE_PIXELS and twice that; prepkit applies
-            # its own limit below, so silence Pillow's and disable its check.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            previous = Image.MAX_IMAGE_PIXELS
-            Image.MAX_IMAGE_PIXELS = None
-            try:
-                image = Image.open(path)
-            finally:
-                Image.MAX_IMAGE_PIXELS = previous
+        image = _open_without_pillow_limit(path)
     except FileNotFoundError:
         raise IngestError(f"{path}: file not found") from None
     except PermissionError:
@@ -170,14 +175,7 @@ def probe_size(path: str, options: ImageOptions) -> tuple[int, int, int] | None:
     """Cheap header read: (height, width, channels) the stored image will have, or None
     if the header cannot be read (the sample will then fail properly at encode time)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            previous = Image.MAX_IMAGE_PIXELS
-            Image.MAX_IMAGE_PIXELS = None
-            try:
-                image = Image.open(path)
-            finally:
-                Image.MAX_IMAGE_PIXELS = previous
+        image = _open_without_pillow_limit(path)
         with image:
             width, height = image.size
             orientation = image.getexif().get(0x0112, 1) if hasattr(image, "getexif") else 1

@@ -69,7 +69,7 @@ def _compare(pipe: Pipeline, got: np.ndarray, want: np.ndarray) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_cpu_kernel_matches_reference(data) -> None:
-    images, channels = data.draw(batches())
+    images, channels = data.draw(batches(max_images=6))
     pipe = data.draw(pipelines(channels))
     flat, offsets, shapes = pack(images)
     indices = np.arange(len(images)) * 3
@@ -151,3 +151,15 @@ def test_out_argument_accepts_a_torch_tensor() -> None:
     pipe(flat, offsets, shapes, params, out=tensor.view(torch.int16))
     expected = pipe(flat, offsets, shapes, params)
     np.testing.assert_array_equal(tensor.view(torch.int16).numpy().view(np.uint16), expected)
+
+
+def test_batch_mixing_upscales_and_a_2x_downscale() -> None:
+    # Regression: the horizontal tap count was computed twice (for the buffer size and
+    # for the loop) and fast-math made the two disagree for a 36 -> 18 column scale,
+    # so the loop read past the weights of one image in this batch only.
+    images = random_images(3, [(23, 23), (23, 23), (23, 23), (64, 64)], 3)
+    flat, offsets, shapes = pack(images)
+    pipe = Pipeline([RandomResizedCrop((14, 18)), RandomHorizontalFlip(1.0), ToDtype("float32")])
+    params = pipe.params(shapes, [8, 8, 8, 7], seed=1, epoch=4)
+    params.region[3] = (3, 18, 39, 36)
+    np.testing.assert_allclose(pipe(flat, offsets, shapes, params), run_reference(pipe, flat, offsets, shapes, params), atol=1e-3)

@@ -29,6 +29,7 @@ filter_width = _jit(sampling.filter_width)
 window_start = _jit(sampling.window_start)
 window_stop = _jit(sampling.window_stop)
 tap_weight = _jit(sampling.tap_weight)
+axis_scale = _jit(sampling.axis_scale)
 nearest_index = _jit(sampling.nearest_index)
 finish_value = _jit(sampling.finish_value)
 saturate_uint8 = _jit(sampling.saturate_uint8)
@@ -93,7 +94,9 @@ def _out_index(base, c, y, x, channels, h, w, nchw):  # type: ignore[no-untyped-
     return base + (y * w + x) * channels + c
 
 
-@njit(parallel=True, nogil=True, cache=True, fastmath=True, error_model="numpy")
+# fastmath: only reassociation and FMA contraction, which let LLVM vectorise the
+# multiply-add loops; no reciprocal or finite-math shortcuts, which change results.
+@njit(parallel=True, nogil=True, cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 def _augment_kernel(  # type: ignore[no-untyped-def]
     flat, offsets, shapes, region, resized, offset, flip, out_size,
     antialias, round_u8, ch_scale, ch_bias, kind, nchw, out, out_offsets,
@@ -105,27 +108,31 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
     max_taps = 2
     for i in range(n):
         max_w = max(max_w, out_size[i, 1])
-        sx = region[i, 3] / resized[i, 1]
-        max_taps = max(max_taps, int(2.0 * filter_width(sx, antialias)) + 2)
-    # Tap k of output column col reads line[x_start + k] with weight x_weight[i, k, col];
-    # every column gets max_taps taps (the unused ones weigh 0), so the horizontal pass
-    # is a fixed-length loop over taps around a loop over columns that vectorises.
+        sx = axis_scale(region[i, 3], resized[i, 1])
+        # A window holds at most 2 * width + 1 pixels; one spare tap for rounding.
+        max_taps = max(max_taps, int(2.0 * filter_width(sx, antialias)) + 3)
+    # Tap k of output column col reads line[x_index + k * channels] with weight
+    # x_weight[i, k, col]; every column of image i gets x_taps[i] taps (the unused ones
+    # weigh 0), so the horizontal pass is a fixed-length loop over taps around a loop
+    # over columns, which vectorises.
     x_start = np.zeros((n, max_w), np.int64)
     x_index = np.zeros((n, max_w), np.int64)
+    x_taps = np.zeros(n, np.int64)
     x_weight = np.zeros((n, max_taps, max_w), np.float32)
     for i in prange(n):
-        sx = region[i, 3] / resized[i, 1]
+        sx = axis_scale(region[i, 3], resized[i, 1])
         fw = filter_width(sx, antialias)
         for col in range(out_size[i, 1]):
             r = offset[i, 1] + col  # column in the resized grid (before flipping)
             lo = window_start(r, sx, fw)
-            hi = window_stop(r, sx, fw, region[i, 3])
-            total = 0.0
+            hi = min(window_stop(r, sx, fw, region[i, 3]), lo + max_taps)
+            total = np.float32(0.0)
             for j in range(lo, hi):
                 total += tap_weight(j, r, sx, fw)
             for j in range(lo, hi):
                 x_weight[i, j - lo, col] = tap_weight(j, r, sx, fw) / total
             x_start[i, col] = lo
+            x_taps[i] = max(x_taps[i], hi - lo)
         for col in range(out_size[i, 1]):
             # Where column col's first tap sits in the row buffer (see the row loop).
             x_index[i, col] = (x_start[i, col] - x_start[i, 0]) * channels
@@ -139,12 +146,12 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
         width = shapes[i, 1]
         y0, x0 = region[i, 0], region[i, 1]
         h, w = out_size[i, 0], out_size[i, 1]
-        sy = region[i, 2] / resized[i, 0]
+        sy = axis_scale(region[i, 2], resized[i, 0])
         fw = filter_width(sy, antialias)
         r = offset[i, 0] + y
         lo = window_start(r, sy, fw)
         hi = window_stop(r, sy, fw, region[i, 2])
-        total = 0.0
+        total = np.float32(0.0)
         for j in range(lo, hi):
             total += tap_weight(j, r, sy, fw)
         # Vertical pass over the columns this output row reads, into one float row
@@ -161,7 +168,7 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
             for k in range(span):
                 head[k] += wy * np.float32(pixels[k])
         # Horizontal pass, then value ops, cast, flip and layout per channel.
-        taps = int(2.0 * filter_width(region[i, 3] / resized[i, 1], antialias)) + 2
+        taps = x_taps[i]
         row = np.empty(w, np.float32)
         step = 1 if nchw else channels
         for c in range(channels):

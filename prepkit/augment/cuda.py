@@ -27,6 +27,7 @@ filter_width = _device(sampling.filter_width)
 window_start = _device(sampling.window_start)
 window_stop = _device(sampling.window_stop)
 tap_weight = _device(sampling.tap_weight)
+axis_scale = _device(sampling.axis_scale)
 nearest_index = _device(sampling.nearest_index)
 finish_value = _device(sampling.finish_value)
 saturate_uint8 = _device(sampling.saturate_uint8)
@@ -61,8 +62,8 @@ def augment_kernel(  # type: ignore[no-untyped-def]
         return
     width = shapes[i, 1]
     channels = shapes[i, 2]
-    sy = region[i, 2] / resized[i, 0]
-    sx = region[i, 3] / resized[i, 1]
+    sy = axis_scale(region[i, 2], resized[i, 0])
+    sx = axis_scale(region[i, 3], resized[i, 1])
     fy = filter_width(sy, antialias)
     fx = filter_width(sx, antialias)
     ry = offset[i, 0] + y
@@ -71,10 +72,10 @@ def augment_kernel(  # type: ignore[no-untyped-def]
     y_hi = window_stop(ry, sy, fy, region[i, 2])
     x_lo = window_start(rx, sx, fx)
     x_hi = window_stop(rx, sx, fx, region[i, 3])
-    y_total = 0.0
+    y_total = np.float32(0.0)
     for j in range(y_lo, y_hi):
         y_total += tap_weight(j, ry, sy, fy)
-    x_total = 0.0
+    x_total = np.float32(0.0)
     for k in range(x_lo, x_hi):
         x_total += tap_weight(k, rx, sx, fx)
     # Same float32 arithmetic, in the same order, as the CPU kernel: a vertical pass

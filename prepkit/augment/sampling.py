@@ -25,26 +25,35 @@ import numpy as np
 def filter_width(scale: float, antialias: bool) -> float:
     """Tent half-width in input pixels: the scale when antialiasing a downscale, else 1."""
     if antialias and scale > 1.0:
-        return scale
-    return 1.0
+        return np.float32(scale)
+    return np.float32(1.0)
+
+
+def axis_scale(in_size: int, out_size: int) -> float:
+    """Input pixels per output pixel, in float32 as torch computes it for float images."""
+    return np.float32(in_size) / np.float32(out_size)
 
 
 def window_start(r: int, scale: float, width: float) -> int:
     """First input pixel with a non-zero weight for output pixel ``r`` (clamped at 0)."""
-    center = scale * (r + 0.5)
-    return max(int(center - width + 0.5), 0)
+    center = scale * np.float32(r + 0.5)
+    return max(int(center - width + np.float32(0.5)), 0)
 
 
 def window_stop(r: int, scale: float, width: float, size: int) -> int:
     """One past the last input pixel with a non-zero weight (clamped at ``size``)."""
-    center = scale * (r + 0.5)
-    return min(int(center + width + 0.5), size)
+    center = scale * np.float32(r + 0.5)
+    return min(int(center + width + np.float32(0.5)), size)
 
 
 def tap_weight(j: int, r: int, scale: float, width: float) -> float:
-    """Unnormalised tent weight of input pixel ``j`` for output pixel ``r``."""
-    d = (j + 0.5 - scale * (r + 0.5)) / width
-    return max(0.0, 1.0 - abs(d))
+    """Unnormalised tent weight of input pixel ``j`` for output pixel ``r``.
+
+    All float32 (explicitly, so numba does not widen to float64): the CUDA kernel calls
+    this in its inner loop, and consumer GPUs run float64 at 1/32 to 1/64 speed.
+    """
+    d = (np.float32(j + 0.5) - scale * np.float32(r + 0.5)) / width
+    return max(np.float32(0.0), np.float32(1.0) - abs(d))
 
 
 def nearest_index(r: int, in_size: int, out_size: int, exact: bool) -> int:

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import math
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from prepkit.augment import rng
 from prepkit.augment.ops import CenterCrop, Normalize, RandomHorizontalFlip, RandomResizedCrop, Resize, ToDtype
 
-TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that need it, so the get_params and size
+# transcriptions work without it.
 
 
 def rrc_get_params(height: int, width: int, scale, ratio, u: np.ndarray) -> tuple[int, int, int, int]:
@@ -55,7 +60,9 @@ def resized_output_size(height: int, width: int, size) -> tuple[int, int]:
     return new_h, new_w
 
 
-def _resize(img: torch.Tensor, size: tuple[int, int], antialias: bool) -> torch.Tensor:
+def _resize(img: "torch.Tensor", size: tuple[int, int], antialias: bool) -> "torch.Tensor":
+    import torch
+
     # torchvision resizes uint8 to uint8 (rounded); floats stay float.
     x = img.to(torch.float32)[None]
     out = torch.nn.functional.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=antialias)[0]
@@ -64,8 +71,10 @@ def _resize(img: torch.Tensor, size: tuple[int, int], antialias: bool) -> torch.
     return out.to(img.dtype)
 
 
-def _to_dtype(img: torch.Tensor, dtype: str, scale: bool) -> torch.Tensor:
-    target = TORCH_DTYPES[dtype]
+def _to_dtype(img: "torch.Tensor", dtype: str, scale: bool) -> "torch.Tensor":
+    import torch
+
+    target = getattr(torch, dtype)
     if img.dtype == target:
         return img
     if not scale:
@@ -79,8 +88,10 @@ def _to_dtype(img: torch.Tensor, dtype: str, scale: bool) -> torch.Tensor:
     return img.to(target)
 
 
-def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Tensor:
+def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> "torch.Tensor":
     """Run ``ops`` on one HWC uint8 image the torchvision way; returns CHW."""
+    import torch
+
     img = torch.from_numpy(image).permute(2, 0, 1).contiguous()
     for position, op in enumerate(ops):
         h, w = img.shape[-2:]

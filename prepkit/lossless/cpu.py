@@ -389,10 +389,11 @@ def _decode_items_serial(src, work, out, errors, popcount, positions, flat_posit
         errors[i] = _decode_item(src, work[i], out, popcount, positions, flat_positions)
 
 
-# Below this many tiles per thread a parallel launch costs more than it saves. With
-# OpenMP's default spin-waiting it can cost far more: measured here (2 vCPUs that share
-# about one core's worth of time) a 500x375 image took 7x longer with 2 threads than 1.
-MIN_TILES_PER_THREAD = 64
+# Below this many tiles per thread a parallel launch costs more than it saves. Measured on
+# a 2-vCPU VM: a 500x375 image (48 tiles) decodes 1.9x faster on 2 threads than on 1 when
+# the machine is idle, but when other processes hold the CPUs, OpenMP workers spin-waiting
+# for a core made tiny images up to 7x slower in parallel, hence a floor rather than none.
+MIN_TILES_PER_THREAD = 16
 
 
 def use_parallel(n_tiles: int) -> bool:

@@ -11,8 +11,11 @@ index is clamped.
 
 from __future__ import annotations
 
-import numpy as np
+import threading
+from typing import NamedTuple
+
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
@@ -239,8 +242,11 @@ def _load64_tail(src, at):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_item(src, item, out, popcount, positions, flat_positions):
-    """Decode one work item (see plan.py) into the flat output; return an error code."""
+def _decode_item(src, item, out, popcount, positions, flat_positions, ks, block_start, ends, res):
+    """Decode one work item (see plan.py) into the flat output; return an error code.
+
+    ks, block_start, ends and res are scratch arrays big enough for the largest tile.
+    """
     start, end = item[0], item[1]
     th, tw, c, colour = item[2], item[3], item[4], item[5]
     out_base, out_h, out_w, oy, ox = item[6], item[7], item[8], item[9], item[10]
@@ -249,8 +255,6 @@ def _decode_item(src, item, out, popcount, positions, flat_positions):
     n_vals = n_blocks * BLOCK
     a_len = (n_blocks + 1) // 2
     # Section A: Rice parameters, and where each block's low bits start (2k bytes each).
-    ks = np.empty(n_blocks, np.int64)
-    block_start = np.empty(n_blocks, np.int64)
     pos = start + a_len
     k_or = 0
     for b in range(n_blocks):
@@ -279,7 +283,6 @@ def _decode_item(src, item, out, popcount, positions, flat_positions):
     # Positions of the terminating one bits: each byte writes its 8 candidates from a
     # table at the index given by the popcount of the bits before it (no branch per bit;
     # within a 64-bit word the 8 bytes do not wait for each other).
-    ends = np.empty(n_vals + 9, np.int32)
     ends[0] = -1
     j = np.uint64(1)
     for w in range(n_words):
@@ -299,7 +302,6 @@ def _decode_item(src, item, out, popcount, positions, flat_positions):
     # Values: the low bits of values 0-7 of a block lie in its first k bytes and those of
     # values 8-15 in the next k bytes; four 28-bit slices of two 64-bit loads feed the 16
     # values in a loop LLVM unrolls into straight-line code.
-    res = np.empty(n_vals, np.uint8)
     too_big = np.int32(0)
     for b in range(n_blocks):
         k = np.int32(ks[b])
@@ -378,15 +380,55 @@ def _decode_item(src, item, out, popcount, positions, flat_positions):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _decode_items(src, work, out, errors, popcount, positions, flat_positions):
-    for i in prange(work.shape[0]):
-        errors[i] = _decode_item(src, work[i], out, popcount, positions, flat_positions)
+def _decode_items(src, work, out, errors, popcount, positions, flat_positions, scratch):
+    # One chunk per scratch row: chunk c decodes items c, c + chunks, ... with its own
+    # scratch, so no thread allocates per tile.
+    chunks = scratch.ks.shape[0]
+    for chunk in prange(chunks):
+        for i in range(chunk, work.shape[0], chunks):
+            errors[i] = _decode_item(
+                src, work[i], out, popcount, positions, flat_positions,
+                scratch.ks[chunk], scratch.block_start[chunk], scratch.ends[chunk], scratch.res[chunk],
+            )
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_items_serial(src, work, out, errors, popcount, positions, flat_positions):
+def _decode_items_serial(src, work, out, errors, popcount, positions, flat_positions, scratch):
     for i in range(work.shape[0]):
-        errors[i] = _decode_item(src, work[i], out, popcount, positions, flat_positions)
+        errors[i] = _decode_item(
+            src, work[i], out, popcount, positions, flat_positions,
+            scratch.ks[0], scratch.block_start[0], scratch.ends[0], scratch.res[0],
+        )
+
+
+class DecodeScratch(NamedTuple):
+    """Per-chunk scratch rows for the decoder, sized for the largest tile (64x64x4)."""
+
+    ks: np.ndarray  # int64 (chunks, MAX_BLOCKS)
+    block_start: np.ndarray  # int64 (chunks, MAX_BLOCKS)
+    ends: np.ndarray  # int32 (chunks, MAX_VALUES + 16): terminator positions, +9 slack
+    res: np.ndarray  # uint8 (chunks, MAX_VALUES)
+
+
+MAX_VALUES = 4 * max(fmt.TILE_SIZES) ** 2
+MAX_BLOCKS = MAX_VALUES // BLOCK
+_local = threading.local()
+
+
+def _scratch(chunks: int) -> DecodeScratch:
+    """Scratch reused across calls, one set per Python thread (decode may run concurrently
+    in several threads). Allocating it per tile or per call cost more than the decoding
+    itself on VMs where every fresh page faults in at about 9 us."""
+    cached = getattr(_local, "decode", None)
+    if cached is None or cached.ks.shape[0] < chunks:
+        cached = DecodeScratch(
+            np.zeros((chunks, MAX_BLOCKS), np.int64),
+            np.zeros((chunks, MAX_BLOCKS), np.int64),
+            np.zeros((chunks, MAX_VALUES + 16), np.int32),
+            np.zeros((chunks, MAX_VALUES), np.uint8),
+        )
+        _local.decode = cached
+    return cached
 
 
 # Below this many tiles per thread a parallel launch costs more than it saves. Measured on
@@ -406,7 +448,13 @@ def decode_plan(plan: plan_mod.Plan) -> np.ndarray:
     """Run the CPU decoder over a validated plan; return the flat output buffer."""
     out = np.empty(plan.total, np.uint8)
     errors = np.zeros(plan.work.shape[0], np.int32)
-    kernel = _decode_items if use_parallel(plan.work.shape[0]) else _decode_items_serial
-    kernel(plan.src, plan.work, out, errors, POPCOUNT, POSITIONS, POSITIONS.reshape(-1))
+    if use_parallel(plan.work.shape[0]):
+        chunks = numba.get_num_threads()
+        scratch = _scratch(chunks)
+        scratch = DecodeScratch(*(a[:chunks] for a in scratch))
+        _decode_items(plan.src, plan.work, out, errors, POPCOUNT, POSITIONS, POSITIONS.reshape(-1), scratch)
+    else:
+        scratch = _scratch(1)
+        _decode_items_serial(plan.src, plan.work, out, errors, POPCOUNT, POSITIONS, POSITIONS.reshape(-1), scratch)
     plan_mod.raise_errors(plan, errors)
     return out

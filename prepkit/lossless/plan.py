@@ -35,16 +35,11 @@ class Plan:
     total: int  # bytes of the flat output
 
 
-def as_array(data: object) -> np.ndarray:
-    """A read-only uint8 view of a bytes-like object (CodecError if it is not one)."""
-    return fmt._as_bytes(data)
-
-
 def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -> Plan:
     """Validate every stream and list the tiles each requested region touches."""
     if rois is not None and len(rois) != len(buffers):
         raise ValueError(f"rois must have one entry per buffer: {len(buffers)} buffers, {len(rois)} rois")
-    arrays = [as_array(b) for b in buffers]
+    arrays = [fmt.as_bytes(b) for b in buffers]
     items = []
     owners = []
     shapes = np.zeros((len(arrays), 3), np.int32)

@@ -16,7 +16,7 @@ from prepkit.lossless import format as fmt
 @pytest.fixture(autouse=True)
 def few_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     # The simulator runs each CUDA thread as a Python thread: keep blocks small.
-    monkeypatch.setattr(lcuda, "THREADS", 32)
+    monkeypatch.setattr(lcuda, "THREADS", 16)
 
 
 def _images() -> list[np.ndarray]:
@@ -71,10 +71,10 @@ def test_cuda_and_cpu_agree_on_mutated_payloads() -> None:
     # Random byte changes inside the payload: both decoders must reject the stream, or both
     # must return the same pixels (the format has no checksum, see docs/LOSSLESS.md).
     rng = np.random.default_rng(21)
-    image = _images()[3]
+    image = _images()[0]  # 8x8x3: one tile, so the simulator stays quick
     stream = lossless.encode(image, tile=16)
     start = fmt.HEADER_SIZE + lossless.read_header(stream).table_size
-    for _ in range(6):
+    for _ in range(5):
         buf = bytearray(stream)
         for _ in range(2):
             buf[int(rng.integers(start, len(buf)))] = int(rng.integers(256))

@@ -465,9 +465,16 @@ def use_parallel(n_tiles: int) -> bool:
     return threads > 1 and n_tiles >= MIN_TILES_PER_THREAD * threads
 
 
-def decode_plan(plan: plan_mod.Plan) -> np.ndarray:
-    """Run the CPU decoder over a validated plan; return the flat output buffer."""
-    out = np.empty(plan.total, np.uint8)
+def decode_plan(plan: plan_mod.Plan, out: np.ndarray | None = None) -> np.ndarray:
+    """Run the CPU decoder over a validated plan; return the flat output buffer
+    (out[:plan.total] when out is given)."""
+    if out is None:
+        out = np.empty(plan.total, np.uint8)
+    else:
+        from prepkit.lossless import check_out
+
+        check_out(out, plan.total)
+        out = out[: plan.total]
     errors = np.zeros(plan.work.shape[0], np.int32)
     if use_parallel(plan.work.shape[0]):
         chunks = numba.get_num_threads()

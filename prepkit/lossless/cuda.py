@@ -236,16 +236,22 @@ def decode_kernel(src, work, out, errors):
         errors[item] = 0
 
 
-def decode_plan(plan: plan_mod.Plan, stream: object = 0) -> tuple[object, object, object]:
+def decode_plan(plan: plan_mod.Plan, stream: object = 0, out: object | None = None) -> tuple[object, object, object]:
     """Decode a validated plan on the GPU with one kernel launch.
 
-    Returns (flat device uint8 buffer, offsets device int64[N], shapes device int32[N, 3]).
+    Returns (flat device uint8 buffer, offsets device int64[N], shapes device int32[N, 3]);
+    the flat buffer is out[:total] when a device array `out` is given.
     Raises CodecError (after one small device-to-host copy of the error codes) if any tile
     payload is corrupt.
     """
     src = cuda.to_device(plan.src, stream=stream)
     work = cuda.to_device(plan.work, stream=stream)
-    out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
+    if out is None:
+        out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
+    else:
+        from prepkit.lossless import check_out
+
+        check_out(out, plan.total)
     errors = cuda.device_array(max(plan.work.shape[0], 1), np.int32, stream=stream)
     if plan.work.shape[0]:
         decode_kernel[plan.work.shape[0], THREADS, stream](src, work, out, errors)

@@ -89,3 +89,11 @@ def test_cuda_and_cpu_agree_on_mutated_payloads() -> None:
             assert outcomes[0] is None and outcomes[1] is None
         else:
             np.testing.assert_array_equal(outcomes[0], outcomes[1])
+
+
+def test_cuda_packed_into_reused_device_buffer() -> None:
+    image = _images()[0]
+    buffer = cuda.device_array(1000, np.uint8)
+    flat, offsets, shapes = lossless.decode_batch_packed([lossless.encode(image, 16)], "cuda", out=buffer)
+    np.testing.assert_array_equal(flat.copy_to_host().reshape(image.shape), image)
+    np.testing.assert_array_equal(buffer.copy_to_host()[: image.size], image.reshape(-1))

@@ -116,3 +116,25 @@ def test_parallel_and_serial_kernels_agree(monkeypatch: pytest.MonkeyPatch, min_
     assert stream == reference.encode(image, tile=16)
     np.testing.assert_array_equal(lossless.decode(stream), image)
     np.testing.assert_array_equal(lossless.decode(stream, roi=(3, 40, 149, 77)), image[3:149, 40:77])
+
+
+def test_decode_batch_packed_into_reused_buffer() -> None:
+    imgs = [make_image("smooth", 30, 41, 3, seed=2), make_image("noise", 9, 7, 4, seed=3)]
+    streams = [lossless.encode(i, tile=16) for i in imgs]
+    buffer = np.full(10_000, 7, np.uint8)
+    flat, offsets, shapes = lossless.decode_batch_packed(streams, out=buffer)
+    assert np.shares_memory(flat, buffer)
+    for i, img in enumerate(imgs):
+        np.testing.assert_array_equal(flat[offsets[i] : offsets[i] + img.size].reshape(img.shape), img)
+    for bad in (np.zeros(10, np.uint8), np.zeros(10_000, np.int16), np.zeros((100, 100), np.uint8)):
+        with pytest.raises(ValueError):
+            lossless.decode_batch_packed(streams, out=bad)
+
+
+def test_decode_batch_packed_rejects_read_only_or_strided_out() -> None:
+    stream = lossless.encode(make_image("smooth", 5, 5, 3, seed=1))
+    read_only = np.zeros(100, np.uint8)
+    read_only.flags.writeable = False
+    for bad in (read_only, np.zeros(200, np.uint8)[::2]):
+        with pytest.raises(ValueError):
+            lossless.decode_batch_packed([stream], out=bad)

@@ -69,22 +69,6 @@ def decode_batch_packed(
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
-def check_out(out: object, total: int) -> None:
-    """Raise ValueError unless out is a writable contiguous 1-D uint8 array of >= total bytes."""
-    shape = getattr(out, "shape", None)
-    dtype = getattr(out, "dtype", None)
-    if dtype != np.uint8 or shape is None or len(shape) != 1 or shape[0] < total:
-        raise ValueError(f"out must be a 1-D uint8 array of at least {total} bytes, got {dtype} {shape}")
-    flags = getattr(out, "flags", None)
-    for name in ("C_CONTIGUOUS", "WRITEABLE"):  # device arrays have no WRITEABLE flag
-        try:
-            ok = flags is None or bool(flags[name])
-        except KeyError:
-            ok = True
-        if not ok:
-            raise ValueError(f"out must be contiguous and writable ({name} is False)")
-
-
 def decode_batch(
     buffers: Sequence[object], device: str = "cpu", rois: Sequence[Roi | None] | None = None
 ) -> list:

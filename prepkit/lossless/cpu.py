@@ -471,9 +471,7 @@ def decode_plan(plan: plan_mod.Plan, out: np.ndarray | None = None) -> np.ndarra
     if out is None:
         out = np.empty(plan.total, np.uint8)
     else:
-        from prepkit.lossless import check_out
-
-        check_out(out, plan.total)
+        plan_mod.check_out(out, plan.total)
         out = out[: plan.total]
     errors = np.zeros(plan.work.shape[0], np.int32)
     if use_parallel(plan.work.shape[0]):

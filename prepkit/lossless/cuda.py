@@ -249,9 +249,7 @@ def decode_plan(plan: plan_mod.Plan, stream: object = 0, out: object | None = No
     if out is None:
         out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
     else:
-        from prepkit.lossless import check_out
-
-        check_out(out, plan.total)
+        plan_mod.check_out(out, plan.total)
     errors = cuda.device_array(max(plan.work.shape[0], 1), np.int32, stream=stream)
     if plan.work.shape[0]:
         decode_kernel[plan.work.shape[0], THREADS, stream](src, work, out, errors)

@@ -114,3 +114,19 @@ def raise_errors(plan: Plan, errors: np.ndarray) -> None:
         image = int(plan.image_of_item[i])
         text = ERROR_TEXT.get(int(errors[i]), f"error code {int(errors[i])}")
         raise CodecError(f"image {image}: corrupt tile payload ({text}); {bad.size} bad tile(s) in the batch")
+
+
+def check_out(out: object, total: int) -> None:
+    """Raise ValueError unless out is a writable contiguous 1-D uint8 array of >= total bytes."""
+    shape = getattr(out, "shape", None)
+    dtype = getattr(out, "dtype", None)
+    if dtype != np.uint8 or shape is None or len(shape) != 1 or shape[0] < total:
+        raise ValueError(f"out must be a 1-D uint8 array of at least {total} bytes, got {dtype} {shape}")
+    flags = getattr(out, "flags", None)
+    for name in ("C_CONTIGUOUS", "WRITEABLE"):  # device arrays have no WRITEABLE flag
+        try:
+            ok = flags is None or bool(flags[name])
+        except KeyError:
+            ok = True
+        if not ok:
+            raise ValueError(f"out must be contiguous and writable ({name} is False)")

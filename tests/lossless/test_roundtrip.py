@@ -138,3 +138,17 @@ def test_decode_batch_packed_rejects_read_only_or_strided_out() -> None:
     for bad in (read_only, np.zeros(200, np.uint8)[::2]):
         with pytest.raises(ValueError):
             lossless.decode_batch_packed([stream], out=bad)
+
+
+def test_concurrent_calls_from_python_threads() -> None:
+    # The kernels release the GIL and keep scratch per Python thread: concurrent encodes
+    # and decodes must not see each other's buffers.
+    from concurrent.futures import ThreadPoolExecutor
+
+    imgs = [make_image("smooth", 40 + 7 * i, 50 + 5 * i, (1, 3, 4)[i % 3], seed=i) for i in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        streams = list(pool.map(lambda im: lossless.encode(im, tile=16), imgs))
+        outs = list(pool.map(lossless.decode, streams * 3))
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(out, imgs[i % len(imgs)])
+    assert streams == [reference.encode(im, tile=16) for im in imgs]

@@ -45,21 +45,27 @@ def decode(data: object, roi: Roi | None = None) -> np.ndarray:
 
 
 def decode_batch_packed(
-    buffers: Sequence[object], device: str = "cpu", rois: Sequence[Roi | None] | None = None
+    buffers: Sequence[object],
+    device: str = "cpu",
+    rois: Sequence[Roi | None] | None = None,
+    out: object | None = None,
 ) -> tuple[object, object, object]:
     """Decode many streams into one flat uint8 buffer.
 
     Returns (flat, offsets int64[N], shapes int32[N, 3]); image i is
     flat[offsets[i] : offsets[i] + h*w*c] in HxWxC C-order. numpy arrays on "cpu", numba
-    device arrays on "cuda" (one kernel launch for the whole batch).
+    device arrays on "cuda" (one kernel launch for the whole batch). `out`, a contiguous
+    1-D uint8 array (a device array on "cuda") at least as large as the result, is written
+    instead of a new buffer: a reader that reuses it avoids faulting in fresh memory for
+    every batch, which costs more than the decoding on some VMs (docs/BENCHMARKS.md).
     """
     plan = _plan.build(buffers, rois)
     if device == "cpu":
-        return cpu.decode_plan(plan), plan.offsets, plan.shapes
+        return cpu.decode_plan(plan, out), plan.offsets, plan.shapes
     if device == "cuda":
         from prepkit.lossless import cuda  # numba.cuda is imported only when asked for
 
-        return cuda.decode_plan(plan)
+        return cuda.decode_plan(plan, out=out)
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 

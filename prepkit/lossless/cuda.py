@@ -68,18 +68,19 @@ def _scan_max_exclusive(buf, tid, n, value):
 
 
 @cuda.jit(device=True)
-def _scan_lines(vals, seg_total, tid, nt, lines, length, line_stride, step, base_of_line):
+def _scan_lines(vals, seg_total, tid, nt, lines, per_plane, plane, line_stride, length, step):
     """Inclusive prefix sum mod 256 along `lines` lines of `length` elements, in place.
 
-    Element e of line l sits at vals[base_of_line(l) ...] (see callers): the line starts at
-    (l // per_plane) * plane + (l % per_plane) * line_stride and elements are `step` apart.
+    Line l starts at (l // per_plane) * plane + (l % per_plane) * line_stride and its
+    elements are `step` apart. Two-level parallel scan: each thread scans a segment of SEG
+    elements, then adds the totals of the segments before it on its line.
     """
     n_seg = (length + SEG - 1) // SEG
     units = lines * n_seg
     for u in range(tid, units, nt):
         line = u // n_seg
         seg = u - line * n_seg
-        start = base_of_line[0] * (line // base_of_line[1]) + (line % base_of_line[1]) * line_stride
+        start = (line // per_plane) * plane + (line % per_plane) * line_stride
         run = 0
         for e in range(seg * SEG, min(length, seg * SEG + SEG)):
             run += np.int32(vals[start + e * step])
@@ -89,7 +90,7 @@ def _scan_lines(vals, seg_total, tid, nt, lines, length, line_stride, step, base
     for u in range(tid, units, nt):
         line = u // n_seg
         seg = u - line * n_seg
-        start = base_of_line[0] * (line // base_of_line[1]) + (line % base_of_line[1]) * line_stride
+        start = (line // per_plane) * plane + (line % per_plane) * line_stride
         carry = 0
         for s in range(seg):
             carry += seg_total[line * n_seg + s]
@@ -110,7 +111,6 @@ def decode_kernel(src, work, out, errors):
     seg_total = cuda.shared.array(MAX_SEGMENTS, np.int32)
     scan = cuda.shared.array(MAX_THREADS, np.int32)
     flag = cuda.shared.array(2, np.int32)
-    geometry = cuda.local.array(2, np.int32)
 
     start = work[item, 0]
     end = work[item, 1]
@@ -205,11 +205,8 @@ def decode_kernel(src, work, out, errors):
         return
 
     # 4. Inverse predictor: scans along rows (lines = c * th), then along columns (c * tw).
-    geometry[0] = th * tw
-    geometry[1] = th
-    _scan_lines(vals, seg_total, tid, nt, c * th, tw, tw, 1, geometry)
-    geometry[1] = tw
-    _scan_lines(vals, seg_total, tid, nt, c * tw, th, 1, tw, geometry)
+    _scan_lines(vals, seg_total, tid, nt, c * th, th, th * tw, tw, tw, 1)
+    _scan_lines(vals, seg_total, tid, nt, c * tw, tw, th * tw, 1, th, tw)
 
     # 5. Colour and interleave into the requested region.
     plane = th * tw
@@ -236,16 +233,20 @@ def decode_kernel(src, work, out, errors):
         errors[item] = 0
 
 
-def decode_plan(plan: plan_mod.Plan, stream: object = 0) -> tuple[object, object, object]:
+def decode_plan(plan: plan_mod.Plan, stream: object = 0, out: object | None = None) -> tuple[object, object, object]:
     """Decode a validated plan on the GPU with one kernel launch.
 
-    Returns (flat device uint8 buffer, offsets device int64[N], shapes device int32[N, 3]).
+    Returns (flat device uint8 buffer, offsets device int64[N], shapes device int32[N, 3]);
+    the flat buffer is out[:total] when a device array `out` is given.
     Raises CodecError (after one small device-to-host copy of the error codes) if any tile
     payload is corrupt.
     """
     src = cuda.to_device(plan.src, stream=stream)
     work = cuda.to_device(plan.work, stream=stream)
-    out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
+    if out is None:
+        out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
+    else:
+        plan_mod.check_out(out, plan.total)
     errors = cuda.device_array(max(plan.work.shape[0], 1), np.int32, stream=stream)
     if plan.work.shape[0]:
         decode_kernel[plan.work.shape[0], THREADS, stream](src, work, out, errors)

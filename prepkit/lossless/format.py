@@ -95,19 +95,14 @@ def check_shape(height: int, width: int, channels: int, tile: int) -> None:
         raise ValueError(f"at most {MAX_PIXELS} pixels per image, got {height * width}")
 
 
-def tile_blocks(th: int, tw: int, channels: int) -> int:
-    """Number of 16-value Rice blocks in a tile of th x tw pixels."""
-    return -(-(th * tw * channels) // BLOCK)
+def payload_bounds(n_blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest and largest possible payload in bytes of tiles with n_blocks Rice blocks.
 
-
-def max_tile_bytes(n_blocks: int) -> int:
-    """Upper bound on one tile's payload: nibbles + 18 bytes per block + unary padding."""
-    return (n_blocks + 1) // 2 + MAX_BLOCK_BYTES * n_blocks + 1
-
-
-def min_tile_bytes(n_blocks: int) -> int:
-    """Lower bound on one tile's payload: nibbles + one unary bit per value."""
-    return (n_blocks + 1) // 2 + 2 * n_blocks
+    Smallest: section A plus one unary bit per value. Largest: section A, at most 144 bits
+    (18 bytes) per block for sections B and C together, and the padding of C's last byte.
+    """
+    a_len = (n_blocks + 1) // 2
+    return a_len + 2 * n_blocks, a_len + MAX_BLOCK_BYTES * n_blocks + 1
 
 
 def tile_geometry(header: Header) -> tuple[np.ndarray, np.ndarray]:
@@ -125,22 +120,26 @@ def max_encoded_size(height: int, width: int, channels: int, tile: int = 64) -> 
     check_shape(height, width, channels, tile)
     header = Header(height, width, channels, tile, 0)
     th, tw = tile_geometry(header)
-    n_blocks = -(-(th * tw * channels) // BLOCK)
-    total = (n_blocks + 1) // 2 + MAX_BLOCK_BYTES * n_blocks + 1
-    return HEADER_SIZE + header.table_size + int(total.sum())
+    _, largest = payload_bounds(-(-(th * tw * channels) // BLOCK))
+    return HEADER_SIZE + header.table_size + int(largest.sum())
 
 
-def _as_bytes(data: object) -> np.ndarray:
+def as_bytes(data: object) -> np.ndarray:
+    """A read-only uint8 view of any bytes-like object (CodecError if it is not one)."""
     try:
         view = memoryview(data)  # type: ignore[arg-type]
-    except TypeError:
-        raise CodecError(f"expected a bytes-like object, got {type(data).__name__}") from None
-    return np.frombuffer(view.cast("B") if view.ndim != 1 or view.format != "B" else view, np.uint8)
+        if not view.c_contiguous:
+            raise ValueError("not contiguous")
+        if view.ndim != 1 or view.format != "B":
+            view = view.cast("B")  # raises for non-contiguous buffers
+    except (TypeError, ValueError):
+        raise CodecError(f"expected a contiguous bytes-like object, got {type(data).__name__}") from None
+    return np.frombuffer(view, np.uint8)
 
 
 def read_header(data: object) -> Header:
     """Parse and validate the header of an encoded image (raises CodecError)."""
-    buf = _as_bytes(data)
+    buf = as_bytes(data)
     if buf.size < HEADER_SIZE:
         raise CodecError(f"stream too short for a header: need {HEADER_SIZE} bytes, got {buf.size}")
     magic, version, flags, channels, reserved, width, height, tile, reserved2 = _HEADER.unpack(
@@ -171,7 +170,7 @@ def read_tile_table(data: object, header: Header | None = None) -> np.ndarray:
     Checks that offsets start right after the table, increase, stay inside the buffer, end
     exactly at its end, and that each tile's length is plausible for its pixel count.
     """
-    buf = _as_bytes(data)
+    buf = as_bytes(data)
     if header is None:
         header = read_header(buf)
     n = header.n_tiles
@@ -185,9 +184,7 @@ def read_tile_table(data: object, header: Header | None = None) -> np.ndarray:
         raise CodecError(f"last tile offset: expected the stream length {buf.size}, found {offsets[n]}")
     lengths = np.diff(offsets)
     th, tw = tile_geometry(header)
-    n_blocks = -(-(th * tw * header.channels) // BLOCK)
-    low = (n_blocks + 1) // 2 + 2 * n_blocks
-    high = (n_blocks + 1) // 2 + MAX_BLOCK_BYTES * n_blocks + 1
+    low, high = payload_bounds(-(-(th * tw * header.channels) // BLOCK))
     bad = np.flatnonzero((lengths < low) | (lengths > high))
     if bad.size:
         i = int(bad[0])

@@ -35,16 +35,11 @@ class Plan:
     total: int  # bytes of the flat output
 
 
-def as_array(data: object) -> np.ndarray:
-    """A read-only uint8 view of a bytes-like object (CodecError if it is not one)."""
-    return fmt._as_bytes(data)
-
-
 def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -> Plan:
     """Validate every stream and list the tiles each requested region touches."""
     if rois is not None and len(rois) != len(buffers):
         raise ValueError(f"rois must have one entry per buffer: {len(buffers)} buffers, {len(rois)} rois")
-    arrays = [as_array(b) for b in buffers]
+    arrays = [fmt.as_bytes(b) for b in buffers]
     items = []
     owners = []
     shapes = np.zeros((len(arrays), 3), np.int32)
@@ -119,3 +114,19 @@ def raise_errors(plan: Plan, errors: np.ndarray) -> None:
         image = int(plan.image_of_item[i])
         text = ERROR_TEXT.get(int(errors[i]), f"error code {int(errors[i])}")
         raise CodecError(f"image {image}: corrupt tile payload ({text}); {bad.size} bad tile(s) in the batch")
+
+
+def check_out(out: object, total: int) -> None:
+    """Raise ValueError unless out is a writable contiguous 1-D uint8 array of >= total bytes."""
+    shape = getattr(out, "shape", None)
+    dtype = getattr(out, "dtype", None)
+    if dtype != np.uint8 or shape is None or len(shape) != 1 or shape[0] < total:
+        raise ValueError(f"out must be a 1-D uint8 array of at least {total} bytes, got {dtype} {shape}")
+    flags = getattr(out, "flags", None)
+    for name in ("C_CONTIGUOUS", "WRITEABLE"):  # device arrays have no WRITEABLE flag
+        try:
+            ok = flags is None or bool(flags[name])
+        except KeyError:
+            ok = True
+        if not ok:
+            raise ValueError(f"out must be contiguous and writable ({name} is False)")

@@ -114,3 +114,16 @@ def test_reference_agrees_on_corrupt_payloads() -> None:
             assert outcomes[0] is None and outcomes[1] is None
         else:
             np.testing.assert_array_equal(outcomes[0], outcomes[1])
+
+
+@pytest.mark.parametrize("data", ["text", 5, None, np.zeros(100, np.uint8)[::2]])
+def test_non_bytes_inputs_raise_codec_error(data: object) -> None:
+    with pytest.raises(CodecError):
+        lossless.decode(data)
+
+
+def test_accepts_any_contiguous_buffer() -> None:
+    image = np.arange(300, dtype=np.uint8).reshape(10, 10, 3)
+    stream = lossless.encode(image)
+    for data in (bytearray(stream), memoryview(stream), np.frombuffer(stream, np.uint8)):
+        np.testing.assert_array_equal(lossless.decode(data), image)

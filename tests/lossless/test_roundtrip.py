@@ -116,3 +116,39 @@ def test_parallel_and_serial_kernels_agree(monkeypatch: pytest.MonkeyPatch, min_
     assert stream == reference.encode(image, tile=16)
     np.testing.assert_array_equal(lossless.decode(stream), image)
     np.testing.assert_array_equal(lossless.decode(stream, roi=(3, 40, 149, 77)), image[3:149, 40:77])
+
+
+def test_decode_batch_packed_into_reused_buffer() -> None:
+    imgs = [make_image("smooth", 30, 41, 3, seed=2), make_image("noise", 9, 7, 4, seed=3)]
+    streams = [lossless.encode(i, tile=16) for i in imgs]
+    buffer = np.full(10_000, 7, np.uint8)
+    flat, offsets, shapes = lossless.decode_batch_packed(streams, out=buffer)
+    assert np.shares_memory(flat, buffer)
+    for i, img in enumerate(imgs):
+        np.testing.assert_array_equal(flat[offsets[i] : offsets[i] + img.size].reshape(img.shape), img)
+    for bad in (np.zeros(10, np.uint8), np.zeros(10_000, np.int16), np.zeros((100, 100), np.uint8)):
+        with pytest.raises(ValueError):
+            lossless.decode_batch_packed(streams, out=bad)
+
+
+def test_decode_batch_packed_rejects_read_only_or_strided_out() -> None:
+    stream = lossless.encode(make_image("smooth", 5, 5, 3, seed=1))
+    read_only = np.zeros(100, np.uint8)
+    read_only.flags.writeable = False
+    for bad in (read_only, np.zeros(200, np.uint8)[::2]):
+        with pytest.raises(ValueError):
+            lossless.decode_batch_packed([stream], out=bad)
+
+
+def test_concurrent_calls_from_python_threads() -> None:
+    # The kernels release the GIL and keep scratch per Python thread: concurrent encodes
+    # and decodes must not see each other's buffers.
+    from concurrent.futures import ThreadPoolExecutor
+
+    imgs = [make_image("smooth", 40 + 7 * i, 50 + 5 * i, (1, 3, 4)[i % 3], seed=i) for i in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        streams = list(pool.map(lambda im: lossless.encode(im, tile=16), imgs))
+        outs = list(pool.map(lossless.decode, streams * 3))
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(out, imgs[i % len(imgs)])
+    assert streams == [reference.encode(im, tile=16) for im in imgs]

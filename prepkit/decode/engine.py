@@ -59,11 +59,16 @@ def decode_samples(
     pinned: np.ndarray | None = None,
     stream: Any = 0,
     rois: np.ndarray | None = None,
+    out: Any = None,
 ) -> PackedImages:
     """Decode samples ``indices`` of ``store``'s ``field`` into a :class:`PackedImages`.
 
     ``rois`` (int[N, 4] of y0, x0, y1, x1), for the lossless layout only: decode just the
     tiles each region touches and return the regions (crop-aware decoding).
+    ``pinned``: a pinned host buffer to gather raw bytes into before the copy to the GPU.
+    ``out``: a reusable 1-D uint8 buffer (numpy on cpu, device array on cuda) for the decoded
+    pixels, used when large enough: fresh memory costs a page fault per 4 KiB, which on some
+    machines costs more than decoding (see docs/BENCHMARKS.md).
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
@@ -73,14 +78,23 @@ def decode_samples(
     offsets, total = packed_offsets(shapes)
     try:
         if layout == "raw":
-            return _decode_raw(store, indices, field, shapes, offsets, device, pinned, stream)
+            return _decode_raw(store, indices, field, shapes, offsets, device, pinned, stream, out)
         if layout == "jpeg":
-            return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream)
+            return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream, out)
         if layout == "lossless":
-            return _decode_lossless(store, indices, field, shapes, device, rois, stream)
+            return _decode_lossless(store, indices, field, shapes, device, rois, stream, out)
     except CodecError as error:
         raise DecodeError(f"{store.path}: {error}") from None
     raise DecodeError(f"{store.path}: no decoder for layout {layout!r}")
+
+
+def decoded_nbytes(store: Store, indices: Sequence[int], field: str = "image", rois: np.ndarray | None = None) -> int:
+    """Bytes of the packed decoded pixels of ``indices`` (of their regions, with ``rois``)."""
+    shapes = _shapes(store, indices, field).astype(np.int64)
+    if rois is None:
+        return int(np.prod(shapes, axis=1).sum()) if len(shapes) else 0
+    rois = np.asarray(rois, dtype=np.int64)
+    return int(((rois[:, 2] - rois[:, 0]) * (rois[:, 3] - rois[:, 1]) * shapes[:, 2]).sum())
 
 
 def supports_rois(store: Store, field: str = "image") -> bool:
@@ -88,34 +102,42 @@ def supports_rois(store: Store, field: str = "image") -> bool:
     return store.field_arrays[field].layout.name == "lossless"
 
 
+def _fits(out: Any, nbytes: int) -> bool:
+    return out is not None and out.size >= nbytes
+
+
 def _decode_raw(store: Store, indices: list[int], field: str, shapes: np.ndarray, offsets: np.ndarray,
-                device: str, pinned: np.ndarray | None, stream: Any) -> PackedImages:
-    buffer, stored_offsets, lengths = gather_bytes(store, indices, field, out=pinned)
+                device: str, pinned: np.ndarray | None, stream: Any, out: Any) -> PackedImages:
+    host_target = pinned if device == "cuda" else out
+    buffer, stored_offsets, lengths = gather_bytes(store, indices, field, out=host_target)
     expected = np.prod(shapes.astype(np.int64), axis=1) if len(shapes) else lengths
     bad = np.flatnonzero(lengths != expected)
     if bad.size:
         i = int(bad[0])
         raise DecodeError(f"{store.path}: sample {indices[i]}: raw sample holds {lengths[i]} bytes, expected {expected[i]} for shape {tuple(shapes[i])}")
     if device == "cpu":
-        flat = buffer if pinned is None else buffer.copy()
-        return PackedImages(flat, offsets, shapes, "cpu")
+        return PackedImages(buffer, offsets, shapes, "cpu")
     from numba import cuda
 
+    if _fits(out, buffer.size):
+        device_flat = out[: buffer.size]
+        device_flat.copy_to_device(buffer, stream=stream)
+        return PackedImages(device_flat, offsets, shapes, "cuda")
     return PackedImages(cuda.to_device(buffer, stream=stream), offsets, shapes, "cuda")
 
 
 def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarray, offsets: np.ndarray, total: int,
-                 device: str, threads: int | None, stream: Any) -> PackedImages:
+                 device: str, threads: int | None, stream: Any, out: Any) -> PackedImages:
     from prepkit.decode import jpeg
 
     datas = [store.read_bytes(i, field) for i in indices]
     if device == "cuda":
         from numba import cuda
 
-        flat = cuda.device_array(max(total, 1), dtype=np.uint8, stream=stream)[:total]
+        flat = out[:total] if _fits(out, total) else cuda.device_array(max(total, 1), dtype=np.uint8, stream=stream)[:total]
         jpeg.decode_device(datas, shapes, indices, flat, offsets, stream)
         return PackedImages(flat, offsets, shapes, "cuda")
-    flat = np.empty(total, dtype=np.uint8)
+    flat = out[:total] if _fits(out, total) else np.empty(total, dtype=np.uint8)
 
     def work(span: range) -> None:
         pixels = jpeg.decode_host([datas[i] for i in span], shapes[span.start : span.stop], indices[span.start : span.stop])
@@ -134,7 +156,7 @@ def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarra
 
 
 def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str,
-                     rois: np.ndarray | None, stream: Any) -> PackedImages:
+                     rois: np.ndarray | None, stream: Any, out: Any) -> PackedImages:
     from prepkit.lossless import plan as lossless_plan
 
     buffers = [store.read_bytes(i, field) for i in indices]
@@ -146,11 +168,12 @@ def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.nd
         bad = int(np.flatnonzero((decoded != expected).any(axis=1))[0])
         raise DecodeError(f"{store.path}: sample {indices[bad]}: stored image decodes to {tuple(decoded[bad])}, expected {tuple(expected[bad])}")
     offsets = np.asarray(plan.offsets, dtype=np.int64)
+    target = out if _fits(out, plan.total) else None
     if device == "cpu":
         from prepkit.lossless import cpu
 
-        return PackedImages(cpu.decode_plan(plan), offsets, expected.astype(np.int32), "cpu")
+        return PackedImages(cpu.decode_plan(plan, target), offsets, expected.astype(np.int32), "cpu")
     from prepkit.lossless import cuda
 
-    flat = cuda.decode_plan(plan, stream=stream)[0]
+    flat = cuda.decode_plan(plan, stream=stream, out=target)[0]
     return PackedImages(flat, offsets, expected.astype(np.int32), "cuda")

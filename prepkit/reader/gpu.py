@@ -4,8 +4,9 @@ For each batch:
 1. the batch is cut into micro-batches whose staging memory (stored bytes plus decoded
    uint8 pixels) fits half of ``gpu_memory_budget`` (two are in flight at once);
 2. micro-batch k's stored bytes are gathered into a pinned host buffer and copied to the
-   GPU on stream k % 2, then decoded and augmented on that same stream straight into its
-   slice of the batch's output, so the copy of k+1 overlaps the kernels of k;
+   GPU on stream k % 2, then decoded (into a device buffer reused by that stream) and
+   augmented on that same stream straight into its slice of the batch's output, so the copy
+   of k+1 overlaps the kernels of k;
 3. an event is recorded on both streams; the consumer waits on it (on its own stream with
    torch, on the host otherwise). No device-wide synchronization anywhere.
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from prepkit.decode.engine import decode_samples
+from prepkit.decode.engine import decode_samples, decoded_nbytes
 from prepkit.store.reader import Store
 
 DEFAULT_GPU_BUDGET = 1 << 30  # 1 GiB of staging memory
@@ -59,7 +60,10 @@ def split_micro_batches(stored: np.ndarray, decoded: np.ndarray, budget: int) ->
 
 @dataclass
 class _Slot:
+    """Staging memory of one stream: reused once the stream's last work on it is done."""
+
     pinned: np.ndarray
+    device: Any = None
     event: Any = None
 
 
@@ -102,7 +106,11 @@ class GpuStager:
             stored = int((arrays.ranges[part, 1] - arrays.ranges[part, 0]).sum())
             pinned = self._pinned(slot, stored)
             part_rois = None if rois is None else rois[span.start : span.stop]
-            packed = decode_samples(self.store, part, field=field, device="cuda", pinned=pinned, stream=stream, rois=part_rois)
+            decoded = decoded_nbytes(self.store, part, field, part_rois)
+            if slot.device is None or slot.device.size < decoded:
+                slot.device = self.cuda.device_array(max(int(decoded * 1.25), 1 << 16), dtype=np.uint8)
+            packed = decode_samples(self.store, part, field=field, device="cuda", pinned=pinned, stream=stream,
+                                    rois=part_rois, out=slot.device)
             work(packed, span, stream)
             slot.event = self.cuda.event()
             slot.event.record(stream)

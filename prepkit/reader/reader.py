@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from prepkit.decode.engine import decode_samples, supports_rois
+from prepkit.decode.engine import decode_samples, decoded_nbytes, supports_rois
 from prepkit.decode.packed import PackedImages
 from prepkit.errors import DecodeError, PipelineError, PrepkitError
 from prepkit.reader.batch import Batch
@@ -112,6 +112,7 @@ class Reader:
             from prepkit.reader.gpu import GpuStager
 
             self._stager = GpuStager(self.store, gpu_memory_budget, use_torch=output == "torch")
+        self._scratch: dict[str, np.ndarray] = {}
         self.epoch = 0
         self._next_batch = 0
         self._active: Prefetcher[Any] | None = None
@@ -246,6 +247,13 @@ class Reader:
     def _params(self, pipeline: Any, shapes: np.ndarray, indices: np.ndarray) -> Any:
         return pipeline.params(shapes, indices, seed=self.seed, epoch=self.epoch)
 
+    def _host_scratch(self, field: str, nbytes: int) -> np.ndarray:
+        buffer = self._scratch.get(field)
+        if buffer is None or buffer.size < nbytes:
+            buffer = np.empty(int(nbytes * 1.25) + 1, dtype=np.uint8)
+            self._scratch[field] = buffer
+        return buffer
+
     def _crop_plan(self, field: str, indices: np.ndarray) -> tuple[Any, np.ndarray | None, Any]:
         """(params on the full images, regions to decode or None, params on those regions).
 
@@ -267,7 +275,10 @@ class Reader:
         if self.pipeline is None:
             return _stack_or_list(decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads))
         _, rois, params = self._crop_plan(field, indices)
-        packed = decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads, rois=rois)
+        # The decoded pixels only live until the fused kernel has read them: decode into a
+        # buffer reused from batch to batch (fresh memory costs a page fault per 4 KiB).
+        scratch = self._host_scratch(field, decoded_nbytes(self.store, indices, field, rois))
+        packed = decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads, rois=rois, out=scratch)
         if field == "mask":
             return self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, params, "cpu", mode=self.mask_mode)
         return self.pipeline(packed.flat, packed.offsets, packed.shapes, params, "cpu")

@@ -129,3 +129,26 @@ def test_epoch_finished_and_iterating_again(store_path: Path) -> None:
     assert all_indices(reader) == first  # a finished epoch iterated again starts over, like a DataLoader
     reader.set_epoch(1)
     assert not reader.epoch_finished
+
+
+def test_transformed_batches_match_a_plain_decode_and_augment(tmp_path: Path) -> None:
+    """Crop-aware lossless decoding and the reused decode buffer change nothing in the output."""
+    from prepkit.augment import Normalize, Pipeline, RandomHorizontalFlip, RandomResizedCrop, ToDtype
+    from prepkit.layouts import LosslessLayout
+
+    for number in range(9):
+        write_image(tmp_path / "src" / f"{number}.png", smooth_image(40 + 7 * number, 90 - 5 * number, seed=number))
+    build_store(str(tmp_path / "src"), str(tmp_path / "s"), layout=LosslessLayout(tile=16), options=ImageOptions(), samples_per_shard=4, workers=1)
+    ops = [RandomResizedCrop(16), RandomHorizontalFlip(), ToDtype("float32", scale=True), Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))]
+    store = prepkit.open_store(tmp_path / "s")
+    pipeline = Pipeline(ops)
+    reader = prepkit.Reader(store, batch_size=4, seed=9, transforms=ops)
+    for epoch in range(2):
+        reader.set_epoch(epoch)
+        for batch in reader:
+            images = [store[int(i)]["image"] for i in batch.indices]
+            flat = np.concatenate([image.ravel() for image in images])
+            shapes = np.array([image.shape for image in images], dtype=np.int32)
+            offsets = np.concatenate([[0], np.cumsum([image.size for image in images])[:-1]]).astype(np.int64)
+            params = pipeline.params(shapes, batch.indices, seed=9, epoch=epoch)
+            np.testing.assert_array_equal(batch.images, pipeline(flat, offsets, shapes, params))

@@ -153,14 +153,25 @@ def candidates(quality: int, devices: Sequence[str]) -> list[Candidate]:
     return found
 
 
+def _decoded_size(encoded: list[bytes]) -> int:
+    from prepkit import lossless
+
+    headers = [lossless.read_header(data) for data in encoded]
+    return sum(h.height * h.width * h.channels for h in headers)
+
+
 def _lossless_cpu_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
     import numba
 
     from prepkit import lossless
 
+    # Decode the batch into a buffer reused across passes, as the reader does: a fresh buffer
+    # would mostly measure page faults (docs/BENCHMARKS.md, lossless codec caveats).
+    out = np.empty(_decoded_size(encoded), dtype=np.uint8)
+
     def one_pass() -> None:
         numba.set_num_threads(threads)
-        lossless.decode_batch(encoded, device="cpu")
+        lossless.decode_batch_packed(encoded, device="cpu", out=out)
 
     return one_pass
 
@@ -187,8 +198,10 @@ def _lossless_cuda_run(encoded: list[bytes], threads: int) -> Callable[[], None]
 
     from prepkit import lossless
 
+    out = cuda.device_array(_decoded_size(encoded), dtype=np.uint8)
+
     def one_pass() -> None:
-        lossless.decode_batch_packed(encoded, device="cuda")  # includes the host-to-device copy
+        lossless.decode_batch_packed(encoded, device="cuda", out=out)  # includes the host-to-device copy
         cuda.synchronize()
 
     return one_pass

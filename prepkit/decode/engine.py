@@ -15,6 +15,7 @@ headers; raw sizes are checked against the recorded shapes here).
 from __future__ import annotations
 
 from collections.abc import Sequence
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -150,9 +151,21 @@ def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarra
     else:
         step = -(-len(indices) // workers)
         spans = [range(s, min(s + step, len(indices))) for s in range(0, len(indices), step)]
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(work, spans))
+        list(_decode_pool(workers).map(work, spans))
     return PackedImages(flat, offsets, shapes, "cpu")
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _decode_pool(workers: int) -> ThreadPoolExecutor:
+    """A long-lived pool per size: its threads keep their JPEG decoders from batch to batch."""
+    with _pools_lock:
+        pool = _pools.get(workers)
+        if pool is None:
+            pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="prepkit-jpeg")
+        return pool
 
 
 def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str,

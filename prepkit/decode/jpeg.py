@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -29,20 +30,30 @@ _NVIMGCODEC: Any = None
 _NVIMGCODEC_ERROR: str | None = None
 
 
+_silence_lock = threading.RLock()
+
+
 @contextmanager
 def _silenced_fds() -> Iterator[None]:
-    """Silence C-level writes to stdout/stderr (nvImageCodec's loader messages)."""
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
+    """Silence C-level writes to stdout/stderr (nvImageCodec's loader messages).
+
+    File descriptors are process-wide: two threads doing this at once would save each
+    other's redirection and leave stdout pointing at /dev/null for good, hence the lock.
+    """
+    with _silence_lock:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in (*saved, null):
+                os.close(fd)
 
 
 def nvimgcodec_module() -> Any:

@@ -152,3 +152,4 @@ def test_transformed_batches_match_a_plain_decode_and_augment(tmp_path: Path) ->
             offsets = np.concatenate([[0], np.cumsum([image.size for image in images])[:-1]]).astype(np.int64)
             params = pipeline.params(shapes, batch.indices, seed=9, epoch=epoch)
             np.testing.assert_array_equal(batch.images, pipeline(flat, offsets, shapes, params))
+

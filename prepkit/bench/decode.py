@@ -2,7 +2,7 @@
 
 For each format the images are encoded once, then decoded ``repeat`` times after
 ``warmup`` untimed passes; a figure is the median pass. All formats run in the same
-process and the same minute, so their ratios hold on a noisy machine.
+process, in interleaved rounds, so their ratios hold on a noisy machine.
 
 Decoders (a format whose library is missing is listed as skipped, with the reason):
 
@@ -18,6 +18,8 @@ Decoders (a format whose library is missing is listed as skipped, with the reaso
 
 CPU decoders run on ``threads`` threads (a thread pool for the per-image libraries, numba's
 thread count for prepkit's kernels).
+Decoders are timed in interleaved rounds (one pass of each in turn) so that the ratios hold
+on a noisy machine; a figure is the median round.
 """
 
 from __future__ import annotations
@@ -266,17 +268,6 @@ def _reader_candidates(images: list[np.ndarray], devices: Sequence[str], folder:
     return found
 
 
-def _time(one_pass: Callable[[], None], repeat: int, warmup: int) -> float:
-    for _ in range(warmup):
-        one_pass()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        one_pass()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def run_benchmark(
     images: list[np.ndarray],
     *,
@@ -288,48 +279,67 @@ def run_benchmark(
     with_reader: bool = True,
     progress: Callable[[str], None] = lambda text: None,
 ) -> tuple[list[Result], dict[str, Any]]:
-    """Measure every available decoder on ``images``; returns (results, machine)."""
+    """Measure every available decoder on ``images``; returns (results, machine).
+
+    Every decoder is prepared and warmed up first; then ``repeat`` rounds time one pass of
+    each decoder in turn, so a busy spell of a shared machine hits all of them alike.
+    """
     raw_bytes = sum(image.nbytes for image in images)
     results: list[Result] = []
+    passes: list[tuple[Result, Callable[[], None]]] = []
     encoded_cache: dict[str, list[bytes]] = {}
-    for candidate in candidates(quality, devices):
-        result = Result(candidate.format, candidate.decoder, candidate.device, threads if candidate.device == "cpu" else 1, images=len(images))
-        if candidate.skipped:
-            result.skipped = candidate.skipped
-            results.append(result)
-            continue
-        progress(f"{candidate.format} / {candidate.decoder} / {candidate.device}")
+
+    def prepare(result: Result, make: Callable[[], Callable[[], None]], label: str) -> None:
+        results.append(result)
+        progress(f"preparing {label}")
         try:
-            if candidate.format not in encoded_cache:
-                encoded_cache[candidate.format] = [candidate.encode(image) for image in images]  # type: ignore[misc]
-            encoded = encoded_cache[candidate.format]
-            seconds = _time(candidate.run(encoded, threads), repeat, warmup)
+            one_pass = make()
+            for _ in range(warmup):
+                one_pass()
         except Exception as error:  # a broken optional library must not end the benchmark
             result.skipped = f"failed: {type(error).__name__}: {error}"
-            results.append(result)
-            continue
-        result.encoded_bytes = candidate.stored_bytes(encoded)
-        result.size_ratio = result.encoded_bytes / raw_bytes
-        result.images_per_s = len(images) / seconds
-        result.decoded_mb_per_s = raw_bytes / seconds / 1e6
-        results.append(result)
-    if with_reader:
-        with tempfile.TemporaryDirectory() as folder:
-            for candidate, make in _reader_candidates(images, devices, Path(folder), threads):
+            return
+        passes.append((result, one_pass))
+
+    with tempfile.TemporaryDirectory() as folder:
+        for candidate in candidates(quality, devices):
+            result = Result(candidate.format, candidate.decoder, candidate.device,
+                            threads if candidate.device == "cpu" else 1, images=len(images))
+            if candidate.skipped:
+                result.skipped = candidate.skipped
+                results.append(result)
+                continue
+
+            def make(candidate: Candidate = candidate, result: Result = result) -> Callable[[], None]:
+                if candidate.format not in encoded_cache:
+                    encoded_cache[candidate.format] = [candidate.encode(image) for image in images]  # type: ignore[misc]
+                encoded = encoded_cache[candidate.format]
+                result.encoded_bytes = candidate.stored_bytes(encoded)
+                result.size_ratio = result.encoded_bytes / raw_bytes
+                return candidate.run(encoded, threads)
+
+            prepare(result, make, f"{candidate.format} / {candidate.decoder} / {candidate.device}")
+        if with_reader:
+            for candidate, make_reader in _reader_candidates(images, devices, Path(folder), threads):
                 result = Result(candidate.format, candidate.decoder, candidate.device, threads, images=len(images))
                 if candidate.skipped:
                     result.skipped = candidate.skipped
-                else:
-                    progress(f"reader / {candidate.device}")
-                    try:
-                        seconds = _time(make(threads), repeat, warmup)
-                        result.images_per_s = len(images) / seconds
-                        result.decoded_mb_per_s = raw_bytes / seconds / 1e6
-                        lossless_row = next((r for r in results if r.format == "prepkit-lossless" and r.size_ratio), None)
-                        result.size_ratio = lossless_row.size_ratio if lossless_row else None
-                    except Exception as error:
-                        result.skipped = f"failed: {type(error).__name__}: {error}"
-                results.append(result)
+                    results.append(result)
+                    continue
+                lossless_row = next((r for r in results if r.format == "prepkit-lossless" and r.size_ratio), None)
+                result.size_ratio = lossless_row.size_ratio if lossless_row else None
+                prepare(result, lambda make_reader=make_reader: make_reader(threads), f"reader / {candidate.device}")
+        timings: dict[int, list[float]] = {id(result): [] for result, _ in passes}
+        for round_number in range(repeat):
+            progress(f"round {round_number + 1} of {repeat}")
+            for result, one_pass in passes:
+                start = time.perf_counter()
+                one_pass()
+                timings[id(result)].append(time.perf_counter() - start)
+    for result, _ in passes:
+        seconds = statistics.median(timings[id(result)])
+        result.images_per_s = len(images) / seconds
+        result.decoded_mb_per_s = raw_bytes / seconds / 1e6
     png = next((r for r in results if r.format == "png" and r.images_per_s), None)
     for result in results:
         if png and result.images_per_s:

@@ -84,7 +84,7 @@ def bench_decode(inputs: tuple[str, ...], threads: int, device: str, repeat: int
                    f"median of {repeat} after {warmup} warm-up", err=True)
         results, machine = run_benchmark(
             images, threads=threads, devices=devices, repeat=repeat, warmup=warmup, quality=quality,
-            with_reader=not no_reader, progress=lambda text: click.echo(f"  measuring {text}", err=True),
+            with_reader=not no_reader, progress=lambda text: click.echo(f"  {text}", err=True),
         )
     click.echo(f"machine: {machine_line(machine)}")
     click.echo(format_table(results))

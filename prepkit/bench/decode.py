@@ -391,7 +391,7 @@ def plot(results: list[Result], machine: dict[str, Any], path: str, title: str =
         axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, note, va="center", fontsize=8)
     gpu = machine.get("gpu") or "no GPU"
     axis.set_title(title or f"bench-decode: {machine['images']} images, {machine['threads']} CPU threads, {gpu}", fontsize=10)
-    axis.set_xlim(right=max(values) * 30 if values else 10)
+    axis.set_xlim(right=max(values) * 8 if values else 10)  # room for the labels
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -138,6 +138,20 @@ def _remove_leftovers(dest: Path) -> None:
         shutil.rmtree(dest / STAGING)
 
 
+def _clean_finished(dest: Path) -> None:
+    """A writer killed after marking the store complete left its staging folder: remove it,
+    unless a writer holds the lock right now."""
+    with open(dest / LOCK_NAME, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        try:
+            _remove_leftovers(dest)
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
     """Refuse early (before any work) a destination that must not be written."""
     path = Path(dest)
@@ -148,6 +162,8 @@ def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
     if not _is_prepkit_destination(path):
         raise StoreError(f"destination {str(path)!r} exists and is not empty (use --overwrite to replace it)")
     if not (path / STAGING).is_dir() or _marked_complete(path):
+        if (path / STAGING).is_dir():
+            _clean_finished(path)
         raise StoreError(f"destination {str(path)!r} already holds a complete store (use --overwrite to replace it)")
 
 

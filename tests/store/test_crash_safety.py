@@ -86,3 +86,19 @@ def test_many_processes_read_one_store(many_images: Path, tmp_path: Path) -> Non
     with ProcessPoolExecutor(3, mp_context=get_context("spawn")) as pool:
         results = list(pool.map(_checksum_all, [str(tmp_path / "s")] * 3))
     assert results == [expected] * 3
+
+
+def test_killed_during_final_clean_up_leaves_a_clean_complete_store(many_images: Path, tmp_path: Path) -> None:
+    import shutil
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(shard_command(many_images, tmp_path / "s"), check=True, env=env, capture_output=True)
+    reference = store_files(tmp_path / "s")
+    (tmp_path / "s" / ".prepkit").mkdir()  # what a kill between "complete" and the clean-up leaves
+    (tmp_path / "s" / ".prepkit" / "plan.json").write_text("{}")
+    (tmp_path / "s" / "image" / "zarr.json.partial").write_text("")
+    assert prepkit.open_store(tmp_path / "s").attributes.complete  # readable as it is
+    result = subprocess.run(shard_command(many_images, tmp_path / "s"), env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "already holds a complete store" in result.stderr
+    assert store_files(tmp_path / "s") == reference
+    shutil.rmtree(tmp_path / "s")

@@ -66,7 +66,8 @@ def decode_samples(
 
     ``rois`` (int[N, 4] of y0, x0, y1, x1), for the lossless layout only: decode just the
     tiles each region touches and return the regions (crop-aware decoding).
-    ``pinned``: a pinned host buffer to gather raw bytes into before the copy to the GPU.
+    ``pinned``: a pinned host buffer to stage the stored bytes in before the copy to the GPU
+    (raw and lossless).
     ``out``: a reusable 1-D uint8 buffer (numpy on cpu, device array on cuda) for the decoded
     pixels, used when large enough: fresh memory costs a page fault per 4 KiB, which on some
     machines costs more than decoding (see docs/BENCHMARKS.md).
@@ -83,7 +84,7 @@ def decode_samples(
         if layout == "jpeg":
             return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream, out)
         if layout == "lossless":
-            return _decode_lossless(store, indices, field, shapes, device, rois, stream, out)
+            return _decode_lossless(store, indices, field, shapes, device, rois, stream, out, pinned)
     except CodecError as error:
         raise DecodeError(f"{store.path}: {error}") from None
     raise DecodeError(f"{store.path}: no decoder for layout {layout!r}")
@@ -169,7 +170,7 @@ def _decode_pool(workers: int) -> ThreadPoolExecutor:
 
 
 def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str,
-                     rois: np.ndarray | None, stream: Any, out: Any) -> PackedImages:
+                     rois: np.ndarray | None, stream: Any, out: Any, pinned: np.ndarray | None = None) -> PackedImages:
     from prepkit.lossless import plan as lossless_plan
 
     buffers = [store.read_bytes(i, field) for i in indices]
@@ -188,5 +189,5 @@ def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.nd
         return PackedImages(cpu.decode_plan(plan, target), offsets, expected.astype(np.int32), "cpu")
     from prepkit.lossless import cuda
 
-    flat = cuda.decode_plan(plan, stream=stream, out=target)[0]
+    flat = cuda.decode_plan(plan, stream=stream, out=target, pinned=pinned)[0]
     return PackedImages(flat, offsets, expected.astype(np.int32), "cuda")

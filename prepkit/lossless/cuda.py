@@ -233,15 +233,23 @@ def decode_kernel(src, work, out, errors):
         errors[item] = 0
 
 
-def decode_plan(plan: plan_mod.Plan, stream: object = 0, out: object | None = None) -> tuple[object, object, object]:
+def decode_plan(
+    plan: plan_mod.Plan, stream: object = 0, out: object | None = None, pinned: np.ndarray | None = None
+) -> tuple[object, object, object]:
     """Decode a validated plan on the GPU with one kernel launch.
 
     Returns (flat device uint8 buffer, offsets device int64[N], shapes device int32[N, 3]);
-    the flat buffer is out[:total] when a device array `out` is given.
+    the flat buffer is out[:total] when a device array `out` is given. With `pinned`, a
+    page-locked host buffer at least as large as the compressed batch, the streams are
+    staged there so that their host-to-device copy is asynchronous and at full speed.
     Raises CodecError (after one small device-to-host copy of the error codes) if any tile
     payload is corrupt.
     """
-    src = cuda.to_device(plan.src, stream=stream)
+    source = plan.src
+    if pinned is not None and pinned.size >= source.size:
+        pinned[: source.size] = source
+        source = pinned[: source.size]
+    src = cuda.to_device(source, stream=stream)
     work = cuda.to_device(plan.work, stream=stream)
     if out is None:
         out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)

@@ -98,9 +98,9 @@ def fuzz_lossless(seconds: float, seed: int = 0) -> FuzzReport:
         data = mutate(rng.choice(seeds), rng)
         kind = rng.randrange(3)
         if kind == 0:
-            _run_case(report, lambda: lossless.decode(data))
+            _run_case(report, lambda data=data: lossless.decode(data))
         elif kind == 1:
-            def decode_region() -> object:
+            def decode_region(data: bytes = data) -> object:
                 header = lossless.read_header(data)  # a damaged header is rejected here
                 y0, y1 = sorted(rng.sample(range(header.height + 1), 2)) if header.height > 1 else (0, 1)
                 x0, x1 = sorted(rng.sample(range(header.width + 1), 2)) if header.width > 1 else (0, 1)
@@ -108,7 +108,7 @@ def fuzz_lossless(seconds: float, seed: int = 0) -> FuzzReport:
 
             _run_case(report, decode_region)
         else:
-            _run_case(report, lambda: lossless.decode_batch([rng.choice(seeds), data]))
+            _run_case(report, lambda data=data: lossless.decode_batch([rng.choice(seeds), data]))
     return report
 
 

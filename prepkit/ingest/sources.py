@@ -204,7 +204,7 @@ def _list_manifest(path: Path) -> SourceListing:
 
     items: list[SourceItem] = []
     has_masks = any(row.get("mask") not in (None, "") for row in rows)
-    for number, (row, raw_label) in enumerate(zip(rows, raw_labels), start=1):
+    for row, raw_label in zip(rows, raw_labels):
         file = str(row["path"])
         full = file if os.path.isabs(file) else str(base / file)
         label: int | None

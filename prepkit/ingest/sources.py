@@ -195,12 +195,10 @@ def _list_manifest(path: Path) -> SourceListing:
     present = [label for label in raw_labels if label not in (None, "")]
     class_names: list[str] | None = None
     label_of: dict[str, int] = {}
-    if present:
-        if all(_is_int(label) for label in present):
-            pass
-        else:
-            class_names = sorted({str(label) for label in present})
-            label_of = {name: index for index, name in enumerate(class_names)}
+    if present and not all(_is_int(label) for label in present):
+        # Class names: integer labels in sorted name order, as ImageFolder numbers folders.
+        class_names = sorted({str(label) for label in present})
+        label_of = {name: index for index, name in enumerate(class_names)}
 
     items: list[SourceItem] = []
     has_masks = any(row.get("mask") not in (None, "") for row in rows)
@@ -212,6 +210,8 @@ def _list_manifest(path: Path) -> SourceListing:
             label = None
         elif class_names is None:
             label = int(str(raw_label))
+            if label < 0:
+                raise IngestError(f"manifest {str(path)!r}: row {len(items) + 1} has label {label}; labels must be >= 0")
         else:
             label = label_of[str(raw_label)]
         mask = row.get("mask")

@@ -88,6 +88,17 @@ def _emit_row(row, flip, round_u8, scale, bias, kind, out, first, step):  # type
 
 
 @_jit
+def _row_starts(out_size):  # type: ignore[no-untyped-def]
+    """Exclusive prefix sum of output rows per image (and the total last): the parallel loop
+    runs over every output row of the batch and finds its image by binary search."""
+    n = out_size.shape[0]
+    row_base = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        row_base[i + 1] = row_base[i] + out_size[i, 0]
+    return row_base
+
+
+@_jit
 def _out_index(base, c, y, x, channels, h, w, nchw):  # type: ignore[no-untyped-def]
     if nchw:
         return base + (c * h + y) * w + x
@@ -137,9 +148,7 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
             # Where column col's first tap sits in the row buffer (see the row loop).
             x_index[i, col] = (x_start[i, col] - x_start[i, 0]) * channels
 
-    row_base = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        row_base[i + 1] = row_base[i] + out_size[i, 0]
+    row_base = _row_starts(out_size)
     for t in prange(row_base[n]):
         i = np.searchsorted(row_base, t, side="right") - 1
         y = t - row_base[i]
@@ -185,9 +194,7 @@ def _mask_kernel(  # type: ignore[no-untyped-def]
     flat, offsets, shapes, region, resized, offset, flip, out_size, exact, nchw, out, out_offsets
 ):
     n = shapes.shape[0]
-    row_base = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        row_base[i + 1] = row_base[i] + out_size[i, 0]
+    row_base = _row_starts(out_size)
     for t in prange(row_base[n]):
         i = np.searchsorted(row_base, t, side="right") - 1
         y = t - row_base[i]

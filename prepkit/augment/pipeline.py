@@ -163,12 +163,7 @@ class Pipeline:
         on (e.g. ``cuda.external_stream(torch.cuda.current_stream().cuda_stream)``);
         the call does not synchronise.
         """
-        shapes_h = _host_shapes(shapes, device)
-        channels = _channels(shapes_h)
-        h, w = params.uniform_size()
-        n = len(params)
-        shape = (n, channels, h, w) if self.layout == "NCHW" else (n, h, w, channels)
-        out_offsets = np.arange(n, dtype=np.int64) * (h * w * channels)
+        shapes_h, channels, shape, out_offsets = self._batch_output(shapes, params, device)
         plan = self.plan(channels)
         if device == "cpu":
             result, target = _host_output(out, shape, self.dtype)
@@ -199,12 +194,7 @@ class Pipeline:
         """
         if mode not in ("nearest", "nearest-exact"):
             raise PipelineError(f"mode: expected 'nearest' or 'nearest-exact', found {mode!r}")
-        shapes_h = _host_shapes(shapes, device)
-        channels = _channels(shapes_h)
-        h, w = params.uniform_size()
-        n = len(params)
-        shape = (n, channels, h, w) if self.layout == "NCHW" else (n, h, w, channels)
-        out_offsets = np.arange(n, dtype=np.int64) * (h * w * channels)
+        shapes_h, channels, shape, out_offsets = self._batch_output(shapes, params, device)
         exact = mode == "nearest-exact"
         if device == "cpu":
             result, target = _host_output(out, shape, "uint8")
@@ -217,6 +207,15 @@ class Pipeline:
         return cuda_kernels.mask(
             flat, offsets, shapes_h, params, exact, self.layout == "NCHW", shape, out, out_offsets, stream
         )
+
+    def _batch_output(self, shapes: Any, params: Params, device: str) -> tuple[np.ndarray, int, tuple[int, ...], np.ndarray]:
+        """(host shapes, channels, output shape, per-image output offsets) of a batch."""
+        shapes_h = _host_shapes(shapes, device)
+        channels = _channels(shapes_h)
+        h, w = params.uniform_size()
+        n = len(params)
+        shape = (n, channels, h, w) if self.layout == "NCHW" else (n, h, w, channels)
+        return shapes_h, channels, shape, np.arange(n, dtype=np.int64) * (h * w * channels)
 
     def apply_packed(
         self, flat: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, params: Params

@@ -6,7 +6,7 @@ PREPKIT := $(VENV)/bin/prepkit
 DEMO_OUT := out/demo
 DEMO_LAYOUTS ?= raw jpeg lossless
 
-.PHONY: demo test test-fast test-cudasim setup fuzz bench clean
+.PHONY: demo test test-fast test-cudasim lint setup fuzz bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +31,13 @@ demo: setup
 
 # The whole suite. CUDA kernels run under numba's simulator, which must be switched on
 # before numba is first imported, so those tests run in their own pytest process.
-test: setup
+test: setup lint
 	$(PY) -m pytest -q tests --ignore=tests/cudasim
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q tests/cudasim
+
+# Lint and types: ruff over the code and tests (configuration in pyproject.toml).
+lint: setup
+	$(VENV)/bin/ruff check prepkit tests recipes
 
 test-fast: setup
 	$(PY) -m pytest -q -x tests --ignore=tests/cudasim

@@ -18,8 +18,8 @@ region_start + (r + 0.5) * region / resized - 0.5 (half-pixel centres).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -17,7 +17,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class Pipeline:
             except PipelineError as exc:
                 raise PipelineError(f"ops[{position}] {exc}") from None
             if op.resamples:
-                self.antialias = bool(getattr(op, "antialias"))
+                self.antialias = bool(op.antialias)
                 # torchvision resizes uint8 images to uint8 (rounded).
                 self.round_u8 = spec.dtype == "uint8"
             spec = after
@@ -85,7 +86,7 @@ class Pipeline:
         return {"layout": self.layout, "ops": [op.to_dict() for op in self.ops]}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Pipeline":
+    def from_dict(cls, data: dict[str, Any]) -> Pipeline:
         """Rebuild a pipeline from :meth:`to_dict` output."""
         return cls([op_from_dict(op) for op in data["ops"]], layout=data.get("layout", "NCHW"))
 
@@ -121,7 +122,7 @@ class Pipeline:
         scale, bias = self.channel_affine(channels)
         return Plan(self.antialias, self.round_u8, scale, bias, _KINDS[self.dtype], self.layout == "NCHW")
 
-    def split(self, k: int = 0) -> tuple["Pipeline", "Pipeline"]:
+    def split(self, k: int = 0) -> tuple[Pipeline, Pipeline]:
         """Expresso's transfer index: (first k ops, the rest).
 
         The first part runs where the data is (usually the CPU) and must leave uint8

@@ -22,7 +22,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     std = torch.tensor(STD).view(3, 1, 1)
     sources = [
         torch.from_numpy(flat[o : o + int(np.prod(s))].reshape(tuple(s))).permute(2, 0, 1)
-        for o, s in zip(offsets, shapes)
+        for o, s in zip(offsets, shapes, strict=True)
     ]
 
     def torch_run(float_first: bool) -> torch.Tensor:

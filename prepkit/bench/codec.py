@@ -18,8 +18,8 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -88,7 +88,7 @@ def bench_set(name: str, images: Sequence[np.ndarray], threads: int, repeat: int
         pngs = [_png_encode(img) for img in images]
         qois = [qoi.encode(np.ascontiguousarray(img)) for img in images]
         ours = [lossless.encode(img) for img in images]
-        for data, img in zip(ours, images):  # never report numbers for a broken codec
+        for data, img in zip(ours, images, strict=True):  # never report numbers for a broken codec
             if not np.array_equal(lossless.decode(data), img):
                 raise AssertionError(f"{name}: lossless round trip failed")
         reused = np.empty(raw, np.uint8)  # what a reader that keeps its batch buffer does

@@ -240,7 +240,7 @@ def _reader_candidates(images: list[np.ndarray], devices: Sequence[str], folder:
         class_names=None, provenance={"command": "bench-decode"}, items_digest="bench",
     )
     with StoreWriter(folder / "reader-store", plan, {"image": layout}, overwrite=True) as writer:
-        writer.write_shard(0, [EncodedSample(i, f"{i}", None, {"image": (e, tuple(im.shape))}) for i, (e, im) in enumerate(zip(encoded, images))])
+        writer.write_shard(0, [EncodedSample(i, f"{i}", None, {"image": (e, tuple(im.shape))}) for i, (e, im) in enumerate(zip(encoded, images, strict=True))])
         writer.finalize()
     found = []
     no_cuda = _cuda_available()
@@ -382,7 +382,7 @@ def plot(results: list[Result], machine: dict[str, Any], path: str, title: str =
     bars = axis.barh(labels, values, color=colours)
     axis.set_xscale("log")
     axis.set_xlabel("images decoded per second (log scale, higher is better)")
-    for bar, row in zip(bars, rows):
+    for bar, row in zip(bars, rows, strict=True):
         note = f" {row.images_per_s:,.0f}/s"
         if row.size_ratio is not None:
             note += f"  size {row.size_ratio:.2f}x raw"

@@ -9,7 +9,7 @@ JPEG-derived images are.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from PIL import Image
@@ -35,7 +35,7 @@ def data_dir() -> str:
     return os.path.join(os.path.dirname(skimage.__file__), "data")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_photo(name: str) -> np.ndarray:
     """One bundled photo as (H, W, 3) uint8."""
     with Image.open(os.path.join(data_dir(), name)) as im:

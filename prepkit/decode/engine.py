@@ -14,8 +14,8 @@ headers; raw sizes are checked against the recorded shapes here).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,7 +41,7 @@ def gather_bytes(store: Store, indices: Sequence[int], field: str = "image", out
         np.cumsum(lengths[:-1], out=offsets[1:])
     total = int(lengths.sum())
     buffer = out[:total] if out is not None and out.size >= total else np.empty(total, dtype=np.uint8)
-    for view, start in zip(views, offsets):
+    for view, start in zip(views, offsets, strict=True):
         buffer[start : start + view.size] = view
     return buffer, offsets, lengths
 
@@ -143,7 +143,7 @@ def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarra
 
     def work(span: range) -> None:
         pixels = jpeg.decode_host([datas[i] for i in span], shapes[span.start : span.stop], indices[span.start : span.stop])
-        for i, image in zip(span, pixels):
+        for i, image in zip(span, pixels, strict=True):
             flat[offsets[i] : offsets[i] + image.size] = image.reshape(-1)
 
     workers = max(1, min(threads or 1, len(indices)))

@@ -16,9 +16,9 @@ import io
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -115,7 +115,7 @@ def decode_host(datas: Sequence[Any], shapes: np.ndarray, sample_ids: Sequence[i
     """
     use_nvimgcodec = backend == "nvimgcodec" or (backend == "auto" and nvimgcodec_module() is not None)
     results: list[np.ndarray] = []
-    for data, shape, sample in zip(datas, shapes, sample_ids):
+    for data, shape, sample in zip(datas, shapes, sample_ids, strict=True):
         try:
             if use_nvimgcodec:
                 image = _decoder("cpu").decode(np.asarray(data), params=_params(int(shape[2])))
@@ -145,7 +145,7 @@ def decode_device(datas: Sequence[Any], shapes: np.ndarray, sample_ids: Sequence
     for channels in sorted({int(s[2]) for s in shapes}):
         chosen = [i for i, s in enumerate(shapes) if int(s[2]) == channels]
         images = decoder.decode([np.asarray(datas[i]) for i in chosen], params=_params(channels))
-        for position, image in zip(chosen, images):
+        for position, image in zip(chosen, images, strict=True):
             if image is None:
                 raise DecodeError(f"sample {sample_ids[position]}: nvImageCodec could not decode the stored JPEG")
             h, w, c = (int(v) for v in shapes[position])

@@ -42,7 +42,7 @@ class PackedImages:
         start = int(self.offsets[index])
         return self.flat[start : start + h * w * c].reshape((h, w, c))
 
-    def to_host(self) -> "PackedImages":
+    def to_host(self) -> PackedImages:
         if self.device == "cpu":
             return self
         return PackedImages(self.flat.copy_to_host(), self.offsets, self.shapes, "cpu")

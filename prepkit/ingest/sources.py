@@ -202,7 +202,7 @@ def _list_manifest(path: Path) -> SourceListing:
 
     items: list[SourceItem] = []
     has_masks = any(row.get("mask") not in (None, "") for row in rows)
-    for row, raw_label in zip(rows, raw_labels):
+    for row, raw_label in zip(rows, raw_labels, strict=True):
         file = str(row["path"])
         full = file if os.path.isabs(file) else str(base / file)
         label: int | None

@@ -6,7 +6,7 @@ The bitstream is specified in docs/LOSSLESS.md.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -83,5 +83,5 @@ def decode_batch(
     else:
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     return [
-        flat[int(o) : int(o) + int(np.prod(s))].reshape(s) for o, s in zip(plan.offsets, plan.out_shapes)
+        flat[int(o) : int(o) + int(np.prod(s))].reshape(s) for o, s in zip(plan.offsets, plan.out_shapes, strict=True)
     ]

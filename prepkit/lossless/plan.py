@@ -7,8 +7,8 @@ ranges that lie inside the concatenated input and destination ranges inside the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import replace
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -206,7 +206,7 @@ class Reader:
         except Exception:
             pass
 
-    def __enter__(self) -> "Reader":
+    def __enter__(self) -> Reader:
         return self
 
     def __exit__(self, *exc: object) -> None:

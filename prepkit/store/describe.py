@@ -101,7 +101,7 @@ def format_description(info: dict[str, Any]) -> str:
         ]
     classes = info["classes"]
     if classes:
-        shown = ", ".join(f"{n} ({c})" for n, c in zip(classes[:8], info["samples_per_class"][:8]))
+        shown = ", ".join(f"{n} ({c})" for n, c in zip(classes[:8], info["samples_per_class"][:8], strict=True))
         more = f", ... {len(classes) - 8} more" if len(classes) > 8 else ""
         lines.append(f"classes      {len(classes)}: {shown}{more}")
     else:

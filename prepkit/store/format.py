@@ -66,7 +66,7 @@ class ShardGeometry:
         return 16 * self.chunks_per_shard + 4
 
     @staticmethod
-    def for_largest_shard(max_shard_bytes: int) -> "ShardGeometry":
+    def for_largest_shard(max_shard_bytes: int) -> ShardGeometry:
         """The smallest power-of-two inner chunk (at least 64 KiB) that keeps the shard
         index at most ``MAX_INDEX_ENTRIES`` entries for a shard of ``max_shard_bytes``."""
         needed = max(1, max_shard_bytes)
@@ -144,7 +144,7 @@ class Attributes:
         }
 
     @staticmethod
-    def from_dict(values: dict[str, Any], where: str) -> "Attributes":
+    def from_dict(values: dict[str, Any], where: str) -> Attributes:
         """Parse and check the attribute values: every type and range a reader relies on."""
         def fail(what: str) -> StoreError:
             return StoreError(f"{where}: malformed prepkit attributes: {what}")

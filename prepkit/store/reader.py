@@ -287,7 +287,7 @@ class Store:
                 handle.close()
             self._shards.clear()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:

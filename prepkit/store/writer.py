@@ -182,7 +182,7 @@ class StoreWriter:
         self._lock_handle: Any = None
 
     # -- set-up -----------------------------------------------------------------------
-    def __enter__(self) -> "StoreWriter":
+    def __enter__(self) -> StoreWriter:
         self._prepare()
         return self
 

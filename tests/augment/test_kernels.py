@@ -16,7 +16,6 @@ from prepkit.augment import (
     Resize,
     ToDtype,
 )
-
 from prepkit.augment.params import Params
 
 from .helpers import as_float, batches, pack, random_images, run_reference

@@ -17,10 +17,10 @@ pytest.importorskip("numba.cuda")
 if config.ENABLE_CUDASIM:
     pytest.skip("compile_ptx needs the real CUDA target, not the simulator", allow_module_level=True)
 
-from numba import cuda  # noqa: E402
-from numba.cuda import dispatcher  # noqa: E402
+from numba import cuda
+from numba.cuda import dispatcher
 
-from prepkit.augment import cuda as kernels  # noqa: E402
+from prepkit.augment import cuda as kernels
 
 I32_2D = types.int32[:, ::1]
 COMMON = (types.uint8[::1], types.int64[::1], I32_2D, I32_2D, I32_2D, I32_2D, types.uint8[::1], I32_2D)

@@ -10,7 +10,6 @@ the results are comparable sample by sample.
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -60,7 +59,7 @@ def resized_output_size(height: int, width: int, size) -> tuple[int, int]:
     return new_h, new_w
 
 
-def _resize(img: "torch.Tensor", size: tuple[int, int], antialias: bool) -> "torch.Tensor":
+def _resize(img: torch.Tensor, size: tuple[int, int], antialias: bool) -> torch.Tensor:
     import torch
 
     # torchvision resizes uint8 to uint8 (rounded); floats stay float.
@@ -71,7 +70,7 @@ def _resize(img: "torch.Tensor", size: tuple[int, int], antialias: bool) -> "tor
     return out.to(img.dtype)
 
 
-def _to_dtype(img: "torch.Tensor", dtype: str, scale: bool) -> "torch.Tensor":
+def _to_dtype(img: torch.Tensor, dtype: str, scale: bool) -> torch.Tensor:
     import torch
 
     target = getattr(torch, dtype)
@@ -88,7 +87,7 @@ def _to_dtype(img: "torch.Tensor", dtype: str, scale: bool) -> "torch.Tensor":
     return img.to(target)
 
 
-def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> "torch.Tensor":
+def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Tensor:
     """Run ``ops`` on one HWC uint8 image the torchvision way; returns CHW."""
     import torch
 

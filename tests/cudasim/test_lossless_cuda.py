@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from prepkit import lossless
 from numba import cuda
 
+from prepkit import lossless
 from prepkit.errors import CodecError
 from prepkit.lossless import cuda as lcuda
 from prepkit.lossless import format as fmt
@@ -36,7 +35,7 @@ def test_cuda_decode_matches_cpu() -> None:
     images = _images()
     streams = [lossless.encode(img, tile=16) for img in images]
     got = lossless.decode_batch(streams, device="cuda")
-    for arr, img in zip(got, images):
+    for arr, img in zip(got, images, strict=True):
         # A device array (the simulator's stand-in has neither __cuda_array_interface__
         # nor cuda.is_cuda_array; on a GPU the real DeviceNDArray has both).
         assert cuda.is_cuda_array(arr) if hasattr(cuda, "is_cuda_array") else hasattr(arr, "copy_to_host")

@@ -45,7 +45,7 @@ def test_gpu_batches_equal_cpu_batches(stores: dict[str, Path], layout: str) -> 
     # A budget of a few hundred bytes forces micro-batches of one or two samples.
     gpu = list(prepkit.Reader(stores[layout], batch_size=3, seed=4, transforms=OPS, fields=fields, device="cuda", gpu_memory_budget=900))
     assert [b.indices.tolist() for b in cpu] == [b.indices.tolist() for b in gpu]
-    for on_cpu, on_gpu in zip(cpu, gpu):
+    for on_cpu, on_gpu in zip(cpu, gpu, strict=True):
         np.testing.assert_allclose(on_gpu.images.copy_to_host(), on_cpu.images, atol=1e-5)
         np.testing.assert_array_equal(on_gpu.masks.copy_to_host(), on_cpu.masks)
         np.testing.assert_array_equal(on_gpu.labels, on_cpu.labels)
@@ -57,7 +57,7 @@ def test_transfer_index_and_untransformed_batches(stores: dict[str, Path]) -> No
     np.testing.assert_allclose(split[0].images.copy_to_host(), whole[0].images.copy_to_host(), atol=1e-5)
     plain = next(iter(prepkit.Reader(stores["lossless"], batch_size=4, shuffle=False, device="cuda")))
     store = prepkit.open_store(stores["lossless"])
-    for image, index in zip(plain.images, plain.indices):  # sizes differ: a list of device views
+    for image, index in zip(plain.images, plain.indices, strict=True):  # sizes differ: a list of device views
         np.testing.assert_array_equal(image.copy_to_host(), store[int(index)]["image"])
 
 

@@ -41,7 +41,7 @@ def test_nvimgcodec_and_pillow_agree_and_failures_name_the_sample(class_folder: 
     shapes = store.field_arrays["image"].shapes
     nv = jpeg_module.decode_host(datas, shapes, list(range(len(store))), backend="nvimgcodec")
     pil = jpeg_module.decode_host(datas, shapes, list(range(len(store))), backend="pillow")
-    for a, b in zip(nv, pil):
+    for a, b in zip(nv, pil, strict=True):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(DecodeError, match="sample 2"):
         jpeg_module.decode_host([datas[0], b"\xff\xd8 not a jpeg"], shapes[:2], [0, 2], backend="nvimgcodec")

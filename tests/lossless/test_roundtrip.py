@@ -89,11 +89,11 @@ def test_decode_batch_cpu_and_packed() -> None:
     imgs = [make_image("smooth", h, w, c, seed=h) for h, w, c in [(30, 40, 3), (7, 9, 4), (70, 65, 1)]]
     imgs.append(make_image("noise", 20, 21, None, seed=5))
     streams = [lossless.encode(i, tile=32) for i in imgs]
-    for got, want in zip(lossless.decode_batch(streams), imgs):
+    for got, want in zip(lossless.decode_batch(streams), imgs, strict=True):
         np.testing.assert_array_equal(got, want)
     rois = [(1, 2, 20, 30), None, (60, 0, 70, 65), (0, 0, 1, 1)]
     flat, offsets, shapes = lossless.decode_batch_packed(streams, "cpu", rois)
-    for i, (img, roi) in enumerate(zip(imgs, rois)):
+    for i, (img, roi) in enumerate(zip(imgs, rois, strict=True)):
         want = img if roi is None else img[roi[0] : roi[2], roi[1] : roi[3]]
         want = want.reshape(want.shape[0], want.shape[1], -1)
         assert tuple(shapes[i]) == want.shape

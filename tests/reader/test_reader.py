@@ -39,7 +39,7 @@ def test_epoch_covers_every_sample_once_and_batches_are_correct(store_path: Path
     assert sorted(i for b in batches for i in b.indices.tolist()) == list(range(23))
     for batch in batches:
         assert batch.images.shape == (len(batch), 12, 10, 3)  # same size: stacked NHWC
-        for image, label, index in zip(batch.images, batch.labels, batch.indices):
+        for image, label, index in zip(batch.images, batch.labels, batch.indices, strict=True):
             np.testing.assert_array_equal(image, store[index]["image"])
             assert label == store.label(index)
 

@@ -11,13 +11,14 @@ from click.testing import CliRunner
 from prepkit.cli import _register, cli
 from prepkit.ingest.build import build_store
 from prepkit.ingest.images import ImageOptions
-from prepkit.layouts import JpegLayout, RawLayout
+from prepkit.layouts import JpegLayout, Layout, RawLayout
 from prepkit.store.verify import verify_store
 
 _register()
 
 
-def make_store(class_folder: Path, dest: Path, layout=RawLayout()) -> Path:  # type: ignore[no-untyped-def]
+def make_store(class_folder: Path, dest: Path, layout: Layout | None = None) -> Path:
+    layout = RawLayout() if layout is None else layout
     build_store(str(class_folder), str(dest), layout=layout, options=ImageOptions(), samples_per_shard=3, workers=1)
     return dest
 

@@ -113,30 +113,23 @@ def fuzz_lossless(seconds: float, seed: int = 0) -> FuzzReport:
 
 
 def _make_store(folder: Path) -> Path:
-    from prepkit.layouts import LosslessLayout, RawLayout
-    from prepkit.store.format import ShardGeometry
-    from prepkit.store.writer import EncodedSample, StorePlan, StoreWriter
+    from prepkit.layouts import Layout, LosslessLayout, RawLayout
+    from prepkit.store.writer import EncodedSample, plan_store, write_all
 
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, size=(5 + i, 6 + 2 * i, 3), dtype=np.uint8) for i in range(6)]
     masks = [(image[:, :, :1] % 5).astype(np.uint8) for image in images]
-    layouts = {"image": RawLayout(), "mask": LosslessLayout(tile=16)}
-    fields = {}
-    for name, layout in layouts.items():
-        geometry = ShardGeometry.for_largest_shard(sum(layout.max_stored_size(*im.shape) for im in images))
-        fields[name] = {"layout": layout.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}
-    plan = StorePlan(num_items=6, samples_per_shard=2, fields=fields, class_names=["a", "b"],
-                     provenance={"command": "fuzz"}, items_digest="fuzz")
+    layouts: dict[str, Layout] = {"image": RawLayout(), "mask": LosslessLayout(tile=16)}
+    pixels = {"image": images, "mask": masks}
+    shapes = {name: [(p.shape[0], p.shape[1], p.shape[2]) for p in pixels[name]] for name in layouts}
+    plan = plan_store(layouts, shapes, 2, class_names=["a", "b"], provenance={"command": "fuzz"}, items_digest="fuzz")
+
+    def job(i: int) -> EncodedSample:
+        fields = {name: (layout.encode(pixels[name][i]), shapes[name][i]) for name, layout in layouts.items()}
+        return EncodedSample(i, f"{i}.png", i % 2, fields)
+
     dest = folder / "seed-store"
-    with StoreWriter(dest, plan, layouts, overwrite=True) as writer:
-        for shard in range(plan.num_shards):
-            writer.write_shard(shard, [
-                EncodedSample(i, f"{i}.png", i % 2, {
-                    "image": (layouts["image"].encode(images[i]), images[i].shape),
-                    "mask": (layouts["mask"].encode(masks[i]), masks[i].shape),
-                }) for i in plan.shard_items(shard)
-            ])
-        writer.finalize()
+    write_all(dest, plan, job, overwrite=True)
     return dest
 
 

@@ -3,11 +3,22 @@
 Workers are started with ``spawn``: numba's OpenMP threading layer does not survive a
 ``fork()`` after a parallel call. The job object is sent once to each worker (as the
 pool initializer's argument), then only integers travel to the workers.
+
+Workers never outlive the process that started them: on Linux the kernel sends them
+SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), and a watchdog thread in every
+worker exits as soon as the parent pid changes (the portable fallback, and the guard for
+a parent that died before the signal was armed). Workers ignore SIGINT: Ctrl-C reaches the
+parent, which stops them and reports one line.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import signal
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -16,10 +27,34 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _JOB: Callable[[int], Any] | None = None
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+WATCHDOG_SECONDS = 0.5  # how often a worker checks that its parent is still alive
 
 
-def _install(job: Callable[[int], Any]) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """Arrange for this worker to end when ``parent_pid`` ends."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still applies
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            threading.Event().wait(WATCHDOG_SECONDS)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="prepkit-parent-watchdog", daemon=True).start()
+
+
+def _install(job: Callable[[int], Any], parent_pid: int) -> None:
     global _JOB
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    _die_with_parent(parent_pid)
     _JOB = job
 
 
@@ -28,29 +63,51 @@ def _call(index: int) -> Any:
     return _JOB(index)
 
 
+def spawn_pool(workers: int, job: Callable[[int], Any]) -> ProcessPoolExecutor:
+    """A pool of ``workers`` spawn processes that run ``job`` and die with this process."""
+    context = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_install, initargs=(job, os.getpid())
+    )
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: pending work is cancelled and running workers are terminated."""
+    processes = list(getattr(pool, "_processes", {}).values())  # CPython keeps them here
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
 def run_ordered(job: Callable[[int], T], indices: Iterable[int], workers: int, window: int | None = None) -> Iterator[T]:
     """Yield ``job(i)`` for each ``i`` in ``indices``, in that order.
 
     With ``workers <= 1`` everything runs in this process (same code path, so the
     results are identical whatever the worker count). Otherwise at most ``window``
-    results are in flight, so memory stays bounded on huge datasets.
+    results are in flight, so memory stays bounded on huge datasets. An exception, a
+    KeyboardInterrupt or closing the generator early stops every worker before returning.
     """
     if workers <= 1:
         for index in indices:
             yield job(index)
         return
     window = window or workers * 8
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_install, initargs=(job,)) as pool:
+    pool = spawn_pool(workers, job)
+    finished = False
+    try:
         pending: deque[Future[T]] = deque()
-        iterator = iter(indices)
-        try:
-            for index in iterator:
-                pending.append(pool.submit(_call, index))
-                if len(pending) >= window:
-                    yield pending.popleft().result()
-            while pending:
+        for index in indices:
+            pending.append(pool.submit(_call, index))
+            if len(pending) >= window:
                 yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
+        while pending:
+            yield pending.popleft().result()
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            stop_pool(pool)

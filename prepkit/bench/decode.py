@@ -228,20 +228,16 @@ def _reader_candidates(images: list[np.ndarray], devices: Sequence[str], folder:
     """The Reader end to end on a lossless store of the same images."""
     from prepkit.layouts import LosslessLayout
     from prepkit.reader import Reader
-    from prepkit.store.format import ShardGeometry
-    from prepkit.store.writer import EncodedSample, StorePlan, StoreWriter
+    from prepkit.store.writer import EncodedSample, plan_store, write_all
 
     layout = LosslessLayout()
     encoded = [layout.encode(image) for image in images]
-    geometry = ShardGeometry.for_largest_shard(sum(len(e) for e in encoded))
-    plan = StorePlan(
-        num_items=len(images), samples_per_shard=len(images),
-        fields={"image": {"layout": layout.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}},
+    shapes = [(image.shape[0], image.shape[1], image.shape[2]) for image in images]
+    plan = plan_store(
+        {"image": layout}, {"image": shapes}, len(images),
         class_names=None, provenance={"command": "bench-decode"}, items_digest="bench",
     )
-    with StoreWriter(folder / "reader-store", plan, {"image": layout}, overwrite=True) as writer:
-        writer.write_shard(0, [EncodedSample(i, f"{i}", None, {"image": (e, tuple(im.shape))}) for i, (e, im) in enumerate(zip(encoded, images, strict=True))])
-        writer.finalize()
+    write_all(folder / "reader-store", plan, lambda i: EncodedSample(i, f"{i}", None, {"image": (encoded[i], shapes[i])}), overwrite=True)
     found = []
     no_cuda = _cuda_available()
     for device in devices:

@@ -23,21 +23,21 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 def build(images: list[np.ndarray], folder: Path, layout_name: str, count: int, per_shard: int) -> Path:
     from prepkit.layouts import make_layout
-    from prepkit.store.format import ShardGeometry
-    from prepkit.store.writer import EncodedSample, StorePlan, StoreWriter
+    from prepkit.store.writer import EncodedSample, plan_store, write_all
 
     layout = make_layout(layout_name)
     encoded = [layout.encode(image) for image in images]
-    bound = max(layout.max_stored_size(*image.shape) for image in images) * per_shard
-    geometry = ShardGeometry.for_largest_shard(bound)
-    plan = StorePlan(num_items=count, samples_per_shard=per_shard,
-                     fields={"image": {"layout": layout.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}},
-                     class_names=None, provenance={"command": "bench"}, items_digest="bench")
+    shapes = [images[i % len(images)].shape for i in range(count)]
+    plan = plan_store(
+        {"image": layout}, {"image": [(s[0], s[1], s[2]) for s in shapes]}, per_shard,
+        class_names=None, provenance={"command": "bench"}, items_digest="bench",
+    )
     dest = folder / layout_name
-    with StoreWriter(dest, plan, {"image": layout}, overwrite=True) as writer:
-        for shard in range(plan.num_shards):
-            writer.write_shard(shard, [EncodedSample(i, str(i), i % 10, {"image": (encoded[i % len(images)], tuple(images[i % len(images)].shape))}) for i in plan.shard_items(shard)])
-        writer.finalize()
+    write_all(
+        dest, plan,
+        lambda i: EncodedSample(i, str(i), i % 10, {"image": (encoded[i % len(images)], (shapes[i][0], shapes[i][1], shapes[i][2]))}),
+        overwrite=True,
+    )
     return dest
 
 

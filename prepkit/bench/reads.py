@@ -46,29 +46,23 @@ def main(argv: list[str] | None = None) -> None:
 
     from prepkit.bench.machine import describe_machine, machine_line
     from prepkit.layouts import RawLayout
-    from prepkit.store.format import ShardGeometry
     from prepkit.store.reader import open_store
-    from prepkit.store.writer import EncodedSample, StorePlan, StoreWriter
+    from prepkit.store.writer import EncodedSample, plan_store, write_all
 
     rng = np.random.default_rng(0)
     side = args.size
     pixels = rng.integers(0, 256, size=(args.samples, side, side, 3), dtype=np.uint8)
     with tempfile.TemporaryDirectory() as folder:
         dest = Path(folder) / "store"
-        per_sample = side * side * 3
-        geometry = ShardGeometry.for_largest_shard(per_sample * args.samples_per_shard)
-        plan = StorePlan(
-            num_items=args.samples, samples_per_shard=args.samples_per_shard,
-            fields={"image": {"layout": RawLayout().to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}},
+        plan = plan_store(
+            {"image": RawLayout()}, {"image": [(side, side, 3)] * args.samples}, args.samples_per_shard,
             class_names=None, provenance={"command": "bench"}, items_digest="bench",
         )
-        with StoreWriter(dest, plan, {"image": RawLayout()}, overwrite=True) as writer:
-            for shard in range(plan.num_shards):
-                writer.write_shard(shard, [
-                    EncodedSample(item=i, relpath=f"{i}.png", label=i % 10, fields={"image": (pixels[i].tobytes(), (side, side, 3))})
-                    for i in plan.shard_items(shard)
-                ])
-            writer.finalize()
+        write_all(
+            dest, plan,
+            lambda i: EncodedSample(item=i, relpath=f"{i}.png", label=i % 10, fields={"image": (pixels[i].tobytes(), (side, side, 3))}),
+            overwrite=True,
+        )
         plain = zarr.create_array(
             str(Path(folder) / "plain"), shape=pixels.shape, shards=(args.samples_per_shard, side, side, 3),
             chunks=(1, side, side, 3), dtype="uint8", compressors=None,

@@ -12,7 +12,6 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from prepkit import __version__
 from prepkit.errors import IngestError, PrepkitError
@@ -20,8 +19,7 @@ from prepkit.ingest.images import ImageOptions, load_image, load_mask, probe_siz
 from prepkit.ingest.sources import SourceItem, list_source
 from prepkit.layouts import Layout, LosslessLayout, RawLayout
 from prepkit.parallel import run_ordered
-from prepkit.store.format import ShardGeometry
-from prepkit.store.writer import EncodedSample, SampleFailure, StorePlan, StoreWriter, WriteSummary
+from prepkit.store.writer import EncodedSample, SampleFailure, WriteSummary, plan_store, write_all
 
 
 def mask_layout() -> Layout:
@@ -61,10 +59,12 @@ class ShardJob:
                             f"{item.mask_path}: mask is {data.shape[1]}x{data.shape[0]}, its image "
                             f"{item.path} is {pixels.shape[1]}x{pixels.shape[0]}"
                         )
+                height, width = int(data.shape[0]), int(data.shape[1])
+                channels = int(data.shape[2]) if data.ndim == 3 else 1
                 try:
-                    fields[name] = (layout.encode(data), tuple(int(v) for v in data.shape))  # type: ignore[misc]
-                except PrepkitError as error:
-                    raise IngestError(f"{item.path}: {error}") from None
+                    fields[name] = (layout.encode(data), (height, width, channels))
+                except (PrepkitError, ValueError) as error:  # e.g. a size the layout cannot store
+                    raise IngestError(f"{item.path}: cannot be stored as {layout.name}: {error}") from None
             return EncodedSample(item=index, relpath=item.relpath or item.path, label=item.label, fields=fields)
         except IngestError as error:
             return SampleFailure(item=index, path=item.path, reason=_reason(error, item.path))
@@ -92,51 +92,6 @@ def items_digest(items: list[SourceItem]) -> str:
     return digest.hexdigest()
 
 
-def plan_fields(
-    layouts: dict[str, Layout], bounds: list[tuple[int, int, int] | None], samples_per_shard: int
-) -> dict[str, dict[str, Any]]:
-    """Layout and shard geometry per field, sized from the per-item shape bounds."""
-    fields = {}
-    for name, layout in layouts.items():
-        largest = 0
-        for start in range(0, len(bounds), samples_per_shard):
-            total = 0
-            for shape in bounds[start : start + samples_per_shard]:
-                if shape is not None:
-                    height, width, channels = shape
-                    total += layout.max_stored_size(height, width, 1 if name == "mask" else channels)
-            largest = max(largest, total)
-        geometry = ShardGeometry.for_largest_shard(largest)
-        fields[name] = {"layout": layout.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}
-    return fields
-
-
-def write_in_shards(
-    writer: StoreWriter,
-    job: Callable[[int], EncodedSample | SampleFailure],
-    workers: int,
-    on_error: str,
-    progress: Callable[[int], None],
-) -> None:
-    """Encode the items of every shard not yet done, in order, and write each shard."""
-    plan = writer.plan
-    todo = [shard for shard in range(plan.num_shards) if shard not in writer.resumed_shards]
-    for shard in writer.resumed_shards:
-        progress(len(plan.shard_items(shard)))
-    indices = (index for shard in todo for index in plan.shard_items(shard))
-    results = run_ordered(job, indices, workers)
-    for shard in todo:
-        batch: list[EncodedSample | SampleFailure] = []
-        for _ in plan.shard_items(shard):
-            result = next(results)
-            if isinstance(result, SampleFailure) and on_error == "fail":
-                results.close()
-                raise IngestError(f"{result.path}: {result.reason}")
-            batch.append(result)
-            progress(1)
-        writer.write_shard(shard, batch)
-
-
 def build_store(
     src: str,
     dest: str,
@@ -160,11 +115,12 @@ def build_store(
     bounds = list(run_ordered(ProbeJob(tuple(items), options), range(len(items)), workers, window=workers * 64))
     if options.mode == "keep":
         bounds = [None if b is None else (b[0], b[1], 4) for b in bounds]  # channels not known before decoding
-    recorded = {k: v for k, v in asdict(options).items()}
-    plan = StorePlan(
-        num_items=len(items),
-        samples_per_shard=samples_per_shard,
-        fields=plan_fields(layouts, bounds, samples_per_shard),
+    shapes = {name: bounds if name == "image" else [None if b is None else (b[0], b[1], 1) for b in bounds] for name in layouts}
+    recorded = dict(asdict(options))
+    plan = plan_store(
+        layouts,
+        shapes,
+        samples_per_shard,
         class_names=listing.class_names,
         provenance={
             "source": os.path.abspath(src),
@@ -176,7 +132,7 @@ def build_store(
     )
     on_total(len(items))
     job = ShardJob(items=tuple(items), options=options, layouts=tuple(layouts.items()))
-    with StoreWriter(dest, plan, layouts, overwrite=overwrite) as writer:
-        write_in_shards(writer, job, workers, on_error, progress)
-        summary = writer.finalize(listing.ignored)
+    summary = write_all(
+        dest, plan, job, workers=workers, on_error=on_error, overwrite=overwrite, ignored=listing.ignored, progress=progress
+    )
     return summary, listing.ignored

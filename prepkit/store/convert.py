@@ -9,11 +9,9 @@ from typing import Any
 
 from prepkit import __version__
 from prepkit.errors import PrepkitError
-from prepkit.ingest.build import write_in_shards
 from prepkit.layouts import Layout
-from prepkit.store.format import ShardGeometry
 from prepkit.store.reader import Store
-from prepkit.store.writer import EncodedSample, SampleFailure, StorePlan, StoreWriter, WriteSummary
+from prepkit.store.writer import EncodedSample, SampleFailure, WriteSummary, plan_store, write_all
 
 
 @dataclass
@@ -43,7 +41,7 @@ class ConvertJob:
                 else:
                     fields[name] = (layout.encode(store.decode(index, name)), shape)
             return EncodedSample(item=index, relpath=store.source_path(index), label=store.label(index), fields=fields)
-        except PrepkitError as error:
+        except (PrepkitError, ValueError) as error:  # ValueError: a size the new layout cannot store
             return SampleFailure(item=index, path=f"{self.source}[{index}]", reason=str(error))
 
 
@@ -65,19 +63,14 @@ def convert_store(
         for name, arrays in store.field_arrays.items():
             if name != "image":
                 layouts[name] = arrays.layout
-        fields = {}
-        for name, chosen in layouts.items():
-            shapes = store.field_arrays[name].shapes
-            largest = 0
-            for start in range(0, len(store), per_shard):
-                largest = max(largest, sum(chosen.max_stored_size(int(h), int(w), int(c)) for h, w, c in shapes[start : start + per_shard]))
-            geometry = ShardGeometry.for_largest_shard(largest)
-            fields[name] = {"layout": chosen.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}
+        shapes = {
+            name: [(int(h), int(w), int(c)) for h, w, c in store.field_arrays[name].shapes] for name in layouts
+        }
         digest = hashlib.sha256(store.field_arrays["image"].crc32c.tobytes() + store.labels.tobytes()).hexdigest()
-        plan = StorePlan(
-            num_items=len(store),
-            samples_per_shard=per_shard,
-            fields=fields,
+        plan = plan_store(
+            layouts,
+            shapes,
+            per_shard,
             class_names=store.class_names,
             provenance={
                 "source": str(store.path.resolve()),
@@ -90,7 +83,5 @@ def convert_store(
         )
     on_total(plan.num_items)
     job = ConvertJob(source=source, layouts=layouts)
-    with StoreWriter(dest, plan, layouts, overwrite=overwrite) as writer:
-        write_in_shards(writer, job, workers, "fail", progress)
-        return writer.finalize()
+    return write_all(dest, plan, job, workers=workers, overwrite=overwrite, progress=progress)
 

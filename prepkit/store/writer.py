@@ -19,14 +19,16 @@ import fcntl
 import json
 import os
 import shutil
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from prepkit.errors import StoreError
+from prepkit.errors import IngestError, PrepkitError, StoreError
 from prepkit.layouts import Layout
+from prepkit.parallel import run_ordered
 from prepkit.store.format import (
     ATTRIBUTE_KEY,
     FORMAT_VERSION,
@@ -95,6 +97,58 @@ class StorePlan:
             "provenance": self.provenance,
             "items_digest": self.items_digest,
         }
+
+
+Shape = tuple[int, int, int]
+
+
+def plan_store(
+    layouts: Mapping[str, Layout],
+    shapes: Mapping[str, Sequence[Shape | None]],
+    samples_per_shard: int,
+    *,
+    class_names: list[str] | None,
+    provenance: dict[str, Any],
+    items_digest: str,
+) -> StorePlan:
+    """The one way to make a StorePlan: shard capacities from per-item size bounds.
+
+    ``shapes[field][i]`` is the (height, width, channels) of item ``i`` in that field, or
+    an upper bound of it, or None for an item that cannot be stored (it will be reported
+    as a bad sample). Each field's shard capacity is the largest sum of its layout's
+    ``max_stored_size`` over the items of one shard.
+    """
+    counts = {len(per_item) for per_item in shapes.values()}
+    if len(counts) != 1 or set(shapes) != set(layouts):
+        raise StoreError(f"Expected one shape list per field of {sorted(layouts)}. Got {sorted(shapes)} with lengths {sorted(counts)}.")
+    num_items = counts.pop()
+    fields: dict[str, dict[str, Any]] = {}
+    for name, layout in layouts.items():
+        largest = 0
+        for start in range(0, num_items, samples_per_shard):
+            total = 0
+            for shape in shapes[name][start : start + samples_per_shard]:
+                if shape is not None:
+                    total += _stored_size_bound(layout, shape)
+            largest = max(largest, total)
+        geometry = ShardGeometry.for_largest_shard(largest)
+        fields[name] = {"layout": layout.to_dict(), "capacity": geometry.capacity, "chunk": geometry.chunk}
+    return StorePlan(
+        num_items=num_items,
+        samples_per_shard=samples_per_shard,
+        fields=fields,
+        class_names=class_names,
+        provenance=provenance,
+        items_digest=items_digest,
+    )
+
+
+def _stored_size_bound(layout: Layout, shape: Shape) -> int:
+    """The layout's bound, or 0 for a shape it cannot store (the item will fail to encode)."""
+    try:
+        return layout.max_stored_size(*shape)
+    except (PrepkitError, ValueError):
+        return 0
 
 
 @dataclass
@@ -168,15 +222,11 @@ def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
 
 
 class StoreWriter:
-    """Writes one store shard by shard; use as a context manager.
+    """Writes one store shard by shard; use as a context manager (or call ``write_all``)."""
 
-    ``layouts`` maps field name ("image", "mask") to its layout object.
-    """
-
-    def __init__(self, dest: str | os.PathLike[str], plan: StorePlan, layouts: dict[str, Layout], *, overwrite: bool) -> None:
+    def __init__(self, dest: str | os.PathLike[str], plan: StorePlan, *, overwrite: bool) -> None:
         self.dest = Path(dest)
         self.plan = plan
-        self.layouts = layouts
         self.overwrite = overwrite
         self.resumed_shards: set[int] = set()
         self._lock_handle: Any = None
@@ -334,7 +384,7 @@ class StoreWriter:
         os.replace(temporary, staging / f"shard-{shard}.npz")
 
     # -- completion -------------------------------------------------------------------
-    def finalize(self, ignored: list[tuple[str, str]] = ()) -> WriteSummary:  # type: ignore[assignment]
+    def finalize(self, ignored: Sequence[tuple[str, str]] = ()) -> WriteSummary:
         """Write the per-sample arrays, mark the store complete, remove the staging area.
 
         ``ignored`` lists (path, reason) of files seen in the source but not ingested
@@ -388,6 +438,48 @@ class StoreWriter:
             num_shards_resumed=len(self.resumed_shards),
             failures=failures,
         )
+
+
+SampleJob = Callable[[int], "EncodedSample | SampleFailure"]
+
+
+def write_all(
+    dest: str | os.PathLike[str],
+    plan: StorePlan,
+    job: SampleJob,
+    *,
+    workers: int = 1,
+    on_error: str = "fail",
+    overwrite: bool = False,
+    ignored: Sequence[tuple[str, str]] = (),
+    progress: Callable[[int], None] = lambda n: None,
+) -> WriteSummary:
+    """Write a whole store: ``job(i)`` encodes item ``i``; shards not done yet are encoded
+    (in ``workers`` spawn processes when > 1; ``job`` must then be picklable) and written
+    in order, and the store is finalized. A run killed at any moment resumes here.
+
+    ``on_error="fail"`` stops at the first SampleFailure with an IngestError naming it;
+    ``"skip"`` stores every good sample and reports the rest in ``skipped.jsonl``.
+    """
+    with StoreWriter(dest, plan, overwrite=overwrite) as writer:
+        todo = [shard for shard in range(plan.num_shards) if shard not in writer.resumed_shards]
+        for shard in writer.resumed_shards:
+            progress(len(plan.shard_items(shard)))
+        indices = (index for shard in todo for index in plan.shard_items(shard))
+        results = run_ordered(job, indices, workers)
+        try:
+            for shard in todo:
+                batch: list[EncodedSample | SampleFailure] = []
+                for _ in plan.shard_items(shard):
+                    result = next(results)
+                    if isinstance(result, SampleFailure) and on_error == "fail":
+                        raise IngestError(f"{result.path}: {result.reason}")
+                    batch.append(result)
+                    progress(1)
+                writer.write_shard(shard, batch)
+        finally:
+            results.close()  # stops the workers at once on an error or an interrupt
+        return writer.finalize(list(ignored))
 
 
 def _write_small(group: Any, name: str, values: np.ndarray) -> None:

@@ -8,9 +8,9 @@ image. Rows of all images are spread over threads, so a batch of mixed sizes bal
 numba's CPU threading layer here is OpenMP: do not fork() after calling these kernels
 (start workers with spawn or forkserver).
 
-The kernels are cached on disk (``cache=True``); numba keys that cache on this file
-only, so after editing :mod:`prepkit.augment.sampling` or :mod:`prepkit.augment.bits`
-delete ``prepkit/augment/__pycache__/cpu.*.nb[ic]``.
+The kernels are cached on disk (``cache=True``). numba keys that cache on this file only;
+:func:`prepkit.jitcache.guard_disk_cache` (end of this module) drops the entries compiled
+from an older :mod:`prepkit.augment.sampling` or :mod:`prepkit.augment.bits`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from numba import njit, prange
 
 from prepkit.augment import bits, sampling
 from prepkit.augment.params import Params
+from prepkit.jitcache import guard_disk_cache
 
 _jit = njit(inline="always", nogil=True, cache=True)
 filter_width = _jit(sampling.filter_width)
@@ -233,3 +234,7 @@ def mask(
             flat, offsets, shapes, params.region, params.resized, params.offset, params.flip, params.out_size,
             exact, nchw, out, out_offsets,
         )  # fmt: skip
+
+
+# Last, once every cached function above exists: the inlined modules are part of their key.
+guard_disk_cache(globals(), (sampling, bits))

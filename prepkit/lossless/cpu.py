@@ -182,9 +182,8 @@ def _encode_scratch(size: int, chunks: int) -> tuple[np.ndarray, np.ndarray, np.
 
 def encode(image: np.ndarray, tile: int = 64) -> bytes:
     """Encode an HxW or HxWxC uint8 image with the numba kernels."""
-    from prepkit.lossless.reference import prepare
 
-    image, flags = prepare(image, tile)
+    image, flags = fmt.prepare(image, tile)
     h, w, c = image.shape
     header = fmt.Header(h, w, c, tile, flags)
     th, tw = fmt.tile_geometry(header)

@@ -207,3 +207,20 @@ def normalize_roi(header: Header, roi: tuple[int, int, int, int] | None) -> tupl
             f"roi {roi} must satisfy 0 <= y0 < y1 <= {header.height} and 0 <= x0 < x1 <= {header.width}"
         )
     return (y0, x0, y1, x1)
+
+
+def prepare(image: np.ndarray, tile: int) -> tuple[np.ndarray, int]:
+    """Validate an input image; return it as contiguous (H, W, C) uint8 and the header flags."""
+    image = np.asarray(image)
+    if image.dtype != np.uint8:
+        raise ValueError(f"image must be uint8, got {image.dtype}")
+    flags = 0
+    if image.ndim == 2:
+        image = image[:, :, None]
+        flags |= FLAG_2D
+    elif image.ndim != 3:
+        raise ValueError(f"image must be HxW or HxWxC, got shape {image.shape}")
+    check_shape(image.shape[0], image.shape[1], image.shape[2], tile)
+    if image.shape[2] >= 3:
+        flags |= FLAG_COLOUR
+    return np.ascontiguousarray(image), flags

@@ -62,7 +62,7 @@ def encode_tile(tile: np.ndarray, colour: bool) -> bytes:
 
 def encode(image: np.ndarray, tile: int = 64) -> bytes:
     """Encode an HxW or HxWxC uint8 image (reference implementation)."""
-    image, flags = prepare(image, tile)
+    image, flags = fmt.prepare(image, tile)
     h, w, c = image.shape
     header = fmt.Header(h, w, c, tile, flags)
     payloads = []
@@ -72,23 +72,6 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
             payloads.append(encode_tile(part, header.colour))
     offsets = np.cumsum([0] + [len(p) for p in payloads]) + fmt.HEADER_SIZE + header.table_size
     return header.pack() + offsets.astype("<u4").tobytes() + b"".join(payloads)
-
-
-def prepare(image: np.ndarray, tile: int) -> tuple[np.ndarray, int]:
-    """Validate an input image; return it as contiguous (H, W, C) uint8 and the header flags."""
-    image = np.asarray(image)
-    if image.dtype != np.uint8:
-        raise ValueError(f"image must be uint8, got {image.dtype}")
-    flags = 0
-    if image.ndim == 2:
-        image = image[:, :, None]
-        flags |= fmt.FLAG_2D
-    elif image.ndim != 3:
-        raise ValueError(f"image must be HxW or HxWxC, got shape {image.shape}")
-    fmt.check_shape(image.shape[0], image.shape[1], image.shape[2], tile)
-    if image.shape[2] >= 3:
-        flags |= fmt.FLAG_COLOUR
-    return np.ascontiguousarray(image), flags
 
 
 def decode_tile(payload: np.ndarray, th: int, tw: int, c: int, colour: bool) -> np.ndarray:

@@ -1,0 +1,66 @@
+"""Module hygiene: import boundaries, and numba's disk cache following inlined modules."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from prepkit.jitcache import drop_if_stale
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(code: str, cwd: Path | None = None) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd or REPO), str(REPO)])}
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_encoder_and_store_keep_their_import_boundaries() -> None:
+    out = _run(
+        "import sys, numpy as np\n"
+        "from prepkit import lossless\n"
+        "import prepkit.store.writer, prepkit.store.convert, prepkit.store.reader, prepkit.store.verify\n"
+        "data = lossless.encode(np.zeros((5, 7, 3), np.uint8))\n"
+        "assert lossless.decode(data).shape == (5, 7, 3)\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('prepkit.lossless.reference', 'prepkit.ingest'))))"
+    )
+    assert out == "[]", f"production code imported {out}"
+
+
+def test_drop_if_stale_removes_only_entries_of_other_digests(tmp_path: Path) -> None:
+    for name in ("k-1.py311.nbi", "k-1.py311.1.nbc", "k-1.py311.2.nbc", "other-3.py311.nbi"):
+        (tmp_path / name).write_bytes(b"x")
+    assert drop_if_stale(tmp_path, "k-1.py311", "aaa")  # no stamp yet: unknown provenance, dropped
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k-1.py311.deps", "other-3.py311.nbi"]
+    (tmp_path / "k-1.py311.nbi").write_bytes(b"x")
+    assert not drop_if_stale(tmp_path, "k-1.py311", "aaa")  # same digest: kept
+    assert (tmp_path / "k-1.py311.nbi").exists()
+    assert drop_if_stale(tmp_path, "k-1.py311", "bbb")  # dependency changed: dropped
+    assert not (tmp_path / "k-1.py311.nbi").exists()
+
+
+def test_cached_kernel_sees_an_edit_of_an_inlined_module(tmp_path: Path) -> None:
+    """The bug: a cache=True kernel kept the machine code of a helper module edited since."""
+    (tmp_path / "dep_mod.py").write_text("def step(x):\n    return x + 1\n")
+    (tmp_path / "kernel_mod.py").write_text(textwrap.dedent("""
+        from numba import njit
+        import dep_mod
+        from prepkit.jitcache import guard_disk_cache
+        step = njit(inline="always", cache=True)(dep_mod.step)
+
+        @njit(cache=True)
+        def kernel(x):
+            return step(x) * 10
+
+        guard_disk_cache(globals(), (dep_mod,))
+    """))
+    call = "import kernel_mod; print(kernel_mod.kernel(1))"
+    assert _run(call, tmp_path) == "20"
+    assert _run(call, tmp_path) == "20"  # from the cache
+    (tmp_path / "dep_mod.py").write_text("def step(x):\n    return x + 2\n")
+    assert _run(call, tmp_path) == "30"

@@ -59,6 +59,9 @@ class RawLayout:
         return {"name": self.name}
 
 
+JPEG_MAX_SIDE = 65500  # libjpeg's JPEG_MAX_DIMENSION
+
+
 @dataclass(frozen=True)
 class JpegLayout:
     """Baseline JPEG via Pillow (decoded by nvImageCodec on the GPU)."""
@@ -76,9 +79,11 @@ class JpegLayout:
     def encode(self, pixels: np.ndarray) -> bytes:
         from PIL import Image
 
-        channels = pixels.shape[2]
+        height, width, channels = pixels.shape
         if channels not in (1, 3):
-            raise CodecError(f"JPEG stores 1 or 3 channels, this image has {channels} (use --mode rgb)")
+            raise CodecError(f"Expected 1 or 3 channels for JPEG (use --mode rgb). Got {channels}.")
+        if max(height, width) > JPEG_MAX_SIDE:
+            raise CodecError(f"Expected JPEG sides of at most {JPEG_MAX_SIDE} pixels. Got {width}x{height}.")
         image = Image.fromarray(pixels[:, :, 0] if channels == 1 else pixels)
         buffer = io.BytesIO()
         image.save(buffer, format="JPEG", quality=self.quality, subsampling=self.subsampling)

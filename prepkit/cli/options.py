@@ -44,6 +44,12 @@ def write_options(function: F) -> F:
     return function
 
 
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line, and the shell's exit code for SIGINT (128 + 2)."""
+
+    exit_code = 130
+
+
 @contextmanager
 def cli_errors(dest: str | None = None) -> Iterator[None]:
     """Turn prepkit errors into one-line click errors (exit 1, no traceback)."""
@@ -58,7 +64,7 @@ def cli_errors(dest: str | None = None) -> Iterator[None]:
         raise click.ClickException(f"{error.strerror or error}{where}") from None
     except KeyboardInterrupt:
         hint = f"; run the same command again to resume {dest}" if dest else ""
-        raise click.ClickException(f"interrupted{hint}") from None
+        raise Interrupted(f"interrupted{hint}") from None
 
 
 def progress_bar(description: str, unit: str = "img") -> Any:

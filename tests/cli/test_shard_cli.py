@@ -105,7 +105,8 @@ def test_on_error_fail_exits_with_one_line_and_no_complete_store(tmp_path: Path)
     make_bad_dataset(tmp_path / "src")
     result = run("shard", tmp_path / "src", tmp_path / "s", "--layout", "raw", "--workers", "1")
     assert result.exit_code == 1
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
     lines = [line for line in result.output.splitlines() if line.startswith("Error")]
     assert len(lines) == 1 and "bomb.png" in lines[0] and "decompression bomb" in lines[0]
     with pytest.raises(StoreError, match="incomplete"):
@@ -153,7 +154,7 @@ def test_interrupted_shard_resumes_to_identical_store(class_folder: Path, tmp_pa
 
     monkeypatch.setattr(writer_module.StoreWriter, "write_shard", dying_write_shard)
     result = run("shard", class_folder, tmp_path / "s", "--layout", "jpeg", "--samples-per-shard", "2", "--workers", "1")
-    assert result.exit_code == 1 and "interrupted" in result.output and "resume" in result.output
+    assert result.exit_code == 130 and "interrupted" in result.output and "resume" in result.output
     monkeypatch.setattr(writer_module.StoreWriter, "write_shard", original)
     result = run("shard", class_folder, tmp_path / "s", "--layout", "jpeg", "--samples-per-shard", "2", "--workers", "1")
     assert result.exit_code == 0 and "2 resumed" in result.output

@@ -20,7 +20,7 @@ from tests.conftest import smooth_image, write_image
 _register()
 
 
-def build_matrix(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def build_matrix(root: Path, layout: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Returns (file name -> expected stored RGB pixels, file name -> expected reason)."""
     root.mkdir(parents=True)
     stored: dict[str, np.ndarray] = {}
@@ -81,14 +81,24 @@ def build_matrix(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     (root / "loop.png").symlink_to(root / "loop.png")
     reported["loop.png"] = "cannot open"
 
+    # 2x70000: raw stores it; JPEG (65,500) and the lossless codec (65,535) cannot.
+    wide = np.zeros((2, 70000, 3), np.uint8)
+    wide[:, ::7] = 255
+    write_image(root / "wide.png", wide)
+    if layout == "raw":
+        stored["wide.png"] = wide
+    else:
+        reported["wide.png"] = "cannot be stored as " + layout
+
     latin = os.fsdecode(b"caf\xe9.png")
     write_image(root / latin, base)
     stored[latin] = base
     return stored, reported
 
 
-def test_every_file_is_stored_or_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    stored, reported = build_matrix(tmp_path / "src")
+@pytest.mark.parametrize("layout", ["raw", "jpeg", "lossless"])
+def test_every_file_is_stored_or_reported(layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stored, reported = build_matrix(tmp_path / "src", layout)
     unreadable = str(tmp_path / "src" / "no_permission.png")
     if os.geteuid() == 0:
         # root reads any file whatever its mode, so make the open itself fail the way a
@@ -105,14 +115,20 @@ def test_every_file_is_stored_or_reported(tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setattr(builtins, "open", guarded_open)
     else:
         os.chmod(unreadable, 0)
-    result = CliRunner().invoke(cli, ["shard", str(tmp_path / "src"), str(tmp_path / "s"), "--layout", "raw",
+    result = CliRunner().invoke(cli, ["shard", str(tmp_path / "src"), str(tmp_path / "s"), "--layout", layout,
                                       "--on-error", "skip", "--workers", "1", "--samples-per-shard", "4"])
     assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
     store = prepkit.open_store(tmp_path / "s")
     names = {os.fsdecode(os.fsencode(store.source_path(i))): i for i in range(len(store))}
     assert set(names) == set(stored), (sorted(names), sorted(stored))
     for name, expected in stored.items():
-        np.testing.assert_array_equal(store[names[name]]["image"], expected, err_msg=name)
+        got = store[names[name]]["image"]
+        if layout == "jpeg":  # lossy: the same image, within JPEG q90's error
+            assert got.shape == expected.shape, name
+            assert np.abs(got.astype(int) - expected).mean() < 6, name
+        else:
+            np.testing.assert_array_equal(got, expected, err_msg=name)
     report = [json.loads(line) for line in (tmp_path / "s" / "skipped.jsonl").read_text().splitlines()]
     reasons = {Path(entry["path"]).name: entry["reason"] for entry in report}
     assert set(reasons) == set(reported)

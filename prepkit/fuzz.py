@@ -80,7 +80,23 @@ def _run_case(report: FuzzReport, action: Callable[[], object]) -> None:
         report.findings.append(traceback.format_exc(limit=6))
 
 
-def fuzz_lossless(seconds: float, seed: int = 0) -> FuzzReport:
+def _budget(seconds: float | None, cases: int | None) -> Callable[[FuzzReport], bool]:
+    """A stop rule: run until ``seconds`` pass or ``cases`` cases ran, whichever is given
+    (both: whichever comes first). The test suite uses a case count: the same cases on
+    every machine, however fast."""
+    if seconds is None and cases is None:
+        raise ValueError("Expected seconds or cases. Got neither.")
+    deadline = None if seconds is None else time.monotonic() + seconds
+
+    def go_on(report: FuzzReport) -> bool:
+        if cases is not None and report.cases >= cases:
+            return False
+        return deadline is None or time.monotonic() < deadline
+
+    return go_on
+
+
+def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None = None) -> FuzzReport:
     """Mutated lossless streams through decode, ROI decode and the batch decoder."""
     from prepkit import lossless
 
@@ -93,8 +109,8 @@ def fuzz_lossless(seconds: float, seed: int = 0) -> FuzzReport:
         noisy = np.clip(smooth + np_rng.normal(0, 6, size=(h, w, c)), 0, 255)
         seeds.append(lossless.encode(noisy.astype(np.uint8)))
     report = FuzzReport("lossless")
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    go_on = _budget(seconds, cases)
+    while go_on(report):
         data = mutate(rng.choice(seeds), rng)
         kind = rng.randrange(3)
         if kind == 0:
@@ -175,7 +191,7 @@ def _read_everything(path: Path) -> None:
         raise AssertionError
 
 
-def fuzz_store(seconds: float, seed: int = 0) -> FuzzReport:
+def fuzz_store(seconds: float | None = None, seed: int = 0, cases: int | None = None) -> FuzzReport:
     """Mutated store files (metadata, per-sample arrays, shard files) opened and read."""
     rng = random.Random(seed)
     report = FuzzReport("store")
@@ -183,8 +199,8 @@ def fuzz_store(seconds: float, seed: int = 0) -> FuzzReport:
         seed_store = _make_store(Path(folder))
         files = sorted(p for p in seed_store.rglob("*") if p.is_file() and p.name != ".prepkit.lock")
         work = Path(folder) / "case"
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        go_on = _budget(seconds, cases)
+        while go_on(report):
             if work.exists():
                 shutil.rmtree(work)
             shutil.copytree(seed_store, work)

@@ -4,7 +4,6 @@ raises CodecError; nothing crashes, hangs or reads out of bounds."""
 from __future__ import annotations
 
 import struct
-import time
 
 import numpy as np
 import pytest
@@ -66,14 +65,11 @@ def _mutations(stream: bytes, rng: np.random.Generator):
 
 
 def test_fuzz_mutated_streams() -> None:
+    # A fixed number of cases (the same on every machine); _check asserts on each.
     rng = np.random.default_rng(12345)
     streams = _streams()
-    deadline = time.monotonic() + 4.0
-    count = 0
-    while time.monotonic() < deadline or count < 200:
+    for count in range(300):
         _check(_mutations(streams[count % len(streams)], rng))
-        count += 1
-    assert count >= 200
 
 
 @pytest.mark.parametrize(

@@ -100,13 +100,27 @@ def test_breaking_out_stops_the_background_thread(store_path: Path) -> None:
     assert threading.active_count() == before
     for _ in prepkit.Reader(store_path, batch_size=2, prefetch=1):
         pass
-    time.sleep(0.2)
+    deadline = time.time() + 5
+    while threading.active_count() > before and time.time() < deadline:
+        time.sleep(0.01)
     assert threading.active_count() == before
 
 
-def test_torch_output_shares_memory(store_path: Path) -> None:
+def test_torch_output_shares_memory(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
-    batch = next(iter(prepkit.Reader(store_path, batch_size=4, output="torch", shuffle=False)))
+    converted: list[np.ndarray] = []
+    from_numpy = torch.from_numpy
+
+    def spy(array: np.ndarray) -> object:
+        converted.append(array)
+        return from_numpy(array)
+
+    monkeypatch.setattr(torch, "from_numpy", spy)
+    batch = next(iter(prepkit.Reader(store_path, batch_size=4, output="torch", shuffle=False, prefetch=0)))
+    # Zero copy: the tensor's storage is the numpy batch the reader assembled.
+    sources = [a for a in converted if a.ndim == 4]
+    assert len(sources) == 1 and batch.images.data_ptr() == sources[0].ctypes.data
+    assert np.shares_memory(batch.images.numpy(), sources[0])
     assert isinstance(batch.images, torch.Tensor) and batch.images.dtype == torch.uint8
     assert batch.labels.dtype == torch.int64 and batch.labels.tolist() == [0, 0, 0, 0]
     images, labels = batch  # unpacks like a DataLoader batch

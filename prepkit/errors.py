@@ -1,8 +1,8 @@
 """One exception tree for prepkit.
 
 Every error prepkit raises on purpose derives from :class:`PrepkitError`, so callers
-can catch one type. Messages say what was expected and what was found, and name the
-file or sample involved.
+can catch one type. Messages name the file or sample involved and follow one style,
+zarr-python's: "<where>: Expected X. Got Y."
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def _interface(array: Any) -> tuple[dict[str, Any], int]:
         return array.__cuda_array_interface__, CUDA
     if hasattr(array, "__array_interface__"):
         return array.__array_interface__, CPU
-    raise TypeError(f"expected an array with __cuda_array_interface__ or __array_interface__, found {type(array).__name__}")
+    raise TypeError(f"Expected an array with __cuda_array_interface__ or __array_interface__. Got {type(array).__name__}.")
 
 
 class DLPackArray:
@@ -104,7 +104,7 @@ class DLPackArray:
         self.device_id = device_id
         dtype = np.dtype(interface["typestr"])
         if dtype.kind not in _CODES:
-            raise TypeError(f"DLPack export supports integer and float arrays, found dtype {dtype}")
+            raise TypeError(f"Expected an integer or float array for DLPack export. Got dtype {dtype}.")
         self.dtype = dtype
         self.shape = tuple(int(v) for v in interface["shape"])
         strides = interface.get("strides")

@@ -49,7 +49,7 @@ class RawLayout:
         flat = np.frombuffer(data, dtype=np.uint8)
         expected = shape[0] * shape[1] * shape[2]
         if flat.size != expected:
-            raise CodecError(f"raw sample holds {flat.size} bytes, expected {expected} for shape {shape}")
+            raise CodecError(f"raw sample: Expected {expected} bytes for shape {shape}. Got {flat.size}.")
         return flat.reshape(shape).copy()
 
     def max_stored_size(self, height: int, width: int, channels: int) -> int:
@@ -72,9 +72,9 @@ class JpegLayout:
 
     def __post_init__(self) -> None:
         if not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
-            raise ValueError(f"JPEG quality must be between 1 and 100, got {self.quality}")
+            raise ValueError(f"Expected JPEG quality to be between 1 and 100. Got {self.quality}.")
         if self.subsampling not in ("4:4:4", "4:2:2", "4:2:0"):
-            raise ValueError(f"JPEG subsampling must be 4:4:4, 4:2:2 or 4:2:0, got {self.subsampling!r}")
+            raise ValueError(f"Expected JPEG subsampling to be 4:4:4, 4:2:2 or 4:2:0. Got {self.subsampling!r}.")
 
     def encode(self, pixels: np.ndarray) -> bytes:
         from PIL import Image
@@ -95,7 +95,7 @@ class JpegLayout:
         try:
             with Image.open(io.BytesIO(bytes(data))) as image:
                 if image.format != "JPEG":
-                    raise CodecError(f"stored sample is {image.format}, expected JPEG")
+                    raise CodecError(f"stored sample: Expected JPEG. Got {image.format}.")
                 pixels = np.asarray(image, dtype=np.uint8)
         except CodecError:
             raise
@@ -104,7 +104,7 @@ class JpegLayout:
         if pixels.ndim == 2:
             pixels = pixels[:, :, None]
         if pixels.shape != tuple(shape):
-            raise CodecError(f"stored JPEG decodes to {pixels.shape}, expected {tuple(shape)}")
+            raise CodecError(f"stored JPEG: Expected to decode to {tuple(shape)}. Got {pixels.shape}.")
         return pixels
 
     def max_stored_size(self, height: int, width: int, channels: int) -> int:
@@ -126,7 +126,7 @@ class LosslessLayout:
 
     def __post_init__(self) -> None:
         if self.tile not in (16, 32, 64):
-            raise ValueError(f"lossless tile size must be 16, 32 or 64, got {self.tile!r}")
+            raise ValueError(f"Expected lossless tile size to be 16, 32 or 64. Got {self.tile!r}.")
 
     def encode(self, pixels: np.ndarray) -> bytes:
         from prepkit import lossless
@@ -140,7 +140,7 @@ class LosslessLayout:
         if pixels.ndim == 2:
             pixels = pixels[:, :, None]
         if pixels.shape != tuple(shape):
-            raise CodecError(f"stored lossless image decodes to {pixels.shape}, expected {tuple(shape)}")
+            raise CodecError(f"stored lossless image: Expected to decode to {tuple(shape)}. Got {pixels.shape}.")
         return pixels
 
     def max_stored_size(self, height: int, width: int, channels: int) -> int:
@@ -160,7 +160,7 @@ def layout_from_dict(config: dict[str, Any]) -> Layout:
     options = dict(config)
     name = options.pop("name", None)
     if not isinstance(name, str) or name not in _LAYOUTS:
-        raise ValueError(f"unknown layout {name!r}; expected one of {', '.join(LAYOUT_NAMES)}")
+        raise ValueError(f"Expected a layout among {', '.join(LAYOUT_NAMES)}. Got {name!r}.")
     try:
         return _LAYOUTS[name](**options)  # type: ignore[no-any-return]
     except TypeError as error:

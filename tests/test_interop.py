@@ -43,5 +43,5 @@ def test_strided_view_and_unconsumed_capsule() -> None:
 def test_rejects_what_dlpack_cannot_hold() -> None:
     with pytest.raises(TypeError, match="dtype"):
         DLPackArray(np.array(["a"]))
-    with pytest.raises(TypeError, match="expected an array"):
+    with pytest.raises(TypeError, match="Expected an array"):
         DLPackArray([1, 2, 3])

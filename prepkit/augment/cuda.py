@@ -142,7 +142,7 @@ def _is_device(array: Any) -> bool:
 def _as_device(name: str, array: Any) -> Any:
     """A numba view of any device array (torch, CuPy, numba), or a PipelineError."""
     if not _is_device(array):
-        raise PipelineError(f"{name}: expected a device array (__cuda_array_interface__), found {type(array).__name__}")
+        raise PipelineError(f"{name}: Expected a device array (__cuda_array_interface__). Got {type(array).__name__}.")
     return array if config.ENABLE_CUDASIM else cuda.as_cuda_array(array)
 
 
@@ -150,13 +150,13 @@ def _device_inputs(flat: Any, offsets: Any, stream: Any) -> tuple[Any, Any]:
     # Pixels are never copied behind the caller's back: they must already be on the device.
     flat = _as_device("flat", flat)
     if flat.dtype != np.uint8 or flat.ndim != 1:
-        raise PipelineError(f"flat: expected a 1-D uint8 device buffer, found {flat.dtype} with shape {flat.shape}")
+        raise PipelineError(f"flat: Expected a 1-D uint8 device buffer. Got {flat.dtype} with shape {flat.shape}.")
     if _is_device(offsets):
         offsets = _as_device("offsets", offsets)
     else:
         offsets = cuda.to_device(np.ascontiguousarray(offsets, dtype=np.int64), stream=stream)
     if offsets.dtype != np.int64:
-        raise PipelineError(f"offsets: expected int64, found {offsets.dtype}")
+        raise PipelineError(f"offsets: Expected int64. Got {offsets.dtype}.")
     return flat, offsets
 
 
@@ -178,8 +178,8 @@ def _device_output(
     array = _as_device("out", out)
     if tuple(array.shape) != shape or array.dtype not in [np.dtype(d) for d in accepted] or not array.is_c_contiguous():
         raise PipelineError(
-            f"out: expected a C-contiguous device array of shape {shape} and dtype "
-            f"{'/'.join(np.dtype(d).name for d in accepted)}, found {array.dtype} {tuple(array.shape)}"
+            f"out: Expected a C-contiguous device array of shape {shape} and dtype "
+            f"{'/'.join(np.dtype(d).name for d in accepted)}. Got {array.dtype} {tuple(array.shape)}."
         )
     return out, array.reshape(int(np.prod(shape))).view(storage)
 

@@ -41,7 +41,7 @@ def canonical_dtype(dtype: Any) -> str:
         except TypeError:
             pass
     if text not in DTYPES:
-        raise PipelineError(f"dtype: expected one of {', '.join(DTYPES)}, found {dtype!r}")
+        raise PipelineError(f"dtype: Expected one of {', '.join(DTYPES)}. Got {dtype!r}.")
     return text
 
 
@@ -53,12 +53,12 @@ def _size_pair(name: str, size: Any, allow_int: bool = True) -> int | tuple[int,
         elif len(size) == 2:
             h, w = (int(v) for v in size)
             if h != size[0] or w != size[1] or h < 1 or w < 1:
-                raise PipelineError(f"{name}.size: expected two positive ints, found {size!r}")
+                raise PipelineError(f"{name}.size: Expected two positive ints. Got {size!r}.")
             return (h, w)
         else:
-            raise PipelineError(f"{name}.size: expected an int or (h, w), found {size!r}")
+            raise PipelineError(f"{name}.size: Expected an int or (h, w). Got {size!r}.")
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise PipelineError(f"{name}.size: expected a positive int or (h, w), found {size!r}")
+        raise PipelineError(f"{name}.size: Expected a positive int or (h, w). Got {size!r}.")
     if not allow_int:
         return (int(size), int(size))
     return int(size)
@@ -66,10 +66,10 @@ def _size_pair(name: str, size: Any, allow_int: bool = True) -> int | tuple[int,
 
 def _float_pair(name: str, value: Any, positive: bool) -> tuple[float, float]:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise PipelineError(f"{name}: expected a (low, high) pair, found {value!r}")
+        raise PipelineError(f"{name}: Expected a (low, high) pair. Got {value!r}.")
     lo, hi = float(value[0]), float(value[1])
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi or (positive and lo <= 0):
-        raise PipelineError(f"{name}: expected finite {'0 < ' if positive else ''}low <= high, found {value!r}")
+        raise PipelineError(f"{name}: Expected finite {'0 < ' if positive else ''}low <= high. Got {value!r}.")
     return (lo, hi)
 
 
@@ -115,13 +115,13 @@ def _check_resample(op: Op, spec: Spec) -> None:
     # resampling ops cannot be fused (and resampling rounded uint8 values cannot either).
     if spec.resampled is not None:
         raise PipelineError(
-            f"{type(op).__name__}: expected at most one resampling op per pipeline (prepkit fuses "
-            f"all geometry into a single resampling), found a second one after {spec.resampled}"
+            f"{type(op).__name__}: Expected at most one resampling op per pipeline (prepkit fuses "
+            f"all geometry into a single resampling). Got a second one after {spec.resampled}."
         )
     if spec.quantized_from_float:
         raise PipelineError(
-            f"{type(op).__name__}: expected resampling before ToDtype(uint8) of float data, found it "
-            "after; the fused kernel cannot resample rounded values"
+            f"{type(op).__name__}: Expected resampling before ToDtype(uint8) of float data. Got it "
+            "after (the fused kernel cannot resample rounded values)."
         )
 
 
@@ -146,7 +146,7 @@ class RandomResizedCrop(Op):
         object.__setattr__(self, "scale", _float_pair("RandomResizedCrop.scale", self.scale, positive=False))
         object.__setattr__(self, "ratio", _float_pair("RandomResizedCrop.ratio", self.ratio, positive=True))
         if self.scale[0] < 0:
-            raise PipelineError(f"RandomResizedCrop.scale: expected values >= 0, found {self.scale!r}")
+            raise PipelineError(f"RandomResizedCrop.scale: Expected values >= 0. Got {self.scale!r}.")
         object.__setattr__(self, "antialias", _bool("RandomResizedCrop.antialias", self.antialias))
 
     def output_spec(self, spec: Spec) -> Spec:
@@ -189,8 +189,8 @@ class CenterCrop(Op):
     def output_spec(self, spec: Spec) -> Spec:
         if spec.size is not None and (self.size[0] > spec.size[0] or self.size[1] > spec.size[1]):
             raise PipelineError(
-                f"CenterCrop: expected a crop no larger than the image, found {self.size} on {spec.size} "
-                "(torchvision would pad with zeros; prepkit does not)"
+                f"CenterCrop: Expected a crop no larger than the image. Got {self.size} on {spec.size} "
+                "(torchvision would pad with zeros; prepkit does not)."
             )
         return replace(spec, size=self.size)
 
@@ -206,7 +206,7 @@ class RandomHorizontalFlip(Op):
     def __post_init__(self) -> None:
         p = float(self.p)
         if not 0.0 <= p <= 1.0:
-            raise PipelineError(f"RandomHorizontalFlip.p: expected 0 <= p <= 1, found {self.p!r}")
+            raise PipelineError(f"RandomHorizontalFlip.p: Expected 0 <= p <= 1. Got {self.p!r}.")
         object.__setattr__(self, "p", p)
 
 
@@ -223,12 +223,12 @@ class Normalize(Op):
         mean = tuple(float(v) for v in np.atleast_1d(np.asarray(self.mean, dtype=np.float64)))
         std = tuple(float(v) for v in np.atleast_1d(np.asarray(self.std, dtype=np.float64)))
         if not mean or not std:
-            raise PipelineError(f"Normalize: expected non-empty mean and std, found {self.mean!r}, {self.std!r}")
+            raise PipelineError(f"Normalize: Expected non-empty mean and std. Got {self.mean!r}, {self.std!r}.")
         if any(s == 0 or not math.isfinite(s) for s in std) or not all(math.isfinite(m) for m in mean):
-            raise PipelineError(f"Normalize.std: expected finite non-zero values, found {self.std!r}")
+            raise PipelineError(f"Normalize.std: Expected finite non-zero values. Got {self.std!r}.")
         if len(mean) != len(std) and 1 not in (len(mean), len(std)):
             raise PipelineError(
-                f"Normalize: expected mean and std of the same length, found {len(mean)} and {len(std)}"
+                f"Normalize: Expected mean and std of the same length. Got {len(mean)} and {len(std)}."
             )
         object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "std", std)
@@ -236,8 +236,8 @@ class Normalize(Op):
     def output_spec(self, spec: Spec) -> Spec:
         if spec.dtype not in FLOAT_DTYPES:
             raise PipelineError(
-                f"Normalize: expected a float image (torchvision rule), found {spec.dtype}; "
-                "add ToDtype(float32, scale=True) before Normalize"
+                f"Normalize: Expected a float image (torchvision rule). Got {spec.dtype} "
+                "(add ToDtype(float32, scale=True) before Normalize)."
             )
         return spec
 
@@ -247,8 +247,8 @@ class Normalize(Op):
         for name, values in (("mean", self.mean), ("std", self.std)):
             if len(values) not in (1, channels):
                 raise PipelineError(
-                    f"Normalize.{name}: expected 1 or {channels} values for {channels}-channel images, "
-                    f"found {len(values)}"
+                    f"Normalize.{name}: Expected 1 or {channels} values for {channels}-channel images. "
+                    f"Got {len(values)}."
                 )
             arrays.append(np.broadcast_to(np.asarray(values, dtype=np.float64), (channels,)).copy())
         return arrays[0], arrays[1]
@@ -278,7 +278,7 @@ class ToDtype(Op):
 
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise PipelineError(f"{name}: expected a bool, found {value!r}")
+        raise PipelineError(f"{name}: Expected a bool. Got {value!r}.")
     return bool(value)
 
 
@@ -291,10 +291,10 @@ OPS: dict[str, type[Op]] = {
 def op_from_dict(data: dict[str, Any]) -> Op:
     """Rebuild an op from :meth:`Op.to_dict` output."""
     if not isinstance(data, dict) or "name" not in data:
-        raise PipelineError(f"op dict: expected {{'name': ..., 'configuration': {{...}}}}, found {data!r}")
+        raise PipelineError(f"op dict: Expected {{'name': ..., 'configuration': {{...}}}}. Got {data!r}.")
     name = data["name"]
     if name not in OPS:
-        raise PipelineError(f"op dict: expected a name among {sorted(OPS)}, found {name!r}")
+        raise PipelineError(f"op dict: Expected a name among {sorted(OPS)}. Got {name!r}.")
     config = dict(data.get("configuration", {}))
     for key, value in config.items():
         if isinstance(value, list):

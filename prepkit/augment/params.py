@@ -51,12 +51,12 @@ class Params:
     def uniform_size(self) -> tuple[int, int]:
         """The (h, w) all outputs share, or a PipelineError naming the sizes found."""
         if len(self) == 0:
-            raise PipelineError("batch: expected at least one image, found none")
+            raise PipelineError("batch: Expected at least one image. Got none.")
         sizes = np.unique(self.out_size, axis=0)
         if len(sizes) != 1:
             raise PipelineError(
-                "batch: expected every image to end at the same size (add CenterCrop or use "
-                f"Resize((h, w))), found sizes {[tuple(map(int, s)) for s in sizes[:4]]}"
+                "batch: Expected every image to end at the same size (add CenterCrop or use "
+                f"Resize((h, w))). Got sizes {[tuple(map(int, s)) for s in sizes[:4]]}."
             )
         return int(sizes[0][0]), int(sizes[0][1])
 
@@ -122,13 +122,13 @@ def compute_params(
     """
     shapes = np.asarray(shapes)
     if shapes.ndim != 2 or shapes.shape[1] != 3:
-        raise PipelineError(f"shapes: expected int[N, 3] (H, W, C), found shape {shapes.shape}")
+        raise PipelineError(f"shapes: Expected int[N, 3] (H, W, C). Got shape {shapes.shape}.")
     n = shapes.shape[0]
     indices = np.asarray(indices, dtype=np.int64).reshape(-1)
     if indices.shape[0] != n:
-        raise PipelineError(f"indices: expected {n} sample indices (one per image), found {indices.shape[0]}")
+        raise PipelineError(f"indices: Expected {n} sample indices (one per image). Got {indices.shape[0]}.")
     if n and shapes[:, :2].min() < 1:
-        raise PipelineError(f"shapes: expected every H and W >= 1, found {shapes[shapes[:, :2].min(axis=1) < 1][0]}")
+        raise PipelineError(f"shapes: Expected every H and W >= 1. Got {shapes[shapes[:, :2].min(axis=1) < 1][0]}.")
 
     src_h, src_w = shapes[:, 0].astype(np.int64), shapes[:, 1].astype(np.int64)
     # Window in the source (before the resample) and offsets in the resized grid (after).
@@ -165,9 +165,9 @@ def compute_params(
             if too_big.any():
                 i = int(np.argmax(too_big))
                 raise PipelineError(
-                    f"CenterCrop{op.size}: expected images at least that large, found sample index "
+                    f"CenterCrop{op.size}: Expected images at least that large. Got sample index "
                     f"{indices[i]} at {int(cur_h[i])}x{int(cur_w[i])} (torchvision pads with zeros; "
-                    "prepkit does not: resize first)"
+                    "prepkit does not: resize first)."
                 )
             # int(round((H - h) / 2.0)): Python rounds halves to even, as np.rint.
             top = np.rint((cur_h - th) / 2.0).astype(np.int64)

@@ -49,9 +49,9 @@ class Pipeline:
         ops = tuple(op_from_dict(op) if isinstance(op, dict) else op for op in ops)
         for position, op in enumerate(ops):
             if not isinstance(op, Op):
-                raise PipelineError(f"ops[{position}]: expected a prepkit.augment op, found {type(op).__name__}")
+                raise PipelineError(f"ops[{position}]: Expected a prepkit.augment op. Got {type(op).__name__}.")
         if layout not in ("NCHW", "NHWC"):
-            raise PipelineError(f"layout: expected 'NCHW' or 'NHWC', found {layout!r}")
+            raise PipelineError(f"layout: Expected 'NCHW' or 'NHWC'. Got {layout!r}.")
         self.ops = ops
         self.layout: Layout = layout
         self.stream_offset = int(stream_offset)
@@ -61,8 +61,8 @@ class Pipeline:
         for position, op in enumerate(ops):
             if spec.quantized_from_float and op.changes_values:
                 raise PipelineError(
-                    f"ops[{position}] {type(op).__name__}: expected ToDtype(uint8) of float data to be the "
-                    "last value op (the fused kernel casts once, at the end), found a value op after it"
+                    f"ops[{position}] {type(op).__name__}: Expected ToDtype(uint8) of float data to be the "
+                    "last value op (the fused kernel casts once, at the end). Got a value op after it."
                 )
             try:
                 after = op.output_spec(spec)
@@ -132,12 +132,12 @@ class Pipeline:
         k = 0, sends the packed uint8 images as they are and does everything on the GPU.
         """
         if not 0 <= k <= len(self.ops):
-            raise PipelineError(f"split: expected 0 <= k <= {len(self.ops)}, found {k}")
+            raise PipelineError(f"split: Expected 0 <= k <= {len(self.ops)}. Got {k}.")
         first = Pipeline(self.ops[:k], layout="NHWC", stream_offset=self.stream_offset)
         if first.dtype != "uint8":
             raise PipelineError(
-                f"split({k}): expected the first part to end in uint8 (it is transferred), found {first.dtype}; "
-                "move the ToDtype to the second part"
+                f"split({k}): Expected the first part to end in uint8 (it is transferred). Got {first.dtype} "
+                "(move the ToDtype to the second part)."
             )
         return first, Pipeline(self.ops[k:], layout=self.layout, stream_offset=self.stream_offset + k)
 
@@ -194,7 +194,7 @@ class Pipeline:
         ``"nearest-exact"`` picks floor((r + 0.5) * s), centred like the bilinear image.
         """
         if mode not in ("nearest", "nearest-exact"):
-            raise PipelineError(f"mode: expected 'nearest' or 'nearest-exact', found {mode!r}")
+            raise PipelineError(f"mode: Expected 'nearest' or 'nearest-exact'. Got {mode!r}.")
         shapes_h, channels, shape, out_offsets = self._batch_output(shapes, params, device)
         exact = mode == "nearest-exact"
         if device == "cpu":
@@ -227,7 +227,7 @@ class Pipeline:
         its uint8 images over; only uint8 pipelines can produce packed output.
         """
         if self.dtype != "uint8":
-            raise PipelineError(f"apply_packed: expected a uint8 pipeline, found output dtype {self.dtype}")
+            raise PipelineError(f"apply_packed: Expected a uint8 pipeline. Got output dtype {self.dtype}.")
         shapes_h = _host_shapes(shapes, "cpu")
         channels = _channels(shapes_h)
         sizes = params.out_size.astype(np.int64).prod(axis=1) * channels
@@ -242,7 +242,7 @@ class Pipeline:
 
 def _check_device(device: str) -> None:
     if device != "cuda":
-        raise PipelineError(f"device: expected 'cpu' or 'cuda', found {device!r}")
+        raise PipelineError(f"device: Expected 'cpu' or 'cuda'. Got {device!r}.")
 
 
 def _host_shapes(shapes: Any, device: str) -> np.ndarray:
@@ -251,14 +251,14 @@ def _host_shapes(shapes: Any, device: str) -> np.ndarray:
         shapes = shapes.copy_to_host()
     shapes = np.ascontiguousarray(shapes, dtype=np.int32)
     if shapes.ndim != 2 or shapes.shape[1] != 3:
-        raise PipelineError(f"shapes: expected int32[N, 3] (H, W, C), found shape {shapes.shape}")
+        raise PipelineError(f"shapes: Expected int32[N, 3] (H, W, C). Got shape {shapes.shape}.")
     return shapes
 
 
 def _channels(shapes: np.ndarray) -> int:
     channels = np.unique(shapes[:, 2])
     if len(channels) != 1 or int(channels[0]) not in (1, 3, 4):
-        raise PipelineError(f"shapes: expected one channel count of 1, 3 or 4 for the batch, found {channels.tolist()}")
+        raise PipelineError(f"shapes: Expected one channel count of 1, 3 or 4 for the batch. Got {channels.tolist()}.")
     return int(channels[0])
 
 
@@ -266,13 +266,13 @@ def _host_inputs(flat: Any, offsets: Any, shapes: np.ndarray) -> tuple[np.ndarra
     flat = np.asarray(flat)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     if flat.dtype != np.uint8 or flat.ndim != 1:
-        raise PipelineError(f"flat: expected a 1-D uint8 buffer, found {flat.dtype} with shape {flat.shape}")
+        raise PipelineError(f"flat: Expected a 1-D uint8 buffer. Got {flat.dtype} with shape {flat.shape}.")
     if offsets.shape != (shapes.shape[0],):
-        raise PipelineError(f"offsets: expected int64[{shapes.shape[0]}], found shape {offsets.shape}")
+        raise PipelineError(f"offsets: Expected int64[{shapes.shape[0]}]. Got shape {offsets.shape}.")
     ends = offsets + shapes.astype(np.int64).prod(axis=1)
     if len(offsets) and (offsets.min() < 0 or ends.max() > flat.shape[0]):
         raise PipelineError(
-            f"offsets: expected images inside flat ({flat.shape[0]} bytes), found one ending at {ends.max()}"
+            f"offsets: Expected images inside flat ({flat.shape[0]} bytes). Got one ending at {ends.max()}."
         )
     return np.ascontiguousarray(flat), offsets
 

@@ -73,7 +73,7 @@ def decode_samples(
     machines costs more than decoding (see docs/BENCHMARKS.md).
     """
     if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+        raise ValueError(f"Expected device to be one of {DEVICES}. Got {device!r}.")
     indices = [int(i) for i in indices]
     shapes = _shapes(store, indices, field)
     layout = store.field_arrays[field].layout.name
@@ -116,7 +116,7 @@ def _decode_raw(store: Store, indices: list[int], field: str, shapes: np.ndarray
     bad = np.flatnonzero(lengths != expected)
     if bad.size:
         i = int(bad[0])
-        raise DecodeError(f"{store.path}: sample {indices[i]}: raw sample holds {lengths[i]} bytes, expected {expected[i]} for shape {tuple(shapes[i])}")
+        raise DecodeError(f"{store.path}: sample {indices[i]}: raw sample: Expected {expected[i]} bytes for shape {tuple(shapes[i])}. Got {lengths[i]}.")
     if device == "cpu":
         return PackedImages(buffer, offsets, shapes, "cpu")
     from numba import cuda
@@ -180,7 +180,7 @@ def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.nd
     decoded = np.asarray(plan.shapes, dtype=np.int64).reshape(-1, 3)
     if not np.array_equal(decoded, expected.astype(np.int64)):
         bad = int(np.flatnonzero((decoded != expected).any(axis=1))[0])
-        raise DecodeError(f"{store.path}: sample {indices[bad]}: stored image decodes to {tuple(decoded[bad])}, expected {tuple(expected[bad])}")
+        raise DecodeError(f"{store.path}: sample {indices[bad]}: stored image: Expected to decode to {tuple(expected[bad])}. Got {tuple(decoded[bad])}.")
     offsets = np.asarray(plan.offsets, dtype=np.int64)
     target = out if _fits(out, plan.total) else None
     if device == "cpu":

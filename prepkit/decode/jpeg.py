@@ -129,7 +129,7 @@ def decode_host(datas: Sequence[Any], shapes: np.ndarray, sample_ids: Sequence[i
         except Exception as error:
             raise DecodeError(f"sample {sample}: cannot decode stored JPEG ({error})") from None
         if pixels.shape != tuple(int(v) for v in shape):
-            raise DecodeError(f"sample {sample}: stored JPEG decodes to {pixels.shape}, expected {tuple(shape)}")
+            raise DecodeError(f"sample {sample}: stored JPEG: Expected to decode to {tuple(shape)}. Got {pixels.shape}.")
         results.append(pixels)
     return results
 
@@ -150,7 +150,7 @@ def decode_device(datas: Sequence[Any], shapes: np.ndarray, sample_ids: Sequence
                 raise DecodeError(f"sample {sample_ids[position]}: nvImageCodec could not decode the stored JPEG")
             h, w, c = (int(v) for v in shapes[position])
             if tuple(image.shape) != (h, w, c):
-                raise DecodeError(f"sample {sample_ids[position]}: stored JPEG decodes to {tuple(image.shape)}, expected {(h, w, c)}")
+                raise DecodeError(f"sample {sample_ids[position]}: stored JPEG: Expected to decode to {(h, w, c)}. Got {tuple(image.shape)}.")
             source = cuda.as_cuda_array(image).reshape(h * w * c)
             start = int(offsets[position])
             out_flat[start : start + h * w * c].copy_to_device(source, stream=stream)

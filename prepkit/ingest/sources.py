@@ -179,7 +179,7 @@ def _manifest_rows(path: Path) -> list[dict[str, object]]:
                     except json.JSONDecodeError as error:
                         raise IngestError(f"manifest {str(path)!r} line {number}: invalid JSON ({error.msg})") from None
                     if not isinstance(row, dict) or "path" not in row:
-                        raise IngestError(f"manifest {str(path)!r} line {number}: expected an object with a 'path' key")
+                        raise IngestError(f"manifest {str(path)!r} line {number}: Expected an object with a 'path' key. Got none.")
                     rows.append(row)
     except UnicodeDecodeError as error:
         raise IngestError(f"manifest {str(path)!r} is not UTF-8 text: {error}") from None
@@ -211,7 +211,7 @@ def _list_manifest(path: Path) -> SourceListing:
         elif class_names is None:
             label = int(str(raw_label))
             if label < 0:
-                raise IngestError(f"manifest {str(path)!r}: row {len(items) + 1} has label {label}; labels must be >= 0")
+                raise IngestError(f"manifest {str(path)!r}: row {len(items) + 1}: Expected a label >= 0. Got {label}.")
         else:
             label = label_of[str(raw_label)]
         mask = row.get("mask")

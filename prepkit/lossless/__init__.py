@@ -66,7 +66,7 @@ def decode_batch_packed(
         from prepkit.lossless import cuda  # numba.cuda is imported only when asked for
 
         return cuda.decode_plan(plan, out=out)
-    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    raise ValueError(f"Expected device to be 'cpu' or 'cuda'. Got {device!r}.")
 
 
 def decode_batch(
@@ -81,7 +81,7 @@ def decode_batch(
 
         flat = cuda.decode_plan(plan)[0]
     else:
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        raise ValueError(f"Expected device to be 'cpu' or 'cuda'. Got {device!r}.")
     return [
         flat[int(o) : int(o) + int(np.prod(s))].reshape(s) for o, s in zip(plan.offsets, plan.out_shapes, strict=True)
     ]

@@ -86,13 +86,13 @@ class Header:
 def check_shape(height: int, width: int, channels: int, tile: int) -> None:
     """Raise ValueError if an image of this shape cannot be encoded with this tile size."""
     if tile not in TILE_SIZES:
-        raise ValueError(f"tile must be one of {TILE_SIZES}, got {tile}")
+        raise ValueError(f"Expected tile to be one of {TILE_SIZES}. Got {tile}.")
     if channels not in CHANNELS:
-        raise ValueError(f"channels must be one of {CHANNELS}, got {channels}")
+        raise ValueError(f"Expected channels to be one of {CHANNELS}. Got {channels}.")
     if not (1 <= height <= MAX_SIDE and 1 <= width <= MAX_SIDE):
-        raise ValueError(f"height and width must be in 1..{MAX_SIDE}, got {height}x{width}")
+        raise ValueError(f"Expected height and width to be in 1..{MAX_SIDE}. Got {height}x{width}.")
     if height * width > MAX_PIXELS:
-        raise ValueError(f"at most {MAX_PIXELS} pixels per image, got {height * width}")
+        raise ValueError(f"Expected at most {MAX_PIXELS} pixels per image. Got {height * width}.")
 
 
 def payload_bounds(n_blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,7 +133,7 @@ def as_bytes(data: object) -> np.ndarray:
         if view.ndim != 1 or view.format != "B":
             view = view.cast("B")  # raises for non-contiguous buffers
     except (TypeError, ValueError):
-        raise CodecError(f"expected a contiguous bytes-like object, got {type(data).__name__}") from None
+        raise CodecError(f"Expected a contiguous bytes-like object. Got {type(data).__name__}.") from None
     return np.frombuffer(view, np.uint8)
 
 
@@ -141,26 +141,26 @@ def read_header(data: object) -> Header:
     """Parse and validate the header of an encoded image (raises CodecError)."""
     buf = as_bytes(data)
     if buf.size < HEADER_SIZE:
-        raise CodecError(f"stream too short for a header: need {HEADER_SIZE} bytes, got {buf.size}")
+        raise CodecError(f"stream too short for a header: Expected {HEADER_SIZE} bytes. Got {buf.size}.")
     magic, version, flags, channels, reserved, width, height, tile, reserved2 = _HEADER.unpack(
         buf[:HEADER_SIZE].tobytes()
     )
     if magic != MAGIC:
-        raise CodecError(f"bad magic: expected {MAGIC!r}, found {magic!r}")
+        raise CodecError(f"bad magic: Expected {MAGIC!r}. Got {magic!r}.")
     if version != VERSION:
-        raise CodecError(f"unsupported version: expected {VERSION}, found {version}")
+        raise CodecError(f"unsupported version: Expected {VERSION}. Got {version}.")
     if flags & ~KNOWN_FLAGS:
-        raise CodecError(f"unknown flag bits: expected a subset of {KNOWN_FLAGS:#x}, found {flags:#x}")
+        raise CodecError(f"unknown flag bits: Expected a subset of {KNOWN_FLAGS:#x}. Got {flags:#x}.")
     if reserved or reserved2:
-        raise CodecError(f"reserved header fields must be 0, found {reserved} and {reserved2}")
+        raise CodecError(f"reserved header fields: Expected 0. Got {reserved} and {reserved2}.")
     try:
         check_shape(height, width, channels, tile)
     except ValueError as exc:
         raise CodecError(f"invalid header: {exc}") from None
     if flags & FLAG_2D and channels != 1:
-        raise CodecError(f"2-D flag set with {channels} channels (expected 1)")
+        raise CodecError(f"2-D flag: Expected 1 channel. Got {channels}.")
     if flags & FLAG_COLOUR and channels < 3:
-        raise CodecError(f"colour flag set with {channels} channels (expected 3 or 4)")
+        raise CodecError(f"colour flag: Expected 3 or 4 channels. Got {channels}.")
     return Header(height, width, channels, tile, flags, version)
 
 
@@ -176,12 +176,12 @@ def read_tile_table(data: object, header: Header | None = None) -> np.ndarray:
     n = header.n_tiles
     start = HEADER_SIZE + header.table_size
     if buf.size < start:
-        raise CodecError(f"stream too short for the tile table: need {start} bytes, got {buf.size}")
+        raise CodecError(f"stream too short for the tile table: Expected {start} bytes. Got {buf.size}.")
     offsets = buf[HEADER_SIZE:start].view("<u4").astype(np.int64)
     if offsets[0] != start:
-        raise CodecError(f"first tile offset: expected {start}, found {offsets[0]}")
+        raise CodecError(f"first tile offset: Expected {start}. Got {offsets[0]}.")
     if offsets[n] != buf.size:
-        raise CodecError(f"last tile offset: expected the stream length {buf.size}, found {offsets[n]}")
+        raise CodecError(f"last tile offset: Expected the stream length {buf.size}. Got {offsets[n]}.")
     lengths = np.diff(offsets)
     th, tw = tile_geometry(header)
     low, high = payload_bounds(-(-(th * tw * header.channels) // BLOCK))
@@ -201,7 +201,7 @@ def normalize_roi(header: Header, roi: tuple[int, int, int, int] | None) -> tupl
     try:
         y0, x0, y1, x1 = (int(v) for v in roi)
     except (TypeError, ValueError):
-        raise ValueError(f"roi must be (y0, x0, y1, x1), got {roi!r}") from None
+        raise ValueError(f"Expected roi to be (y0, x0, y1, x1). Got {roi!r}.") from None
     if not (0 <= y0 < y1 <= header.height and 0 <= x0 < x1 <= header.width):
         raise ValueError(
             f"roi {roi} must satisfy 0 <= y0 < y1 <= {header.height} and 0 <= x0 < x1 <= {header.width}"
@@ -213,13 +213,13 @@ def prepare(image: np.ndarray, tile: int) -> tuple[np.ndarray, int]:
     """Validate an input image; return it as contiguous (H, W, C) uint8 and the header flags."""
     image = np.asarray(image)
     if image.dtype != np.uint8:
-        raise ValueError(f"image must be uint8, got {image.dtype}")
+        raise ValueError(f"Expected image to be uint8. Got {image.dtype}.")
     flags = 0
     if image.ndim == 2:
         image = image[:, :, None]
         flags |= FLAG_2D
     elif image.ndim != 3:
-        raise ValueError(f"image must be HxW or HxWxC, got shape {image.shape}")
+        raise ValueError(f"Expected image to be HxW or HxWxC. Got shape {image.shape}.")
     check_shape(image.shape[0], image.shape[1], image.shape[2], tile)
     if image.shape[2] >= 3:
         flags |= FLAG_COLOUR

@@ -121,7 +121,7 @@ def check_out(out: object, total: int) -> None:
     shape = getattr(out, "shape", None)
     dtype = getattr(out, "dtype", None)
     if dtype != np.uint8 or shape is None or len(shape) != 1 or shape[0] < total:
-        raise ValueError(f"out must be a 1-D uint8 array of at least {total} bytes, got {dtype} {shape}")
+        raise ValueError(f"Expected out to be a 1-D uint8 array of at least {total} bytes. Got {dtype} {shape}.")
     flags = getattr(out, "flags", None)
     for name in ("C_CONTIGUOUS", "WRITEABLE"):  # device arrays have no WRITEABLE flag
         try:
@@ -129,4 +129,4 @@ def check_out(out: object, total: int) -> None:
         except KeyError:
             ok = True
         if not ok:
-            raise ValueError(f"out must be contiguous and writable ({name} is False)")
+            raise ValueError(f"Expected out to be contiguous and writable. Got {name} False.")

@@ -90,7 +90,7 @@ def decode_tile(payload: np.ndarray, th: int, tw: int, c: int, colour: bool) -> 
     unary = np.unpackbits(payload[a_len + b_len :], bitorder="little")
     ends = np.flatnonzero(unary)
     if ends.size != n_blocks * fmt.BLOCK or ends[-1] // 8 != (unary.size // 8) - 1:
-        raise CodecError(f"unary section holds {ends.size} values, expected {n_blocks * fmt.BLOCK} filling it")
+        raise CodecError(f"unary section: Expected {n_blocks * fmt.BLOCK} values filling it. Got {ends.size}.")
     q = np.diff(np.concatenate([[-1], ends])) - 1
     values = np.zeros(n_blocks * fmt.BLOCK, np.int64)
     pos = 0

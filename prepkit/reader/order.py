@@ -72,9 +72,9 @@ def plan_epoch(
 ) -> EpochPlan:
     """This rank's sample order for ``epoch``; see the module docstring for the rules."""
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        raise ValueError(f"Expected rank to be in [0, {world_size}). Got {rank}.")
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise ValueError(f"Expected batch_size to be at least 1. Got {batch_size}.")
     if not shuffle:
         order = np.arange(num_samples, dtype=np.int64)
     elif shards_in_use is not None and shard_of_sample is not None:

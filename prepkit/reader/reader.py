@@ -80,14 +80,14 @@ class Reader:
     ) -> None:
         self.store = store if isinstance(store, Store) else open_store(store)
         if device not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+            raise ValueError(f"Expected device to be 'cpu' or 'cuda'. Got {device!r}.")
         if output not in OUTPUTS:
-            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+            raise ValueError(f"Expected output to be one of {OUTPUTS}. Got {output!r}.")
         if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+            raise ValueError(f"Expected on_error to be 'raise' or 'skip'. Got {on_error!r}.")
         unknown = set(fields) - {"image", "label", "mask"}
         if unknown or "image" not in fields:
-            raise ValueError(f"fields must include 'image' and may add 'label' and 'mask', got {tuple(fields)}")
+            raise ValueError(f"Expected fields to include 'image' and at most 'label' and 'mask' besides. Got {tuple(fields)}.")
         if "mask" in fields and "mask" not in self.store.fields:
             raise ValueError(f"fields asks for 'mask' but {self.store.path} has no mask field")
         self.batch_size = int(batch_size)

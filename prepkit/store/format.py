@@ -152,11 +152,11 @@ class Attributes:
         def integer(name: str, low: int, container: dict[str, Any] | None = None) -> int:
             value = (values if container is None else container).get(name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low or value >= 2**62:
-                raise fail(f"expected {name!r} to be an integer >= {low}, found {value!r}")
+                raise fail(f"Expected {name!r} to be an integer >= {low}. Got {value!r}.")
             return value
 
         if not isinstance(values, dict):
-            raise fail(f"expected an object, found {type(values).__name__}")
+            raise fail(f"Expected an object. Got {type(values).__name__}.")
         version = values.get("format_version")
         if version != FORMAT_VERSION:
             raise StoreError(f"{where}: store format version {version!r}, this prepkit reads version {FORMAT_VERSION}")
@@ -165,7 +165,7 @@ class Attributes:
         num_shards = integer("num_shards", 0)
         fields = values.get("fields")
         if not isinstance(fields, dict) or "image" not in fields:
-            raise fail(f"expected 'fields' to be an object with an 'image' entry, found {fields!r}")
+            raise fail(f"Expected 'fields' to be an object with an 'image' entry. Got {fields!r}.")
         for name, spec in fields.items():
             if not isinstance(spec, dict) or not isinstance(spec.get("layout"), dict):
                 raise fail(f"field {name!r}: expected an object with a 'layout' object")
@@ -174,7 +174,7 @@ class Attributes:
                 raise fail(f"field {name!r}: capacity {capacity} is not a reasonable multiple of chunk {chunk}")
         class_names = values.get("class_names")
         if class_names is not None and (not isinstance(class_names, list) or not all(isinstance(c, str) for c in class_names)):
-            raise fail(f"expected 'class_names' to be null or a list of strings, found {class_names!r}")
+            raise fail(f"Expected 'class_names' to be null or a list of strings. Got {class_names!r}.")
         layout = values.get("layout")
         provenance = values.get("provenance", {})
         complete = values.get("complete", False)
@@ -199,7 +199,7 @@ def read_group_attributes(root: Path) -> Attributes:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise StoreError(f"{meta_path}: cannot read group metadata ({error})") from None
     if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
-        raise StoreError(f"{meta_path}: expected a Zarr v3 group")
+        raise StoreError(f"{meta_path}: Expected a Zarr v3 group. Got something else.")
     attributes = meta.get("attributes", {})
     values = attributes.get(ATTRIBUTE_KEY) if isinstance(attributes, dict) else None
     if not isinstance(values, dict):

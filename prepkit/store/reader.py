@@ -132,7 +132,7 @@ class Store:
             # whatever size it claims.
             array = group[name]
             if shape is not None and tuple(array.shape) != shape:
-                raise StoreCorruptError(f"{where}: array {name!r} has shape {tuple(array.shape)}, expected {shape}")
+                raise StoreCorruptError(f"{where}: array {name!r}: Expected shape {shape}. Got {tuple(array.shape)}.")
             if shape is None and (len(array.shape) != 1 or array.shape[0] > (1 << 34)):
                 raise StoreCorruptError(f"{where}: array {name!r} has an implausible shape {tuple(array.shape)}")
             return np.asarray(array[...], dtype=dtype)
@@ -175,7 +175,7 @@ class Store:
             shapes = field.shapes.astype(np.int64)
             pixels = shapes[:, 0] * shapes[:, 1] * shapes[:, 2]
             if shapes.size and (not np.isin(shapes[:, 2], (1, 3, 4)).all() or pixels.max() > 1 << 32):
-                raise StoreCorruptError(f"{where}: {field.name} shapes are implausible (channels must be 1, 3 or 4)")
+                raise StoreCorruptError(f"{where}: {field.name} shapes: Expected channels 1, 3 or 4. Got implausible shapes.")
             if field.layout.name == "raw" and not np.array_equal((stops - starts).astype(np.int64), pixels):
                 raise StoreCorruptError(f"{where}: {field.name} raw byte ranges do not match the recorded shapes")
         self._image = self.field_arrays["image"]

@@ -79,8 +79,8 @@ def test_torch_dtypes_are_accepted() -> None:
         (lambda: RandomHorizontalFlip(1.5), "0 <= p <= 1"),
         (lambda: Normalize((0.5, 0.5), (1.0, 0.0)), "non-zero"),
         (lambda: Normalize((0.5, 0.5), (1.0, 1.0, 1.0)), "same length"),
-        (lambda: ToDtype("int32"), "expected one of"),
-        (lambda: op_from_dict({"name": "Solarize"}), "expected a name"),
+        (lambda: ToDtype("int32"), "Expected one of"),
+        (lambda: op_from_dict({"name": "Solarize"}), "Expected a name"),
     ],
 )
 def test_bad_fields_say_what_was_expected(make, words) -> None:
@@ -91,7 +91,7 @@ def test_bad_fields_say_what_was_expected(make, words) -> None:
 
 
 def test_normalize_on_uint8_is_rejected_like_torchvision() -> None:
-    with pytest.raises(PipelineError, match="float image.*found uint8.*ToDtype"):
+    with pytest.raises(PipelineError, match="float image.*Got uint8.*ToDtype"):
         Pipeline([RandomResizedCrop(8), Normalize((0.5,), (0.5,))])
 
 
@@ -131,7 +131,7 @@ def test_mixed_output_sizes_need_a_crop() -> None:
 def test_normalize_channel_count_is_checked_at_run_time() -> None:
     pipe = Pipeline([ToDtype("float32"), Normalize((0.5, 0.5, 0.5), (1, 1, 1))])
     shapes = np.array([[2, 2, 4]], np.int32)
-    with pytest.raises(PipelineError, match="1 or 4 values.*found 3"):
+    with pytest.raises(PipelineError, match="1 or 4 values.*Got 3"):
         pipe(np.zeros(16, np.uint8), np.array([0]), shapes, pipe.params(shapes, [0]))
 
 

@@ -50,7 +50,7 @@ def test_split_with_resize_after_the_transfer() -> None:
 
 
 def test_first_part_must_stay_uint8() -> None:
-    with pytest.raises(PipelineError, match="end in uint8.*found float32"):
+    with pytest.raises(PipelineError, match="end in uint8.*Got float32"):
         Pipeline(OPS).split(4)
     with pytest.raises(PipelineError, match="0 <= k <= 5"):
         Pipeline(OPS).split(6)

@@ -69,5 +69,5 @@ def test_bad_manifests(tmp_path: Path) -> None:
 
 def test_negative_integer_label_is_refused(tmp_path: Path) -> None:
     (tmp_path / "m.csv").write_text("path,label\na.png,1\nb.png,-1\n")
-    with pytest.raises(IngestError, match="row 2 has label -1"):
+    with pytest.raises(IngestError, match="row 2: Expected a label >= 0. Got -1"):
         list_source(tmp_path / "m.csv")

@@ -35,9 +35,11 @@ test: setup lint
 	$(PY) -m pytest -q tests --ignore=tests/cudasim
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q tests/cudasim
 
-# Lint and types: ruff over the code and tests (configuration in pyproject.toml).
+# Lint and types: ruff over the code and tests, mypy over the package (configuration in
+# pyproject.toml).
 lint: setup
 	$(VENV)/bin/ruff check prepkit tests recipes
+	$(VENV)/bin/mypy
 
 test-fast: setup
 	$(PY) -m pytest -q -x tests --ignore=tests/cudasim

@@ -21,6 +21,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,7 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
         data = mutate(rng.choice(seeds), rng)
         kind = rng.randrange(3)
         if kind == 0:
-            _run_case(report, lambda data=data: lossless.decode(data))
+            _run_case(report, partial(lossless.decode, data))
         elif kind == 1:
             def decode_region(data: bytes = data) -> object:
                 header = lossless.read_header(data)  # a damaged header is rejected here
@@ -124,7 +125,7 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
 
             _run_case(report, decode_region)
         else:
-            _run_case(report, lambda data=data: lossless.decode_batch([rng.choice(seeds), data]))
+            _run_case(report, partial(lossless.decode_batch, [rng.choice(seeds), data]))
     return report
 
 
@@ -170,9 +171,9 @@ def _mutate_json(text: bytes, rng: random.Random) -> bytes:
     if not paths:
         return mutate(text, rng)
     parent, key = rng.choice(paths)
-    replacement = rng.choice([None, -1, 0, 1, 2**63, 2**64 + 5, "x", [], {}, 3.5, True, [1, 2, 3]])
+    replacement: object = rng.choice([None, -1, 0, 1, 2**63, 2**64 + 5, "x", [], {}, 3.5, True, [1, 2, 3]])
     if isinstance(parent, dict) and rng.random() < 0.2:
-        del parent[key]  # type: ignore[arg-type]
+        del parent[key]
     else:
         parent[key] = replacement  # type: ignore[index]
     return json.dumps(document).encode()

@@ -162,7 +162,7 @@ def layout_from_dict(config: dict[str, Any]) -> Layout:
     if not isinstance(name, str) or name not in _LAYOUTS:
         raise ValueError(f"Expected a layout among {', '.join(LAYOUT_NAMES)}. Got {name!r}.")
     try:
-        return _LAYOUTS[name](**options)  # type: ignore[no-any-return]
+        return _LAYOUTS[name](**options)
     except TypeError as error:
         raise ValueError(f"layout {name!r}: bad options {options!r} ({error})") from None
 

@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, TypeVar
 
@@ -82,7 +82,9 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=5)
 
 
-def run_ordered(job: Callable[[int], T], indices: Iterable[int], workers: int, window: int | None = None) -> Iterator[T]:
+def run_ordered(
+    job: Callable[[int], T], indices: Iterable[int], workers: int, window: int | None = None
+) -> Generator[T, None, None]:
     """Yield ``job(i)`` for each ``i`` in ``indices``, in that order.
 
     With ``workers <= 1`` everything runs in this process (same code path, so the

@@ -20,13 +20,13 @@ from numba.core.extending import intrinsic
 
 
 @intrinsic
-def float32_bits(typingctx, value):  # type: ignore[no-untyped-def]
+def float32_bits(typingctx, value):
     """The IEEE bits of a float32 as uint32 (a free bitcast, no memory round trip)."""
     if value != types.float32:
         return None
     signature = types.uint32(types.float32)
 
-    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, sig, args):
         return builder.bitcast(args[0], context.get_value_type(types.uint32))
 
     return signature, codegen

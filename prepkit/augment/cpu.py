@@ -56,7 +56,7 @@ class Plan(NamedTuple):
 
 
 @_jit
-def _emit_row(row, flip, round_u8, scale, bias, kind, out, first, step):  # type: ignore[no-untyped-def]
+def _emit_row(row, flip, round_u8, scale, bias, kind, out, first, step):
     """Finish one channel of one output row: value ops, mirror, cast, strided store.
 
     Each step is its own simple loop (the branches sit outside them) so that LLVM
@@ -89,7 +89,7 @@ def _emit_row(row, flip, round_u8, scale, bias, kind, out, first, step):  # type
 
 
 @_jit
-def _row_starts(out_size):  # type: ignore[no-untyped-def]
+def _row_starts(out_size):
     """Exclusive prefix sum of output rows per image (and the total last): the parallel loop
     runs over every output row of the batch and finds its image by binary search."""
     n = out_size.shape[0]
@@ -100,7 +100,7 @@ def _row_starts(out_size):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def _out_index(base, c, y, x, channels, h, w, nchw):  # type: ignore[no-untyped-def]
+def _out_index(base, c, y, x, channels, h, w, nchw):
     if nchw:
         return base + (c * h + y) * w + x
     return base + (y * w + x) * channels + c
@@ -109,7 +109,7 @@ def _out_index(base, c, y, x, channels, h, w, nchw):  # type: ignore[no-untyped-
 # fastmath: only reassociation and FMA contraction, which let LLVM vectorise the
 # multiply-add loops; no reciprocal or finite-math shortcuts, which change results.
 @njit(parallel=True, nogil=True, cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
-def _augment_kernel(  # type: ignore[no-untyped-def]
+def _augment_kernel(
     flat, offsets, shapes, region, resized, offset, flip, out_size,
     antialias, round_u8, ch_scale, ch_bias, kind, nchw, out, out_offsets,
 ):  # fmt: skip
@@ -191,7 +191,7 @@ def _augment_kernel(  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def _mask_kernel(  # type: ignore[no-untyped-def]
+def _mask_kernel(
     flat, offsets, shapes, region, resized, offset, flip, out_size, exact, nchw, out, out_offsets
 ):
     n = shapes.shape[0]

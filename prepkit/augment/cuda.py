@@ -41,14 +41,14 @@ BLOCK = (16, 8, 1)
 
 
 @cuda.jit(device=True)
-def _out_index(base, c, y, x, channels, h, w, nchw):  # type: ignore[no-untyped-def]
+def _out_index(base, c, y, x, channels, h, w, nchw):
     if nchw:
         return base + (c * h + y) * w + x
     return base + (y * w + x) * channels + c
 
 
 @cuda.jit
-def augment_kernel(  # type: ignore[no-untyped-def]
+def augment_kernel(
     flat, offsets, shapes, region, resized, offset, flip, out_size,
     antialias, round_u8, ch_scale, ch_bias, kind, nchw, out, out_offsets,
 ):  # fmt: skip
@@ -114,7 +114,7 @@ def augment_kernel(  # type: ignore[no-untyped-def]
 
 
 @cuda.jit
-def mask_kernel(  # type: ignore[no-untyped-def]
+def mask_kernel(
     flat, offsets, shapes, region, resized, offset, flip, out_size, exact, nchw, out, out_offsets
 ):
     """Nearest-neighbour twin of :func:`augment_kernel` for masks (uint8 in and out)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -87,6 +87,7 @@ class Spec:
     quantized_from_float: bool = False
 
 
+@dataclass(frozen=True)
 class Op:
     """Base of all ops: validation, a dict round trip and the spec transition."""
 
@@ -149,9 +150,14 @@ class RandomResizedCrop(Op):
             raise PipelineError(f"RandomResizedCrop.scale: Expected values >= 0. Got {self.scale!r}.")
         object.__setattr__(self, "antialias", _bool("RandomResizedCrop.antialias", self.antialias))
 
+    @property
+    def size_hw(self) -> tuple[int, int]:
+        """``size`` as (h, w): __post_init__ turned any int into a pair."""
+        return cast(tuple[int, int], self.size)
+
     def output_spec(self, spec: Spec) -> Spec:
         _check_resample(self, spec)
-        return replace(spec, size=self.size, resampled=type(self).__name__)
+        return replace(spec, size=self.size_hw, resampled=type(self).__name__)
 
 
 @dataclass(frozen=True)
@@ -186,13 +192,18 @@ class CenterCrop(Op):
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", _size_pair("CenterCrop", self.size, allow_int=False))
 
+    @property
+    def size_hw(self) -> tuple[int, int]:
+        """``size`` as (h, w): __post_init__ turned any int into a pair."""
+        return cast(tuple[int, int], self.size)
+
     def output_spec(self, spec: Spec) -> Spec:
-        if spec.size is not None and (self.size[0] > spec.size[0] or self.size[1] > spec.size[1]):
+        if spec.size is not None and (self.size_hw[0] > spec.size[0] or self.size_hw[1] > spec.size[1]):
             raise PipelineError(
                 f"CenterCrop: Expected a crop no larger than the image. Got {self.size} on {spec.size} "
                 "(torchvision would pad with zeros; prepkit does not)."
             )
-        return replace(spec, size=self.size)
+        return replace(spec, size=self.size_hw)
 
 
 @dataclass(frozen=True)

@@ -154,13 +154,13 @@ def compute_params(
         if isinstance(op, RandomResizedCrop):
             u = rng.uniform(seed, epoch, indices, stream, op.draws)
             crop(*_random_resized_crop_boxes(op, cur_h, cur_w, u))
-            res_h, res_w = np.full(n, op.size[0], np.int64), np.full(n, op.size[1], np.int64)
+            res_h, res_w = np.full(n, op.size_hw[0], np.int64), np.full(n, op.size_hw[1], np.int64)
             cur_h, cur_w = res_h.copy(), res_w.copy()
         elif isinstance(op, Resize):
             res_h, res_w = _resize_output_size(op, cur_h, cur_w)
             cur_h, cur_w = res_h.copy(), res_w.copy()
         elif isinstance(op, CenterCrop):
-            th, tw = op.size
+            th, tw = op.size_hw
             too_big = (cur_h < th) | (cur_w < tw)
             if too_big.any():
                 i = int(np.argmax(too_big))

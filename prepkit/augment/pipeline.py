@@ -69,7 +69,7 @@ class Pipeline:
             except PipelineError as exc:
                 raise PipelineError(f"ops[{position}] {exc}") from None
             if op.resamples:
-                self.antialias = bool(op.antialias)
+                self.antialias = bool(getattr(op, "antialias", True))  # every resampling op has one
                 # torchvision resizes uint8 images to uint8 (rounded).
                 self.round_u8 = spec.dtype == "uint8"
             spec = after

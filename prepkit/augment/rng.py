@@ -9,14 +9,18 @@ per sample).
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
+
+_U64 = TypeVar("_U64", np.uint64, np.ndarray)  # a uint64 scalar or array
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
+def _mix(z: _U64) -> _U64:
     """splitmix64's finaliser: a bijection on uint64 with good avalanche."""
     z = (z ^ (z >> np.uint64(30))) * _M1
     z = (z ^ (z >> np.uint64(27))) * _M2

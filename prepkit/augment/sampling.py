@@ -22,14 +22,14 @@ import math
 import numpy as np
 
 
-def filter_width(scale: float, antialias: bool) -> float:
+def filter_width(scale: float, antialias: bool) -> np.float32:
     """Tent half-width in input pixels: the scale when antialiasing a downscale, else 1."""
     if antialias and scale > 1.0:
         return np.float32(scale)
     return np.float32(1.0)
 
 
-def axis_scale(in_size: int, out_size: int) -> float:
+def axis_scale(in_size: int, out_size: int) -> np.float32:
     """Input pixels per output pixel, in float32 as torch computes it for float images."""
     return np.float32(in_size) / np.float32(out_size)
 
@@ -46,7 +46,7 @@ def window_stop(r: int, scale: float, width: float, size: int) -> int:
     return min(int(center + width + np.float32(0.5)), size)
 
 
-def tap_weight(j: int, r: int, scale: float, width: float) -> float:
+def tap_weight(j: int, r: int, scale: float, width: float) -> np.float32:
     """Unnormalised tent weight of input pixel ``j`` for output pixel ``r``.
 
     All float32 (explicitly, so numba does not widen to float64): the CUDA kernel calls

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     shapes = np.array([images[i % len(images)].shape for i in range(args.batch)], dtype=np.int32)
     pipeline = Pipeline([RandomResizedCrop(224), ToDtype("float32", scale=True)])
 
-    def epoch_params(epoch: int):  # type: ignore[no-untyped-def]
+    def epoch_params(epoch: int):
         return pipeline.params(shapes, np.arange(args.batch), seed=0, epoch=epoch)
 
     def whole(epoch: int) -> np.ndarray:

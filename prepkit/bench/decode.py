@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +239,7 @@ def _reader_candidates(images: list[np.ndarray], devices: Sequence[str], folder:
         class_names=None, provenance={"command": "bench-decode"}, items_digest="bench",
     )
     write_all(folder / "reader-store", plan, lambda i: EncodedSample(i, f"{i}", None, {"image": (encoded[i], shapes[i])}), overwrite=True)
-    found = []
+    found: list[tuple[Candidate, Callable[[int], Callable[[], None]]]] = []
     no_cuda = _cuda_available()
     for device in devices:
         def make(threads: int, device: str = device) -> Callable[[], None]:
@@ -324,7 +325,7 @@ def run_benchmark(
                     continue
                 lossless_row = next((r for r in results if r.format == "prepkit-lossless" and r.size_ratio), None)
                 result.size_ratio = lossless_row.size_ratio if lossless_row else None
-                prepare(result, lambda make_reader=make_reader: make_reader(threads), f"reader / {candidate.device}")
+                prepare(result, partial(make_reader, threads), f"reader / {candidate.device}")
         timings: dict[int, list[float]] = {id(result): [] for result, _ in passes}
         for round_number in range(repeat):
             progress(f"round {round_number + 1} of {repeat}")
@@ -338,7 +339,7 @@ def run_benchmark(
         result.decoded_mb_per_s = raw_bytes / seconds / 1e6
     png = next((r for r in results if r.format == "png" and r.images_per_s), None)
     for result in results:
-        if png and result.images_per_s:
+        if png and png.images_per_s and result.images_per_s:
             result.speedup_vs_png = result.images_per_s / png.images_per_s
     machine = describe_machine(with_gpu="cuda" in devices)
     machine.update({"threads": threads, "repeat": repeat, "warmup": warmup, "images": len(images),
@@ -372,7 +373,7 @@ def plot(results: list[Result], machine: dict[str, Any], path: str, title: str =
     rows = [r for r in results if r.images_per_s]
     rows.sort(key=lambda r: r.images_per_s or 0)
     labels = [f"{r.format} ({r.decoder}, {r.device})" for r in rows]
-    values = [r.images_per_s for r in rows]
+    values = [r.images_per_s or 0.0 for r in rows]
     colours = ["#d62728" if r.format.startswith("prepkit") else ("#1f77b4" if r.device == "cpu" else "#2ca02c") for r in rows]
     figure, axis = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.6))
     bars = axis.barh(labels, values, color=colours)

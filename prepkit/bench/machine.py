@@ -35,7 +35,7 @@ def gpu_name() -> str | None:
 
 
 def describe_machine(with_gpu: bool = True) -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in LIBRARIES:
         try:
             versions[name] = metadata.version(name)

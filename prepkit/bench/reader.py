@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         same_work = Reader(store, batch_size=args.batch, seed=0, transforms=ops, threads=threads, crop_decode=False)
         default = Reader(store, batch_size=args.batch, seed=0, transforms=ops, threads=threads)
 
-        def through(reader: Reader):  # type: ignore[no-untyped-def]
+        def through(reader: Reader):
             def run() -> None:
                 for _ in reader:
                     pass

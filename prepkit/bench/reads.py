@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
 
         store = open_store(dest)
         assert np.array_equal(store[123]["image"], pixels[123])
-        flat = zarr.open_group(dest, mode="r")["image/bytes"]
+        flat = zarr.open_array(dest / "image" / "bytes", mode="r")
         ranges = store.field_arrays["image"].ranges
         indices = rng.integers(0, args.samples, size=args.reads)
         results = {

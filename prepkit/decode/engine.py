@@ -27,8 +27,11 @@ from prepkit.store.reader import Store
 
 DEVICES = ("cpu", "cuda")
 
+#: Sample indices: a sequence of ints or an integer numpy array.
+Indices = Sequence[int] | np.ndarray
 
-def gather_bytes(store: Store, indices: Sequence[int], field: str = "image", out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+
+def gather_bytes(store: Store, indices: Indices, field: str = "image", out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Copy the stored bytes of ``indices`` back to back into one buffer.
 
     Returns (buffer, offsets, lengths). ``out`` (e.g. a pinned host buffer) is used when it
@@ -46,13 +49,13 @@ def gather_bytes(store: Store, indices: Sequence[int], field: str = "image", out
     return buffer, offsets, lengths
 
 
-def _shapes(store: Store, indices: Sequence[int], field: str) -> np.ndarray:
+def _shapes(store: Store, indices: Indices, field: str) -> np.ndarray:
     return store.field_arrays[field].shapes[np.asarray(indices, dtype=np.int64)].astype(np.int32).reshape(-1, 3)
 
 
 def decode_samples(
     store: Store,
-    indices: Sequence[int],
+    indices: Indices,
     *,
     field: str = "image",
     device: str = "cpu",
@@ -90,7 +93,7 @@ def decode_samples(
     raise DecodeError(f"{store.path}: no decoder for layout {layout!r}")
 
 
-def decoded_nbytes(store: Store, indices: Sequence[int], field: str = "image", rois: np.ndarray | None = None) -> int:
+def decoded_nbytes(store: Store, indices: Indices, field: str = "image", rois: np.ndarray | None = None) -> int:
     """Bytes of the packed decoded pixels of ``indices`` (of their regions, with ``rois``)."""
     shapes = _shapes(store, indices, field).astype(np.int64)
     if rois is None:
@@ -174,7 +177,7 @@ def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.nd
     from prepkit.lossless import plan as lossless_plan
 
     buffers = [store.read_bytes(i, field) for i in indices]
-    roi_list = None if rois is None else [tuple(int(v) for v in roi) for roi in rois]
+    roi_list = None if rois is None else [(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rois]
     plan = lossless_plan.build(buffers, roi_list)  # validates every header and tile table
     expected = shapes if rois is None else np.column_stack([rois[:, 2] - rois[:, 0], rois[:, 3] - rois[:, 1], shapes[:, 2]])
     decoded = np.asarray(plan.shapes, dtype=np.int64).reshape(-1, 3)

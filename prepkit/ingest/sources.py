@@ -139,8 +139,8 @@ def _list_folder(root: Path) -> SourceListing:
     if not class_dirs:
         files, ignored = _walk_files(str(root))
         images, not_images = _split_images(files, root)
-        items = [SourceItem(path=p, relpath=_relative(p, root)) for p in images]
-        return SourceListing(items=items, class_names=None, ignored=ignored + not_images)
+        flat_items = [SourceItem(path=p, relpath=_relative(p, root)) for p in images]
+        return SourceListing(items=flat_items, class_names=None, ignored=ignored + not_images)
 
     # ImageFolder: top-level files are not part of any class.
     ignored = [

@@ -7,6 +7,7 @@ The bitstream is specified in docs/LOSSLESS.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -61,6 +62,8 @@ def decode_batch_packed(
     """
     plan = _plan.build(buffers, rois)
     if device == "cpu":
+        if out is not None and not isinstance(out, np.ndarray):
+            raise ValueError(f"Expected a numpy array for out on the cpu. Got {type(out).__name__}.")
         return cpu.decode_plan(plan, out), plan.offsets, plan.shapes
     if device == "cuda":
         from prepkit.lossless import cuda  # numba.cuda is imported only when asked for
@@ -74,6 +77,7 @@ def decode_batch(
 ) -> list:
     """Decode many streams; a list of numpy arrays (cpu) or device-array views (cuda)."""
     plan = _plan.build(buffers, rois)
+    flat: Any  # a numpy array, or a numba device array on "cuda" (numba is untyped)
     if device == "cpu":
         flat = cpu.decode_plan(plan)
     elif device == "cuda":

@@ -18,6 +18,8 @@ Imported only when device="cuda" is asked for.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import cuda
 
@@ -234,8 +236,8 @@ def decode_kernel(src, work, out, errors):
 
 
 def decode_plan(
-    plan: plan_mod.Plan, stream: object = 0, out: object | None = None, pinned: np.ndarray | None = None
-) -> tuple[object, object, object]:
+    plan: plan_mod.Plan, stream: Any = 0, out: Any = None, pinned: np.ndarray | None = None
+) -> tuple[Any, Any, Any]:  # numba device arrays and streams (numba is untyped)
     """Decode a validated plan on the GPU with one kernel launch.
 
     Returns (flat device uint8 buffer, offsets device int64[N], shapes device int32[N, 3]);

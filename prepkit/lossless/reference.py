@@ -42,7 +42,7 @@ def encode_tile(tile: np.ndarray, colour: bool) -> bytes:
     n_blocks = -(-values.size // fmt.BLOCK)
     blocks = np.zeros(n_blocks * fmt.BLOCK, np.int64)
     blocks[: values.size] = values
-    blocks = blocks.reshape(n_blocks, fmt.BLOCK)
+    blocks = blocks.reshape(n_blocks, fmt.BLOCK)  # type: ignore[assignment]  # same array, 2-D view
     # Rice cost of each k in bits (the 16 terminator bits are the same for every k).
     costs = np.stack([fmt.BLOCK * k + (blocks >> k).sum(axis=1) for k in range(fmt.MAX_K + 1)], 1)
     ks = np.argmin(costs, axis=1)  # first minimum: smallest k on ties

@@ -27,7 +27,7 @@ class Batch:
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self):
         # `images, labels = batch` as with a DataLoader.
         yield self.images
         yield self.labels

@@ -36,7 +36,7 @@ def make_streams(count: int = 2, use_torch: bool = False) -> tuple[list[Any], li
         try:
             import torch
 
-            lowest, _ = torch.cuda.Stream.priority_range()
+            lowest, _ = torch.cuda.Stream.priority_range()  # type: ignore[call-arg]  # a staticmethod at run time
             torch_streams = [torch.cuda.Stream(priority=lowest) for _ in range(count)]
             return [cuda.external_stream(s.cuda_stream) for s in torch_streams], torch_streams
         except Exception:
@@ -86,7 +86,7 @@ class GpuStager:
             slot.pinned = self.cuda.pinned_array(max(nbytes, 2 * slot.pinned.size), dtype=np.uint8)
         return slot.pinned
 
-    def micro_batches(self, indices: Sequence[int], field: str) -> list[range]:
+    def micro_batches(self, indices: Sequence[int] | np.ndarray, field: str) -> list[range]:
         arrays = self.store.field_arrays[field]
         position = np.asarray(indices, dtype=np.int64)
         stored = (arrays.ranges[position, 1] - arrays.ranges[position, 0]).astype(np.int64)

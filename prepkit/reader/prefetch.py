@@ -70,7 +70,7 @@ class Prefetcher(Generic[T]):
         if isinstance(item, _Failure):
             self.close()
             raise item.error
-        return item  # type: ignore[no-any-return]
+        return item
 
     def close(self) -> None:
         """Stop the thread and drop what it produced; safe to call twice."""

@@ -322,6 +322,7 @@ class Reader:
         """Transfer index k > 0: the first k ops in uint8 on the CPU, one copy, the rest on the GPU."""
         from numba import cuda
 
+        assert self._cpu_part is not None and self._gpu_part is not None, "set when transfer_index > 0"
         packed = decode_samples(self.store, indices, device="cpu", threads=self.threads)
         first_params = self._params(self._cpu_part, packed.shapes, indices)
         flat, offsets, shapes = self._cpu_part.apply_packed(packed.flat, packed.offsets, packed.shapes, first_params)

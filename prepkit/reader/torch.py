@@ -28,7 +28,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from prepkit.reader.reader import Reader
 
 
-class StoreDataset(IterableDataset):  # type: ignore[type-arg]
+class StoreDataset(IterableDataset):
     """Yields ``(images, labels)`` torch batches (or ``(images, labels, masks)``)."""
 
     def __init__(self, store: str | os.PathLike[str], batch_size: int, **reader_options: Any) -> None:

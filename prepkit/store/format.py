@@ -45,9 +45,9 @@ MAX_INDEX_ENTRIES = 8192  # 128 KiB of shard index at most
 SMALL_ARRAY_CHUNK = 1 << 16  # samples per chunk of the per-sample arrays
 
 
-def crc32c(data: bytes | memoryview | np.ndarray) -> int:
+def crc32c(data: bytes | memoryview | np.ndarray) -> int:  # numpy arrays expose the buffer protocol
     """CRC32C (Castagnoli) of ``data``, as Zarr's crc32c codec computes it."""
-    return _crc32c.crc32c(data)
+    return int(_crc32c.crc32c(data.data if isinstance(data, np.ndarray) else data))
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,7 @@ class Store:
         data = self.read_bytes(position, field)
         shape = tuple(arrays.shapes[position].tolist())
         try:
-            return arrays.layout.decode(data, shape)  # type: ignore[arg-type]
+            return arrays.layout.decode(data, shape)
         except CodecError as error:
             raise DecodeError(f"{self.path}: sample {position} ({field}): {error}") from None
 

@@ -79,20 +79,20 @@ def verify_store(path: str | Path, *, decode: bool = False, progress: Callable[[
                     report.problems.append(Problem(_strip(str(error), store), field=name, shard_file=str(file)))
             for index in range(len(store)):
                 shard = int(shard_of[index])
-                file = str(shard_path(store.path, name, shard))
+                sample_file = str(shard_path(store.path, name, shard))
                 if shard in broken_shards:
-                    report.problems.append(Problem("in a damaged or missing shard file", index, name, file))
+                    report.problems.append(Problem("in a damaged or missing shard file", index, name, sample_file))
                     progress(1)
                     continue
                 try:
                     data = store.read_bytes(index, name)
                     if crc32c(data) != int(arrays.crc32c[index]):
-                        report.problems.append(Problem("CRC32C mismatch: stored bytes are damaged", index, name, file))
+                        report.problems.append(Problem("CRC32C mismatch: stored bytes are damaged", index, name, sample_file))
                     elif decode:
                         store.decode(index, name)
                         report.decoded += 1
                 except PrepkitError as error:
-                    report.problems.append(Problem(_strip(str(error), store), index, name, file))
+                    report.problems.append(Problem(_strip(str(error), store), index, name, sample_file))
                 progress(1)
     return report
 

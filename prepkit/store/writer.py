@@ -378,7 +378,7 @@ class StoreWriter:
         staging = self.dest / STAGING
         temporary = staging / f"shard-{shard}.tmp.npz"
         with open(temporary, "wb") as handle:
-            np.savez(handle, **meta)
+            np.savez(handle, allow_pickle=False, **meta)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, staging / f"shard-{shard}.npz")

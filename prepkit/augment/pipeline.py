@@ -211,7 +211,7 @@ class Pipeline:
 
     def _batch_output(self, shapes: Any, params: Params, device: str) -> tuple[np.ndarray, int, tuple[int, ...], np.ndarray]:
         """(host shapes, channels, output shape, per-image output offsets) of a batch."""
-        shapes_h = _host_shapes(shapes, device)
+        shapes_h = _host_shapes(shapes)
         channels = _channels(shapes_h)
         h, w = params.uniform_size()
         n = len(params)
@@ -228,7 +228,7 @@ class Pipeline:
         """
         if self.dtype != "uint8":
             raise PipelineError(f"apply_packed: Expected a uint8 pipeline. Got output dtype {self.dtype}.")
-        shapes_h = _host_shapes(shapes, "cpu")
+        shapes_h = _host_shapes(shapes)
         channels = _channels(shapes_h)
         sizes = params.out_size.astype(np.int64).prod(axis=1) * channels
         out_offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -245,7 +245,7 @@ def _check_device(device: str) -> None:
         raise PipelineError(f"device: Expected 'cpu' or 'cuda'. Got {device!r}.")
 
 
-def _host_shapes(shapes: Any, device: str) -> np.ndarray:
+def _host_shapes(shapes: Any) -> np.ndarray:
     """Shapes are small and drive the launch, so they live on the host (copied if needed)."""
     if hasattr(shapes, "copy_to_host"):
         shapes = shapes.copy_to_host()

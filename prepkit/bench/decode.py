@@ -225,7 +225,7 @@ def _jpeg_cuda_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
     return one_pass
 
 
-def _reader_candidates(images: list[np.ndarray], devices: Sequence[str], folder: Path, workers: int) -> list[tuple[Candidate, Callable[[int], Callable[[], None]]]]:
+def _reader_candidates(images: list[np.ndarray], devices: Sequence[str], folder: Path) -> list[tuple[Candidate, Callable[[int], Callable[[], None]]]]:
     """The Reader end to end on a lossless store of the same images."""
     from prepkit.layouts import LosslessLayout
     from prepkit.reader import Reader
@@ -317,7 +317,7 @@ def run_benchmark(
 
             prepare(result, make, f"{candidate.format} / {candidate.decoder} / {candidate.device}")
         if with_reader:
-            for candidate, make_reader in _reader_candidates(images, devices, Path(folder), threads):
+            for candidate, make_reader in _reader_candidates(images, devices, Path(folder)):
                 result = Result(candidate.format, candidate.decoder, candidate.device, threads, images=len(images))
                 if candidate.skipped:
                     result.skipped = candidate.skipped

@@ -107,7 +107,7 @@ def _walk_files(top: str) -> tuple[list[str], list[tuple[str, str]]]:
     return files, problems
 
 
-def _split_images(files: list[str], root: Path) -> tuple[list[str], list[tuple[str, str]]]:
+def _split_images(files: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
     images, ignored = [], []
     for file in files:
         if is_image_name(file):
@@ -138,7 +138,7 @@ def _list_folder(root: Path) -> SourceListing:
             pass
     if not class_dirs:
         files, ignored = _walk_files(str(root))
-        images, not_images = _split_images(files, root)
+        images, not_images = _split_images(files)
         flat_items = [SourceItem(path=p, relpath=_relative(p, root)) for p in images]
         return SourceListing(items=flat_items, class_names=None, ignored=ignored + not_images)
 
@@ -152,7 +152,7 @@ def _list_folder(root: Path) -> SourceListing:
     items: list[SourceItem] = []
     for label, entry in enumerate(class_dirs):
         files, problems = _walk_files(entry.path)
-        images, not_images = _split_images(files, root)
+        images, not_images = _split_images(files)
         ignored += problems + not_images
         items += [SourceItem(path=p, label=label, relpath=_relative(p, root)) for p in images]
     return SourceListing(items=items, class_names=class_names, ignored=ignored)

@@ -6,7 +6,7 @@ PREPKIT := $(VENV)/bin/prepkit
 DEMO_OUT := out/demo
 DEMO_LAYOUTS ?= raw jpeg lossless
 
-.PHONY: demo test test-fast test-cudasim lint setup fuzz bench clean
+.PHONY: demo test test-fast test-cudasim lint setup fuzz bench gpu-wheels gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,27 @@ bench: setup
 	$(PY) -m prepkit.bench.crop
 	$(PY) -m prepkit.bench.reader
 	$(PY) recipes/l3_comparison.py --out out/l3
+
+# The GPU machine (Python 3.12, CUDA 13, torch/numba/numba-cuda/CuPy installed; no zarr and no
+# nvImageCodec) cannot reach PyPI: `make gpu-wheels` here downloads what it lacks into the
+# ignored .whl/, which travels with the working tree; `make gpu-check` there installs them
+# into the system environment (not --target: nvImageCodec's nvidia/ package would shadow the
+# image's CUDA libraries), runs the CUDA tests on the device, then every stage of
+# prepkit.bench.gpucheck (identity, fuzz, reader, compute-sanitizer, benchmarks).
+GPU_PY ?= python3
+GPU_OUT ?= $(if $(OUT),$(OUT),out/gpucheck)
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+	  zarr==3.1.6 numcodecs==0.16.5 donfig==0.8.1.post1 google-crc32c==1.9.0 crc32c==2.9.post0 \
+	  nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.2.3.58 qoi==0.7.2
+
+gpu-check:
+	$(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl
+	mkdir -p $(GPU_OUT)
+	PYTHONPATH=$(CURDIR) timeout 200 $(GPU_PY) -m pytest -q -p no:cacheprovider --noconftest tests/cudasim \
+	  tests/lossless/test_ptx.py tests/augment/test_ptx.py -k "not simulator_is_active" 2>&1 | tee $(GPU_OUT)/pytest.log | tail -25
+	PYTHONPATH=$(CURDIR) timeout 330 $(GPU_PY) -m prepkit.bench.gpucheck --out $(GPU_OUT)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -50,7 +50,7 @@ def decode_batch_packed(
     device: str = "cpu",
     rois: Sequence[Roi | None] | None = None,
     out: object | None = None,
-) -> tuple[object, object, object]:
+) -> tuple[Any, Any, Any]:  # numpy arrays on "cpu", numba device arrays on "cuda"
     """Decode many streams into one flat uint8 buffer.
 
     Returns (flat, offsets int64[N], shapes int32[N, 3]); image i is

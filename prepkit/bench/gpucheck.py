@@ -1,0 +1,570 @@
+"""GPU acceptance: correctness on the real device first, then the headline numbers.
+
+``make gpu-check`` runs this on a CUDA machine (after the CUDA tests); it is the one
+command a session with a GPU runs and records in docs/BENCHMARKS.md::
+
+    python -m prepkit.bench.gpucheck --out OUT                    # every stage
+    python -m prepkit.bench.gpucheck --stages env,identity        # a subset
+    NUMBA_ENABLE_CUDASIM=1 python -m prepkit.bench.gpucheck --smoke  # logic check, no GPU
+
+Stages: ``env`` (versions, device, one shared context with torch, which device a fresh
+thread gets), ``identity`` (GPU decode == CPU decode == original on photographs and edge
+shapes, every tile size, several block sizes, regions, one large batch into a reused
+buffer), ``fuzz`` (mutated streams: CPU and GPU both reject or agree), ``reader`` (the
+GPU Reader against the CPU Reader), ``sanitize`` (compute-sanitizer memcheck, racecheck
+and synccheck on a small decode), ``bench`` (H2D bandwidth, PNG on every core, the
+lossless decoder on the CPU, the public GPU API, the kernel alone, a 2-stream pipeline
+from pinned memory, nvJPEG; each as x PNG(all cores) and % of the measured PCIe bound).
+
+Every stage records its own failure and the next one runs; ``OUT/gpucheck.json`` is
+rewritten after each stage (a run cut off by a time limit still leaves its results) and
+``OUT/gpucheck.md`` holds the summary table for docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+@dataclass
+class Run:
+    """What one gpucheck run has found so far; written to disk after every stage."""
+
+    out: Path
+    smoke: bool
+    results: dict[str, Any] = field(default_factory=dict)
+    summary: list[str] = field(default_factory=list)
+
+    def note(self, line: str) -> None:
+        """A summary line (also printed)."""
+        self.summary.append(line)
+        print(line, flush=True)
+
+    def dump(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "gpucheck.json").write_text(json.dumps(self.results, indent=1, default=str))
+        table = ["| check | result |", "| --- | --- |"] + [f"| {line.strip()} |  |" for line in self.summary]
+        (self.out / "gpucheck.md").write_text("\n".join(table) + "\n")
+
+
+def _sync() -> None:
+    from numba import cuda
+
+    cuda.synchronize()
+
+
+def median_seconds(function: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    """Median wall time of ``function`` over ``repeat`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        function()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# -- images ---------------------------------------------------------------------------
+def image_sets(smoke: bool) -> dict[str, list[np.ndarray]]:
+    """"big" (2048x1024 photo mosaics) and "small" (500x375 photos); tiny ones in smoke mode."""
+    rng = np.random.default_rng(0)
+    if smoke:  # the simulator runs every GPU thread as a Python thread: keep these tiny
+        yy, xx = np.mgrid[0:17, 0:20]
+        smooth = ((yy * 3 + xx * 5) % 256).astype(np.uint8)
+        return {"big": [np.stack([smooth, smooth[::-1], smooth[:, ::-1]], 2)],
+                "small": [rng.integers(0, 256, (9, 12, 3), dtype=np.uint8)] * 2}
+    from prepkit.bench import photos
+
+    return {"big": photos.cityscapes_like(), "small": photos.imagenet_like()}
+
+
+def sample_photos() -> list[np.ndarray]:
+    """The bundled sample photographs as RGB arrays."""
+    from PIL import Image
+
+    images = []
+    for path in sorted((REPO / "samples" / "photos").glob("*/*")):
+        with Image.open(path) as image:
+            images.append(np.asarray(image.convert("RGB")).copy())
+    return images
+
+
+def edge_images(smoke: bool) -> list[np.ndarray]:
+    """Partial tiles, 1/3/4 channels, 2-D input, noise (the worst case), constant, ramps."""
+    rng = np.random.default_rng(1)
+    if smoke:
+        return [rng.integers(0, 256, (1, 1, 3), dtype=np.uint8), rng.integers(0, 256, (17, 9, 4), dtype=np.uint8),
+                np.full((5, 7, 1), 9, np.uint8), rng.integers(0, 256, (6, 19), dtype=np.uint8)]
+    shapes = [(1, 1, 3), (1, 100, 3), (63, 65, 3), (65, 63, 4), (17, 130, 1), (129, 127, 3), (64, 64, 4),
+              (300, 257, 3), (1024, 2048, 4), (2048, 31, 1)]
+    images: list[np.ndarray] = [rng.integers(0, 256, s, dtype=np.uint8) for s in shapes]
+    images.append(np.full((70, 90, 3), 200, np.uint8))
+    images.append(rng.integers(0, 256, (45, 77), dtype=np.uint8))
+    ramp = (np.arange(96 * 96).reshape(96, 96) % 256).astype(np.uint8)
+    images.append(np.stack([ramp, 255 - ramp, ramp.T], 2))
+    return images
+
+
+# -- stages ---------------------------------------------------------------------------
+def stage_env(run: Run) -> dict[str, Any]:
+    """Versions and device; whether numba and torch share one context, also from a thread."""
+    import numba
+    from numba import cuda
+
+    info: dict[str, Any] = {"python": sys.version.split()[0], "numba": numba.__version__}
+    device = cuda.get_current_device()
+    info["device"] = str(getattr(device, "name", device))
+    if not SIMULATOR:
+        info["compute_capability"] = getattr(device, "compute_capability", None)
+        for attribute in ("MULTIPROCESSOR_COUNT", "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", "PCI_BUS_ID"):
+            info[attribute.lower()] = getattr(device, attribute, None)
+    try:
+        import torch
+    except ImportError:
+        info["torch"] = "not installed"
+        return info
+    info["torch"] = torch.__version__
+    if SIMULATOR or not torch.cuda.is_available():
+        return info
+    tensor = torch.arange(256, device="cuda", dtype=torch.int32)
+    view = cuda.as_cuda_array(tensor)
+
+    @cuda.jit
+    def add_one(values: Any) -> None:
+        i = cuda.grid(1)
+        if i < values.size:
+            values[i] += 1
+
+    add_one[1, 256](view)
+    cuda.synchronize()
+    info["torch_sees_numba_writes"] = bool((tensor.cpu().numpy() == np.arange(1, 257)).all())
+    seen: dict[str, Any] = {}
+
+    def fresh_thread() -> None:  # what the Reader's prefetch thread gets
+        try:
+            seen["device"] = cuda.get_current_device().id
+        except Exception as error:  # recorded, not raised: this probes the driver's behaviour
+            seen["error"] = repr(error)
+
+    thread = threading.Thread(target=fresh_thread)
+    thread.start()
+    thread.join()
+    info["fresh_thread"] = seen
+    run.note(f"env: {info['device']}, torch {torch.__version__}, numba writes seen by torch: {info['torch_sees_numba_writes']}")
+    return info
+
+
+def kernel_resources() -> dict[str, Any]:
+    """Registers, shared and local memory of every compiled overload (after the kernels ran)."""
+    if SIMULATOR:
+        return {}
+    from prepkit.augment import cuda as augment_cuda
+    from prepkit.lossless import cuda as lossless_cuda
+
+    found: dict[str, Any] = {}
+    kernels = (("lossless.decode_kernel", lossless_cuda.decode_kernel), ("augment_kernel", augment_cuda.augment_kernel),
+               ("mask_kernel", augment_cuda.mask_kernel))
+    for name, kernel in kernels:
+        for signature in list(kernel.overloads):
+            found[f"{name}{signature}"[:160]] = {
+                "registers": kernel.get_regs_per_thread(signature), "shared": kernel.get_shared_mem_per_block(signature),
+                "local": kernel.get_local_mem_per_thread(signature),
+            }
+    return found
+
+
+def stage_identity(run: Run) -> dict[str, Any]:
+    """GPU == CPU == original, on every kind of image, tile size and block size."""
+    from numba import cuda
+
+    from prepkit import lossless
+    from prepkit.lossless import cuda as lossless_cuda
+
+    sets = image_sets(run.smoke)
+    groups = {"big": sets["big"], "small": sets["small"], "edge": edge_images(run.smoke)}
+    if not run.smoke:
+        groups["samples"] = sample_photos()
+    bad: list[str] = []
+    checked = 0
+    for name, images in groups.items():
+        for tile in (16,) if run.smoke else (64,) if name == "big" else (16, 32, 64):
+            streams = [lossless.encode(image, tile=tile) for image in images]
+            on_gpu = lossless.decode_batch(streams, device="cuda")
+            on_cpu = lossless.decode_batch(streams, device="cpu")
+            for i, (gpu, cpu, image) in enumerate(zip(on_gpu, on_cpu, images, strict=True)):
+                pixels = gpu.copy_to_host()
+                checked += 1
+                if not (np.array_equal(pixels, cpu) and np.array_equal(pixels, image)):
+                    bad.append(f"{name}[{i}] tile {tile} shape {image.shape}")
+    saved = lossless_cuda.THREADS
+    images = groups["edge"][:6]
+    streams = [lossless.encode(image, tile=16) for image in images] + [lossless.encode(image, tile=64) for image in images]
+    try:
+        for threads in (16,) if SIMULATOR else (32, 64, 128, 256):
+            lossless_cuda.THREADS = threads
+            for gpu, image in zip(lossless.decode_batch(streams, device="cuda"), images + images, strict=True):
+                checked += 1
+                if not np.array_equal(gpu.copy_to_host(), image):
+                    bad.append(f"THREADS={threads} shape {image.shape}")
+    finally:
+        lossless_cuda.THREADS = saved
+    rng = np.random.default_rng(5)
+    for name in ("big", "small"):
+        streams = [lossless.encode(image) for image in groups[name]]
+        rois = []
+        for image in groups[name]:
+            h, w = image.shape[:2]
+            y0, x0 = int(rng.integers(0, h)), int(rng.integers(0, w))
+            rois.append((y0, x0, int(rng.integers(y0 + 1, h + 1)), int(rng.integers(x0 + 1, w + 1))))
+        gpu_flat, _, _ = lossless.decode_batch_packed(streams, "cuda", rois)
+        cpu_flat, _, _ = lossless.decode_batch_packed(streams, "cpu", rois)
+        checked += 1
+        if not np.array_equal(gpu_flat.copy_to_host(), cpu_flat):
+            bad.append(f"{name}: regions differ")
+    repeats = 2 if run.smoke else 64
+    big = groups["big"]
+    streams = [lossless.encode(image) for image in big]
+    many = [streams[i % len(streams)] for i in range(repeats)]
+    total = sum(big[i % len(big)].size for i in range(repeats))
+    buffer = cuda.device_array(total + 1000, np.uint8)
+    flat, offsets, _ = lossless.decode_batch_packed(many, "cuda", out=buffer)
+    host, host_offsets = flat.copy_to_host(), offsets.copy_to_host()
+    for i in range(repeats):
+        image = big[i % len(big)]
+        checked += 1
+        if not np.array_equal(host[host_offsets[i] : host_offsets[i] + image.size].reshape(image.shape), image):
+            bad.append(f"large batch image {i}")
+    run.note(f"{'PASS' if not bad else 'FAIL'} identity: {checked} GPU decodes vs CPU and original, {len(bad)} mismatches")
+    return {"checked": checked, "mismatches": bad[:50], "kernels": kernel_resources()}
+
+
+def stage_fuzz(run: Run) -> dict[str, Any]:
+    """Mutated payloads: the CPU and the GPU decoder must both reject or return equal pixels."""
+    from prepkit import lossless
+    from prepkit.errors import CodecError
+    from prepkit.lossless import format as fmt
+
+    rng = np.random.default_rng(21)
+    bases = [rng.integers(0, 256, (24, 40, 3), dtype=np.uint8), (np.arange(64 * 80 * 3).reshape(64, 80, 3) % 251).astype(np.uint8)]
+    disagree = []
+    cases = 6 if run.smoke else 400
+    for case in range(cases):
+        base = bases[case % 2][:12, :12] if run.smoke else bases[case % 2]
+        stream = lossless.encode(base, tile=int(rng.choice([16, 32, 64])))
+        start = fmt.HEADER_SIZE + lossless.read_header(stream).table_size
+        mutated = bytearray(stream)
+        for _ in range(int(rng.integers(1, 4))):
+            mutated[int(rng.integers(start, len(mutated)))] = int(rng.integers(256))
+        outcomes: list[np.ndarray | None] = []
+        for device in ("cpu", "cuda"):
+            try:
+                decoded = lossless.decode_batch([bytes(mutated)], device=device)[0]
+                outcomes.append(decoded if device == "cpu" else decoded.copy_to_host())
+            except CodecError:
+                outcomes.append(None)
+        cpu, gpu = outcomes
+        if (cpu is None) != (gpu is None) or (cpu is not None and gpu is not None and not np.array_equal(cpu, gpu)):
+            disagree.append(case)
+    run.note(f"{'PASS' if not disagree else 'FAIL'} fuzz: {cases} mutated streams, CPU and GPU disagree on {len(disagree)}")
+    return {"cases": cases, "disagree": disagree[:20]}
+
+
+def stage_reader(run: Run) -> dict[str, Any]:
+    """The GPU Reader (each output kind) against the CPU Reader, several micro-batches."""
+    import prepkit
+    from prepkit.augment import Normalize, RandomHorizontalFlip, RandomResizedCrop, ToDtype
+    from prepkit.bench.reader import build
+
+    ops = [RandomResizedCrop(6 if run.smoke else 224), RandomHorizontalFlip(), ToDtype("float32", scale=True),
+           Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+    batch = 4 if run.smoke else 32
+    worst: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        store = build(image_sets(run.smoke)["small"], Path(folder), "lossless", 4 if run.smoke else 96, 32)
+        on_cpu = list(prepkit.Reader(store, batch_size=batch, seed=3, transforms=ops))
+        for output in ["numpy"] + ([] if SIMULATOR else ["torch", "dlpack"]):
+            reader = prepkit.Reader(store, batch_size=batch, seed=3, transforms=ops, device="cuda", output=output,
+                                    gpu_memory_budget=(1 << 10) if run.smoke else (8 << 20))
+            largest = 0.0
+            for expected, got in zip(on_cpu, reader, strict=True):
+                if output == "numpy":
+                    pixels = got.images.copy_to_host()
+                else:
+                    import torch
+
+                    tensor = got.images if output == "torch" else torch.from_dlpack(got.images)
+                    pixels = tensor.cpu().numpy()
+                largest = max(largest, float(np.abs(pixels - expected.images).max()))
+            worst[output] = largest
+    passed = all(value < 1e-4 for value in worst.values())
+    run.note(f"{'PASS' if passed else 'FAIL'} reader: GPU vs CPU batches, max abs diff {max(worst.values()):.1e} ({', '.join(worst)})")
+    return worst
+
+
+def sanitize_child() -> None:
+    """A small decode, a corrupt stream and an augment, for compute-sanitizer to watch."""
+    from numba import cuda
+
+    from prepkit import lossless
+    from prepkit.augment import Pipeline, RandomHorizontalFlip, RandomResizedCrop, ToDtype
+
+    rng = np.random.default_rng(2)
+    images = [rng.integers(0, 256, (70, 90, 3), dtype=np.uint8), rng.integers(0, 256, (64, 64, 4), dtype=np.uint8)]
+    streams = [lossless.encode(image, tile=tile) for image, tile in zip(images, (64, 32), strict=True)]
+    for gpu, image in zip(lossless.decode_batch(streams, device="cuda"), images, strict=True):
+        assert np.array_equal(gpu.copy_to_host(), image)
+    corrupt = bytearray(streams[0])
+    corrupt[-1] ^= 0xFF
+    try:
+        lossless.decode_batch([bytes(corrupt)], device="cuda")
+    except Exception:  # a rejected stream is the expected outcome; the sanitizer watches the kernel
+        pass
+    flat, offsets, shapes = lossless.decode_batch_packed(streams[:1], "cuda")
+    pipeline = Pipeline([RandomResizedCrop(32), RandomHorizontalFlip(), ToDtype("float32", scale=True)])
+    host_shapes = shapes.copy_to_host()
+    pipeline(flat, offsets, host_shapes, pipeline.params(host_shapes, np.array([0]), seed=1), device="cuda").copy_to_host()
+    cuda.synchronize()
+
+
+def stage_sanitize(run: Run, timeout: int) -> dict[str, Any]:
+    """compute-sanitizer's memcheck, racecheck and synccheck over ``sanitize_child``."""
+    if SIMULATOR:
+        return {"skipped": "simulator"}
+    results: dict[str, Any] = {}
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        command = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "9", sys.executable, "-m",
+                   "prepkit.bench.gpucheck", "--child", "sanitize"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError:
+            return {"skipped": "compute-sanitizer not found"}
+        except subprocess.TimeoutExpired:
+            results[tool] = {"rc": "timeout"}
+            continue
+        (run.out / f"sanitizer-{tool}.log").write_text((done.stdout + done.stderr)[-200_000:])
+        lines = [line for line in (done.stdout + done.stderr).splitlines() if "SUMMARY" in line][:4]
+        results[tool] = {"rc": done.returncode, "summary": lines}
+    passed = all(entry.get("rc") == 0 for entry in results.values())
+    run.note(f"{'PASS' if passed else 'CHECK'} sanitizer: " + ", ".join(f"{k} rc={v.get('rc')}" for k, v in results.items()))
+    return results
+
+
+# -- benchmarks -----------------------------------------------------------------------
+def _encode_all(images: list[np.ndarray], fmt: str) -> list[bytes]:
+    from PIL import Image
+
+    out = []
+    for image in images:
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+        out.append(buffer.getvalue())
+    return out
+
+
+def _pillow_decode(data: bytes) -> tuple[int, ...]:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image).shape
+
+
+def bench_h2d(smoke: bool) -> dict[str, float]:
+    """Host-to-device GB/s from pinned and from pageable memory."""
+    from numba import cuda
+
+    size = (16 << 20) if smoke else (512 << 20)
+    pinned = cuda.pinned_array(size, np.uint8)
+    pinned[:] = 1
+    pageable = np.ones(size, np.uint8)
+    device = cuda.device_array(size, np.uint8)
+    stream = cuda.stream()
+    rates = {}
+    for name, host in (("pinned", pinned), ("pageable", pageable)):
+
+        def copy(host: np.ndarray = host) -> None:
+            device.copy_to_device(host, stream=stream)
+            stream.synchronize()
+
+        rates[name] = size / median_seconds(copy, 5) / 1e9
+    return rates
+
+
+def bench_set(run: Run, name: str, images: list[np.ndarray], repeats: int, h2d: dict[str, float]) -> dict[str, Any]:
+    """Every decoder on one image set; rows as images/s and x PNG on every core."""
+    import numba
+    from numba import cuda
+
+    from prepkit import lossless
+    from prepkit.lossless import cuda as lossless_cuda
+    from prepkit.lossless import plan as plan_mod
+
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    count = len(images)
+    raw = sum(image.nbytes for image in images)
+    result: dict[str, Any] = {"images": count, "shape": list(images[0].shape), "threads": threads}
+    with ThreadPoolExecutor(threads) as pool:
+        pngs = _encode_all(images, "PNG")
+        result["png_cpu"] = count / median_seconds(lambda: list(pool.map(_pillow_decode, pngs)), 3)
+    numba.set_num_threads(threads)
+    encoded = [lossless.encode(image) for image in images]
+    result["compressed_per_image"] = sum(len(e) for e in encoded) / count
+    host_out = np.empty(raw, np.uint8)
+    result["lossless_cpu"] = count / median_seconds(lambda: lossless.decode_batch_packed(encoded, "cpu", out=host_out), 3)
+    many = [encoded[i % count] for i in range(repeats)]
+    total = sum(images[i % count].nbytes for i in range(repeats))
+    device_out = cuda.device_array(total, np.uint8)
+    # (A) the public API: validation, pageable copy, kernel, error check.
+    def public_api() -> None:
+        lossless.decode_batch_packed(many, "cuda", out=device_out)
+        _sync()
+
+    result["gpu_api"] = repeats / median_seconds(public_api, 5)
+    # (C) the kernel alone, input already on the device.
+    plan = plan_mod.build(many)
+    device_src, device_work = cuda.to_device(np.ascontiguousarray(plan.src)), cuda.to_device(plan.work)
+    device_errors = cuda.device_array(plan.work.shape[0], np.int32)
+    grid = plan.work.shape[0]
+
+    def kernel_only() -> None:
+        lossless_cuda.decode_kernel[grid, lossless_cuda.THREADS](device_src, device_work, device_out, device_errors)
+        _sync()
+
+    result["gpu_kernel_only"] = repeats / median_seconds(kernel_only, 5)
+    # (B) pipelined: compressed chunks in pinned memory, H2D of chunk k+1 overlapping the
+    # kernel of chunk k on two streams, one sync at the end.
+    chunk = max(1, min(repeats, 16 if images[0].size > 1_000_000 else 128))
+    chunks = []
+    for start in range(0, repeats, chunk):
+        part = plan_mod.build(many[start : start + chunk])
+        pinned_src = cuda.pinned_array(part.src.size, np.uint8)
+        pinned_src[:] = part.src
+        pinned_work = cuda.pinned_array(part.work.shape, np.int64)
+        pinned_work[:] = part.work
+        pinned_work[:, plan_mod.OUT_BASE] += sum(images[i % count].nbytes for i in range(start))
+        chunks.append((pinned_src, pinned_work))
+    streams = [cuda.stream() for _ in range(2)]
+    largest_src = max(c[0].size for c in chunks)
+    largest_work = max(c[1].shape[0] for c in chunks)
+    slots = [(cuda.device_array(largest_src, np.uint8), cuda.device_array((largest_work, plan_mod.N_COLS), np.int64),
+              cuda.device_array(largest_work, np.int32)) for _ in streams]
+
+    def pipelined() -> None:
+        for k, (pinned_src, pinned_work) in enumerate(chunks):
+            stream = streams[k % 2]
+            src, work, errors = slots[k % 2]
+            n = pinned_work.shape[0]
+            src[: pinned_src.size].copy_to_device(pinned_src, stream=stream)
+            work[:n].copy_to_device(pinned_work, stream=stream)
+            lossless_cuda.decode_kernel[n, lossless_cuda.THREADS, stream](src[: pinned_src.size], work[:n], device_out, errors[:n])
+        _sync()
+
+    result["gpu_pipelined_h2d"] = repeats / median_seconds(pipelined, 5)
+    first = device_out.copy_to_host()[: images[0].nbytes]
+    result["pipelined_correct"] = bool(np.array_equal(first, images[0].reshape(-1)))
+    if not result["pipelined_correct"]:
+        run.note(f"FAIL {name}: the pipelined decode wrote wrong pixels")
+    result["pcie_bound"] = h2d["pinned"] * 1e9 / result["compressed_per_image"]
+    try:
+        from prepkit.decode import jpeg as jpeg_module
+
+        if jpeg_module.nvimgcodec_module() is None:
+            raise RuntimeError(jpeg_module.nvimgcodec_error())
+        jpegs = [np.frombuffer(j, np.uint8) for j in _encode_all(images, "JPEG")]
+        decoder = jpeg_module._decoder("cuda")
+        batch = [jpegs[i % count] for i in range(repeats)]
+        def nvjpeg() -> None:
+            decoder.decode(batch)
+            _sync()
+
+        result["nvjpeg_gpu"] = repeats / median_seconds(nvjpeg, 3)
+    except Exception as error:  # a missing nvImageCodec is a skipped row, not a failed check
+        result["nvjpeg_gpu"] = f"skipped: {error}"
+    png = result["png_cpu"]
+    for key in ("lossless_cpu", "gpu_api", "gpu_kernel_only", "gpu_pipelined_h2d", "nvjpeg_gpu", "pcie_bound"):
+        value = result.get(key)
+        if isinstance(value, float):
+            share = f", {100 * value / result['pcie_bound']:.0f}% of PCIe" if key.startswith("gpu") else ""
+            run.note(f"{name} {key}: {value:,.0f} img/s = {value / png:.1f}x PNG({threads} threads){share}")
+    run.note(f"{name} png_cpu: {png:,.0f} img/s (baseline, {threads} threads)")
+    return result
+
+
+def stage_bench(run: Run) -> dict[str, Any]:
+    sets = image_sets(run.smoke)
+    h2d = bench_h2d(run.smoke)
+    run.note(f"H2D: pinned {h2d['pinned']:.1f} GB/s, pageable {h2d['pageable']:.1f} GB/s")
+    results: dict[str, Any] = {"h2d": h2d}
+    results["big"] = bench_set(run, "big" if run.smoke else "2048x1024", sets["big"], 4 if run.smoke else 64, h2d)
+    results["small"] = bench_set(run, "small" if run.smoke else "500x375", sets["small"], 6 if run.smoke else 512, h2d)
+    return results
+
+
+STAGES = ("env", "identity", "fuzz", "reader", "sanitize", "bench")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.environ.get("OUT", "out/gpucheck"), help="folder for gpucheck.json/.md and logs")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
+    parser.add_argument("--smoke", action="store_true", help="tiny inputs (a logic check under the simulator)")
+    parser.add_argument("--sanitize-timeout", type=int, default=100)
+    parser.add_argument("--child", choices=["sanitize"], default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child == "sanitize":
+        sanitize_child()
+        return 0
+    stages = args.stages.split(",")
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        parser.error(f"Expected stages among {', '.join(STAGES)}. Got {', '.join(unknown)}.")
+    if SIMULATOR:
+        from prepkit.lossless import cuda as lossless_cuda
+
+        lossless_cuda.THREADS = 16  # the simulator runs every GPU thread as a Python thread
+    run = Run(out=Path(args.out), smoke=args.smoke)
+    functions: dict[str, Callable[[], dict[str, Any]]] = {
+        "env": lambda: stage_env(run), "identity": lambda: stage_identity(run), "fuzz": lambda: stage_fuzz(run),
+        "reader": lambda: stage_reader(run), "sanitize": lambda: stage_sanitize(run, args.sanitize_timeout),
+        "bench": lambda: stage_bench(run),
+    }
+    failed = 0
+    for name in stages:
+        print(f"\n=== {name}", flush=True)
+        started = time.perf_counter()
+        try:
+            run.results[name] = {"ok": True, **functions[name]()}
+        except Exception as error:  # record and go on: one broken stage must not hide the others
+            failed += 1
+            run.results[name] = {"ok": False, "error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()[-3000:]}
+            run.note(f"FAIL {name}: {type(error).__name__}: {error}")
+        run.results[name]["seconds"] = round(time.perf_counter() - started, 1)
+        run.dump()
+    print("\n===== summary", flush=True)
+    for line in run.summary:
+        print(line)
+    return 1 if failed or any(line.startswith("FAIL") for line in run.summary) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,6 +27,7 @@ import numpy as np
 
 from prepkit.errors import StoreError
 from prepkit.layouts import Layout
+from prepkit.store.checksums import array_crc32c, file_checksums, generation_id
 from prepkit.store.format import (
     ATTRIBUTE_KEY,
     FORMAT_VERSION,
@@ -365,21 +366,31 @@ class StoreWriter:
         path_ranges = np.stack([path_stops - path_lengths.astype(np.uint64), path_stops], axis=1) if num_samples else np.zeros((0, 2), np.uint64)
 
         root = zarr.open_group(self.dest, mode="r+")
-        _write_small(root, "labels", labels)
-        _write_small(root, "paths", joined("paths", np.uint8))
-        _write_small(root, "path_ranges", path_ranges.astype(np.uint64))
+        arrays = {
+            "labels": labels,
+            "paths": joined("paths", np.uint8),
+            "path_ranges": path_ranges.astype(np.uint64),
+        }
         for name in self.plan.fields:
-            group = root[name]
-            _write_small(group, "ranges", joined(f"{name}_ranges", np.uint64, 2))
-            _write_small(group, "shapes", joined(f"{name}_shapes", np.uint32, 3))
-            _write_small(group, "crc32c", joined(f"{name}_crc32c", np.uint32))
+            arrays[f"{name}/ranges"] = joined(f"{name}_ranges", np.uint64, 2)
+            arrays[f"{name}/shapes"] = joined(f"{name}_shapes", np.uint32, 3)
+            arrays[f"{name}/crc32c"] = joined(f"{name}_crc32c", np.uint32)
+        for key, values in arrays.items():
+            group, _, array_name = key.rpartition("/")
+            _write_small(root[group] if group else root, array_name, values)
         if failures or ignored:
             report = self.dest / "skipped.jsonl"
             lines = [json.dumps({"item": f.item, "path": f.path, "reason": f.reason}) for f in failures]
             lines += [json.dumps({"item": None, "path": path, "reason": reason}) for path, reason in ignored]
             _write_atomic(report, ("\n".join(lines) + "\n").encode())
         # Last: the attribute that says the store is complete.
-        root.attrs[ATTRIBUTE_KEY] = self._attributes(num_samples, complete=True).to_dict()
+        attributes = self._attributes(num_samples, complete=True)
+        attributes.checksums = {
+            "arrays": {key: array_crc32c(values) for key, values in arrays.items()},
+            "files": file_checksums(self.dest, list(self.plan.fields)),
+        }
+        attributes.generation = generation_id(attributes.checksums, self.plan.to_dict())
+        root.attrs[ATTRIBUTE_KEY] = attributes.to_dict()
         shutil.rmtree(staging)
         fsync_directory(self.dest)
         return WriteSummary(

@@ -133,6 +133,7 @@ class Attributes:
     # Integrity (prepkit.store.checksums); absent in stores written before they existed.
     checksums: dict[str, Any] | None = None
     generation: str | None = None
+    plan_sha256: str | None = None  # digest of the writer's plan: a rerun with the same plan is a no-op
 
     def to_dict(self) -> dict[str, Any]:
         values = {
@@ -150,6 +151,8 @@ class Attributes:
             values["checksums"] = self.checksums
         if self.generation is not None:
             values["generation"] = self.generation
+        if self.plan_sha256 is not None:
+            values["plan_sha256"] = self.plan_sha256
         if self.checksums is not None or self.generation is not None:
             from prepkit.store.checksums import attributes_crc32c
 
@@ -199,8 +202,11 @@ class Attributes:
         generation = values.get("generation")
         if generation is not None and not isinstance(generation, str):
             raise fail(f"expected 'generation' to be a string, found {generation!r}")
+        plan_sha256 = values.get("plan_sha256")
+        if plan_sha256 is not None and not isinstance(plan_sha256, str):
+            raise fail(f"expected 'plan_sha256' to be a string, found {plan_sha256!r}")
         return Attributes(
-            checksums=checksums, generation=generation,
+            checksums=checksums, generation=generation, plan_sha256=plan_sha256,
             format_version=version, layout=dict(layout), num_samples=num_samples, samples_per_shard=samples_per_shard,
             num_shards=num_shards, fields={str(k): dict(v) for k, v in fields.items()}, class_names=class_names,
             provenance=dict(provenance), complete=complete,

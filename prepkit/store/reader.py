@@ -31,7 +31,6 @@ from prepkit.store.format import (
     shard_path,
 )
 
-
 PATH_BYTES_PER_SAMPLE = 4096  # PATH_MAX on Linux: the longest source path a store can record
 
 

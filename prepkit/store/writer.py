@@ -16,6 +16,7 @@ A second writer to the same destination is refused: ``DEST/.prepkit.lock`` is he
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -108,11 +109,44 @@ class WriteSummary:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError:
+        _discard(temporary)
+        raise
+
+
+def _discard(temporary: Path) -> None:
+    """Remove a temporary file after a failed write (a full disk must not keep it)."""
+    try:
+        temporary.unlink()
+    except OSError:
+        pass
+
+
+def write_error(dest: Path, error: OSError, file: Path | str | None = None) -> StoreError:
+    """A write failure (disk full, permissions, ...) as an error naming DEST and the file."""
+    name = file if file is not None else (error.filename or "a store file")
+    reason = error.strerror or str(error)
+    return StoreError(f"cannot write the store at DEST {str(dest)!r}: writing {str(name)!r} failed: {reason}")
+
+
+def plan_digest(plan: StorePlan) -> str:
+    """The digest a complete store records of the plan it was made from (``plan_sha256``)."""
+    return hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _recorded_plan_digest(dest: Path) -> str | None:
+    try:
+        meta = json.loads((dest / "zarr.json").read_text())
+        value = meta["attributes"][ATTRIBUTE_KEY].get("plan_sha256")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _is_prepkit_destination(dest: Path) -> bool:
@@ -162,10 +196,11 @@ def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
         return
     if not _is_prepkit_destination(path):
         raise StoreError(f"destination {str(path)!r} exists and is not empty (use --overwrite to replace it)")
-    if not (path / STAGING).is_dir() or _marked_complete(path):
-        if (path / STAGING).is_dir():
-            _clean_finished(path)
-        raise StoreError(f"destination {str(path)!r} already holds a complete store (use --overwrite to replace it)")
+    if (path / STAGING).is_dir() and _marked_complete(path):
+        _clean_finished(path)
+    if not _marked_complete(path) and not (path / STAGING).is_dir():
+        raise StoreError(f"destination {str(path)!r} holds a damaged store (use --overwrite to replace it)")
+    # A complete store: the writer compares its plan and finishes at once if they match.
 
 
 class StoreWriter:
@@ -180,11 +215,16 @@ class StoreWriter:
         self.layouts = layouts
         self.overwrite = overwrite
         self.resumed_shards: set[int] = set()
+        self.already_complete = False
         self._lock_handle: Any = None
 
     # -- set-up -----------------------------------------------------------------------
     def __enter__(self) -> StoreWriter:
-        self._prepare()
+        try:
+            self._prepare()
+        except OSError as error:
+            self.close()
+            raise write_error(self.dest, error) from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -228,10 +268,18 @@ class StoreWriter:
         wanted = json.dumps(self.plan.to_dict(), sort_keys=True, indent=1)
         if existing and not self.overwrite:
             if _marked_complete(dest):
-                # Killed after the store was marked complete: only the clean-up was left.
-                _remove_leftovers(dest)
+                # Complete already (perhaps killed during the final clean-up): the same
+                # command run again is a no-op success; other inputs or options are refused.
+                if _recorded_plan_digest(dest) == plan_digest(self.plan):
+                    _remove_leftovers(dest)
+                    self.already_complete = True
+                    self.resumed_shards = set(range(self.plan.num_shards))
+                    return
                 self.close()
-                raise StoreError(f"destination {str(dest)!r} already holds a complete store (use --overwrite to replace it)")
+                raise StoreError(
+                    f"destination {str(dest)!r} already holds a complete store made from other inputs or options "
+                    "(use --overwrite to replace it)"
+                )
             if plan_path.is_file() and plan_path.read_text() == wanted:
                 _remove_leftovers(dest)
                 self.resumed_shards = self._done_shards()
@@ -291,6 +339,12 @@ class StoreWriter:
     # -- shards -----------------------------------------------------------------------
     def write_shard(self, shard: int, results: list[EncodedSample | SampleFailure]) -> None:
         """Write shard ``shard`` from the results of its source items, in item order."""
+        try:
+            self._write_shard(shard, results)
+        except OSError as error:
+            raise write_error(self.dest, error) from None
+
+    def _write_shard(self, shard: int, results: list[EncodedSample | SampleFailure]) -> None:
         samples = [r for r in results if isinstance(r, EncodedSample)]
         failures = [r for r in results if isinstance(r, SampleFailure)]
         meta: dict[str, np.ndarray] = {
@@ -328,11 +382,15 @@ class StoreWriter:
         )
         staging = self.dest / STAGING
         temporary = staging / f"shard-{shard}.tmp.npz"
-        with open(temporary, "wb") as handle:
-            np.savez(handle, **meta)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, staging / f"shard-{shard}.npz")
+        try:
+            with open(temporary, "wb") as handle:
+                np.savez(handle, **meta)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, staging / f"shard-{shard}.npz")
+        except OSError as error:
+            _discard(temporary)
+            raise write_error(self.dest, error, temporary) from None
 
     # -- completion -------------------------------------------------------------------
     def finalize(self, ignored: list[tuple[str, str]] = ()) -> WriteSummary:  # type: ignore[assignment]
@@ -341,6 +399,29 @@ class StoreWriter:
         ``ignored`` lists (path, reason) of files seen in the source but not ingested
         (not images); they join the failures in ``skipped.jsonl``.
         """
+        if self.already_complete:
+            return self._existing_summary()
+        try:
+            return self._finalize(ignored)
+        except OSError as error:
+            raise write_error(self.dest, error) from None
+
+    def _existing_summary(self) -> WriteSummary:
+        """The summary of a store that was complete before this run (nothing written)."""
+        meta = json.loads((self.dest / "zarr.json").read_text())
+        failures = []
+        report = self.dest / "skipped.jsonl"
+        if report.is_file():
+            for line in report.read_text().splitlines():
+                entry = json.loads(line)
+                if entry.get("item") is not None:
+                    failures.append(SampleFailure(int(entry["item"]), str(entry["path"]), str(entry["reason"])))
+        return WriteSummary(
+            num_samples=int(meta["attributes"][ATTRIBUTE_KEY]["num_samples"]), num_shards_written=0,
+            num_shards_resumed=self.plan.num_shards, failures=failures,
+        )
+
+    def _finalize(self, ignored: list[tuple[str, str]]) -> WriteSummary:
         import zarr
 
         staging = self.dest / STAGING
@@ -390,6 +471,7 @@ class StoreWriter:
             "files": file_checksums(self.dest, list(self.plan.fields)),
         }
         attributes.generation = generation_id(attributes.checksums, self.plan.to_dict())
+        attributes.plan_sha256 = plan_digest(self.plan)
         root.attrs[ATTRIBUTE_KEY] = attributes.to_dict()
         shutil.rmtree(staging)
         fsync_directory(self.dest)

@@ -396,7 +396,7 @@ def replay_corpus(timeout: float = 60.0) -> FuzzReport:
             shutil.copytree(seed_store, work)
             tamper(work)
             findings: list[str] = []
-            thread = threading.Thread(target=lambda work=work: findings.extend(_probe_all(work)), daemon=True)
+            thread = threading.Thread(target=lambda work=work, findings=findings: findings.extend(_probe_all(work)), daemon=True)
             thread.start()
             thread.join(timeout)
             report.cases += 1

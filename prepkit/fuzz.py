@@ -224,7 +224,8 @@ def _reseal(root: Path, arrays: bool = True) -> None:
     if arrays:
         group = zarr.open_group(root, mode="r")
         for key in values["checksums"]["arrays"]:
-            values["checksums"]["arrays"][key] = array_crc32c(np.asarray(group[key][...]))
+            array: Any = group[key]
+            values["checksums"]["arrays"][key] = array_crc32c(np.asarray(array[...]))
     values["attributes_crc32c"] = attributes_crc32c(values)
     (root / "zarr.json").write_text(json.dumps(meta))
 

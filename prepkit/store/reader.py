@@ -363,7 +363,7 @@ class Store:
         data = self.read_bytes(position, field)
         shape = tuple(arrays.shapes[position].tolist())
         try:
-            image = arrays.layout.decode(data, shape)  # type: ignore[arg-type]
+            image = arrays.layout.decode(data, shape)
         except CodecError as error:
             raise DecodeError(f"{self.path}: sample {position} ({field}): {error}") from None
         if tuple(image.shape) != shape:

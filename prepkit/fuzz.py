@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -213,16 +214,227 @@ def fuzz_store(seconds: float | None = None, seed: int = 0, cases: int | None = 
     return report
 
 
+# -- the hostile-store corpus (issue 15) -----------------------------------------------
+# Named tampered stores replayed on every run: each must be refused or reported by every
+# probe (open and read, verify --decode, inspect, the Reader), with a prepkit error, never
+# another exception or a hang. "Resealed" cases recompute every checksum after tampering,
+# as a hostile or buggy writer would: they exercise the value checks behind the checksums.
+
+
+def _reseal(root: Path, arrays: bool = True) -> None:
+    """Recompute the checksums of a tampered store so that only its value checks can catch it."""
+    import zarr
+
+    from prepkit.store.checksums import array_crc32c, attributes_crc32c, file_checksums
+
+    meta = json.loads((root / "zarr.json").read_text())
+    values = meta["attributes"]["prepkit"]
+    fields = list(values["fields"])
+    values["checksums"]["files"] = file_checksums(root, fields)
+    if arrays:
+        group = zarr.open_group(root, mode="r")
+        for key in values["checksums"]["arrays"]:
+            array: Any = group[key]
+            values["checksums"]["arrays"][key] = array_crc32c(np.asarray(array[...]))
+    values["attributes_crc32c"] = attributes_crc32c(values)
+    (root / "zarr.json").write_text(json.dumps(meta))
+
+
+def _flip(relative: str) -> Callable[[Path], None]:
+    def tamper(root: Path) -> None:
+        path = root / relative
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x10
+        path.write_bytes(bytes(data))
+    return tamper
+
+
+def _edit_json(relative: str, edit: Callable[[dict[str, Any]], None], reseal: bool = False,
+               unchecked: bool = False) -> Callable[[Path], None]:
+    def tamper(root: Path) -> None:
+        path = root / relative
+        document = json.loads(path.read_text())
+        edit(document)
+        path.write_text(json.dumps(document))
+        if unchecked:
+            _drop_checksums(root)
+        elif reseal:
+            _reseal(root, arrays=False)
+    return tamper
+
+
+def _drop_checksums(root: Path) -> None:
+    """Make the store look like one written before checksums existed."""
+    meta = json.loads((root / "zarr.json").read_text())
+    for key in ("checksums", "generation", "attributes_crc32c", "plan_sha256"):
+        meta["attributes"]["prepkit"].pop(key, None)
+    (root / "zarr.json").write_text(json.dumps(meta))
+
+
+def _attributes(edit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    return lambda document: edit(document["attributes"]["prepkit"])
+
+
+def _rewrite_array(name: str, values: np.ndarray) -> Callable[[Path], None]:
+    def tamper(root: Path) -> None:
+        import zarr
+
+        group = zarr.open_group(root, mode="r+")
+        array = group.create_array(name, shape=values.shape, dtype=values.dtype, chunks=values.shape or (1,),
+                                   compressors=None, filters=None, fill_value=0, overwrite=True)
+        array[...] = values
+        _reseal(root)
+    return tamper
+
+
+def _fifo(relative: str) -> Callable[[Path], None]:
+    def tamper(root: Path) -> None:
+        import os
+
+        (root / relative).unlink()
+        os.mkfifo(root / relative)
+    return tamper
+
+
+def _set(key: str, value: object) -> Callable[[dict[str, Any]], None]:
+    def edit(values: dict[str, Any]) -> None:
+        values[key] = value
+    return edit
+
+
+def hostile_cases() -> dict[str, Callable[[Path], None]]:
+    """The regression corpus: case name -> tampering of a copy of the seed store."""
+    labels = np.array([0, 1, 0, 1, 0, 1], dtype=np.int64)
+    shape_edit = _attributes(lambda v: None)
+    cases: dict[str, Callable[[Path], None]] = {
+        f"flip {name}": _flip(name)
+        for name in ("labels/c/0", "paths/c/0", "path_ranges/c/0/0", "image/ranges/c/0/0", "image/shapes/c/0/0",
+                     "image/crc32c/c/0", "mask/shapes/c/0/0", "mask/ranges/c/0/0", "image/bytes/c/1",
+                     "mask/bytes/c/2", "paths/zarr.json", "image/shapes/zarr.json", "zarr.json")
+    }
+    cases |= {
+        "labels float64 (resealed)": _rewrite_array("labels", labels.astype(np.float64)),
+        "label 99 with 2 class names (resealed)": _rewrite_array("labels", np.array([0, 1, 0, 99, 0, 1])),
+        "label -5 (resealed)": _rewrite_array("labels", np.array([0, 1, -5, 1, 0, 1])),
+        "path range outside paths (resealed)": _rewrite_array(
+            "path_ranges", np.array([[0, 5], [5, 10], [10, 15], [15, 20], [20, 25], [25, 10**6]], dtype=np.uint64)),
+        "image shape not matching raw size (resealed)": _rewrite_array(
+            "image/shapes", np.array([[5, 6, 3], [6, 8, 3], [7, 10, 3], [8, 12, 3], [9, 14, 3], [11, 15, 3]], dtype=np.uint32)),
+        "mask shape not matching stream (resealed)": _rewrite_array(
+            "mask/shapes", np.array([[5, 6, 1], [6, 8, 1], [7, 10, 1], [8, 12, 1], [9, 14, 1], [11, 15, 1]], dtype=np.uint32)),
+        "paths shape 2**33": _edit_json("paths/zarr.json", _set("shape", [2**33])),
+        "paths shape 2**33 (resealed)": _edit_json("paths/zarr.json", _set("shape", [2**33]), reseal=True),
+        "paths shape 2**33 (no checksums)": _edit_json("paths/zarr.json", _set("shape", [2**33]), unchecked=True),
+        "num_shards 10**9": _edit_json("zarr.json", _attributes(_set("num_shards", 10**9))),
+        "num_shards 10**9 (resealed)": _edit_json("zarr.json", _attributes(_set("num_shards", 10**9)), reseal=True),
+        "num_shards 10**9 (no checksums)": _edit_json("zarr.json", _attributes(_set("num_shards", 10**9)), unchecked=True),
+        "num_samples 2**40 (no checksums)": _edit_json("zarr.json", _attributes(_set("num_samples", 2**40)), unchecked=True),
+        "one class name (resealed)": _edit_json("zarr.json", _attributes(_set("class_names", ["a"])), reseal=True),
+        "provenance edited": _edit_json("zarr.json", _attributes(_set("provenance", {"command": "other"}))),
+        "unknown key in zarr.json": _edit_json("zarr.json", _set("atributes", {})),
+        "checksums removed, labels flipped": _edit_json("zarr.json", shape_edit, unchecked=True),
+        "shard file is a FIFO": _fifo("image/bytes/c/1"),
+        "labels chunk is a FIFO": _fifo("labels/c/0"),
+        "zarr.json is a FIFO": _fifo("zarr.json"),
+        "mask zarr.json is a FIFO": _fifo("mask/ranges/zarr.json"),
+    }
+    return cases
+
+
+# Cases a reader cannot tell from a good store: an old store (no checksums) whose damage
+# lies only in values that are still plausible.
+UNDETECTABLE = {"checksums removed, labels flipped"}
+
+
+def _probe_all(path: Path) -> list[str]:
+    """Run every probe on the store at ``path``; return the problems (an empty list: fine)."""
+    from prepkit.reader.reader import Reader
+    from prepkit.store.describe import describe
+    from prepkit.store.reader import open_store
+    from prepkit.store.verify import verify_store
+
+    findings = []
+
+    def guarded(name: str, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except PrepkitError:
+            pass
+        except Exception:
+            findings.append(f"{name}: {traceback.format_exc(limit=4)}")
+
+    def inspect() -> None:
+        with open_store(path) as store:
+            describe(store)
+
+    def read() -> None:
+        _read_everything_plain(path)
+
+    def reader() -> None:
+        for _ in Reader(path, batch_size=2, shuffle=False, fields=("image", "label", "mask")):
+            pass
+
+    guarded("open and read", read)
+    guarded("inspect", inspect)
+    guarded("reader", reader)
+    try:
+        if verify_store(path, decode=True).ok:
+            findings.append("verify --decode says ok")
+    except Exception:
+        findings.append(f"verify: {traceback.format_exc(limit=4)}")
+    return findings
+
+
+def _read_everything_plain(path: Path) -> None:
+    from prepkit.store.reader import open_store
+
+    with open_store(path, check_crc=True) as store:
+        for index in range(len(store)):
+            store[index]
+            store.source_path(index)
+
+
+def replay_corpus(timeout: float = 60.0) -> FuzzReport:
+    """Every hostile case through every probe; a probe still running after ``timeout``
+    seconds (blocked on a FIFO, looping on a hostile count) is a finding."""
+    import threading
+
+    report = FuzzReport("corpus")
+    with tempfile.TemporaryDirectory() as folder:
+        seed_store = _make_store(Path(folder))
+        for number, (name, tamper) in enumerate(hostile_cases().items()):
+            work = Path(folder) / f"case-{number}"
+            shutil.copytree(seed_store, work)
+            tamper(work)
+            findings: list[str] = []
+            thread = threading.Thread(target=lambda work=work, findings=findings: findings.extend(_probe_all(work)), daemon=True)
+            thread.start()
+            thread.join(timeout)
+            report.cases += 1
+            if thread.is_alive():
+                report.findings.append(f"{name}: a probe did not finish in {timeout:.0f} s (blocked?)")
+            elif name in UNDETECTABLE:
+                report.accepted += 1
+            elif findings:
+                report.findings += [f"{name}: {finding}" for finding in findings]
+            else:
+                report.rejected += 1
+    return report
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0, help="time per target")
-    parser.add_argument("--target", choices=["lossless", "store", "all"], default="all")
+    parser.add_argument("--target", choices=["lossless", "store", "corpus", "all"], default="all")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    targets = ["lossless", "store"] if args.target == "all" else [args.target]
+    targets = ["corpus", "lossless", "store"] if args.target == "all" else [args.target]
     failed = False
     for target in targets:
-        report = (fuzz_lossless if target == "lossless" else fuzz_store)(args.seconds, args.seed)
+        if target == "corpus":
+            report = replay_corpus()
+        else:
+            report = (fuzz_lossless if target == "lossless" else fuzz_store)(args.seconds, args.seed)
         print(report.line())
         for finding in report.findings[:5]:
             print(finding)

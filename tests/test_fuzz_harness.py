@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from prepkit.fuzz import fuzz_lossless, fuzz_store, mutate
 
@@ -25,3 +26,15 @@ def test_store_reader_survives_mutations() -> None:
     report = fuzz_store(cases=60, seed=12)
     assert not report.findings, report.findings[0]
     assert report.cases == 60 and report.rejected > 10 and report.accepted > 0
+
+
+def test_hostile_store_corpus_is_refused_by_every_probe(tmp_path: Path) -> None:
+    """The issue-15 regression corpus: every tampered store is refused or reported by open,
+    inspect, the Reader and verify --decode, with prepkit errors only and no hang."""
+    from prepkit.fuzz import _make_store, _probe_all, hostile_cases, replay_corpus
+
+    # The probes themselves work: on the untampered store only verify's "ok" is reported.
+    assert _probe_all(_make_store(tmp_path)) == ["verify --decode says ok"]
+    report = replay_corpus(timeout=60)
+    assert not report.findings, "\n".join(report.findings)
+    assert report.cases == len(hostile_cases()) >= 30 and report.rejected == report.cases - 1

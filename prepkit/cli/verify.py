@@ -20,6 +20,8 @@ def verify(store: str, decode: bool, max_problems: int) -> None:
         with progress_bar("verify", unit="sample") as bar:
             report = verify_store(store, decode=decode, progress=bar.update, on_total=lambda n: setattr(bar, "total", n))
     checked = f"{report.samples} samples, {report.shard_files} shard files" + (f", {report.decoded} decoded" if decode else "")
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
     if report.ok:
         click.echo(f"ok: {store} ({checked})")
         return

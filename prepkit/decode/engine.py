@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from prepkit.decode.packed import PackedImages, packed_offsets
+from prepkit.decode.rois import check_rois
 from prepkit.errors import CodecError, DecodeError
 from prepkit.store.reader import Store
 
@@ -98,7 +99,7 @@ def decoded_nbytes(store: Store, indices: Indices, field: str = "image", rois: n
     shapes = _shapes(store, indices, field).astype(np.int64)
     if rois is None:
         return int(np.prod(shapes, axis=1).sum()) if len(shapes) else 0
-    rois = np.asarray(rois, dtype=np.int64)
+    rois = check_rois(rois, shapes, [int(i) for i in indices])
     return int(((rois[:, 2] - rois[:, 0]) * (rois[:, 3] - rois[:, 1]) * shapes[:, 2]).sum())
 
 
@@ -175,8 +176,23 @@ def _decode_pool(workers: int) -> ThreadPoolExecutor:
 def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str,
                      rois: np.ndarray | None, stream: Any, out: Any, pinned: np.ndarray | None = None) -> PackedImages:
     from prepkit.lossless import plan as lossless_plan
+    from prepkit.lossless.format import read_header
 
     buffers = [store.read_bytes(i, field) for i in indices]
+    # Each stream's header must match its recorded shape before its ROI (computed from that
+    # shape) is used: else a crop of the wrong size or place, or an error naming no sample.
+    for index, data, shape in zip(indices, buffers, shapes, strict=True):
+        try:
+            header = read_header(data)
+        except CodecError as error:
+            raise DecodeError(f"{store.path}: sample {index} ({field}): {error}") from None
+        if (header.height, header.width, header.channels) != tuple(int(v) for v in shape):
+            raise DecodeError(
+                f"{store.path}: sample {index} ({field}): Expected a stored image of the recorded shape "
+                f"{tuple(int(v) for v in shape)}. Got {(header.height, header.width, header.channels)}."
+            )
+    if rois is not None:
+        rois = check_rois(rois, shapes, indices)
     roi_list = None if rois is None else [(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rois]
     plan = lossless_plan.build(buffers, roi_list)  # validates every header and tile table
     expected = shapes if rois is None else np.column_stack([rois[:, 2] - rois[:, 0], rois[:, 3] - rois[:, 1], shapes[:, 2]])

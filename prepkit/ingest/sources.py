@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,8 +159,9 @@ def _list_folder(root: Path) -> SourceListing:
     return SourceListing(items=items, class_names=class_names, ignored=ignored)
 
 
-def _manifest_rows(path: Path) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
+def _manifest_rows(path: Path) -> list[tuple[int, dict[str, object]]]:
+    """The manifest's rows, each with the line number it starts on."""
+    rows: list[tuple[int, dict[str, object]]] = []
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             if path.suffix.lower() == ".csv":
@@ -169,18 +171,21 @@ def _manifest_rows(path: Path) -> list[dict[str, object]]:
                         f"manifest {str(path)!r}: expected a header row with a 'path' column, "
                         f"found {reader.fieldnames!r}"
                     )
-                rows = [dict(row) for row in reader]
+                line = reader.line_num + 1
+                for row in reader:
+                    rows.append((line, dict(row)))
+                    line = reader.line_num + 1
             else:
-                for number, line in enumerate(handle, start=1):
-                    if not line.strip():
+                for number, text in enumerate(handle, start=1):
+                    if not text.strip():
                         continue
                     try:
-                        row = json.loads(line)
+                        row = json.loads(text)
                     except json.JSONDecodeError as error:
                         raise IngestError(f"manifest {str(path)!r} line {number}: invalid JSON ({error.msg})") from None
                     if not isinstance(row, dict) or "path" not in row:
                         raise IngestError(f"manifest {str(path)!r} line {number}: Expected an object with a 'path' key. Got none.")
-                    rows.append(row)
+                    rows.append((number, row))
     except UnicodeDecodeError as error:
         raise IngestError(f"manifest {str(path)!r} is not UTF-8 text: {error}") from None
     except OSError as error:
@@ -191,29 +196,13 @@ def _manifest_rows(path: Path) -> list[dict[str, object]]:
 def _list_manifest(path: Path) -> SourceListing:
     rows = _manifest_rows(path)
     base = path.parent
-    raw_labels = [row.get("label") for row in rows]
-    present = [label for label in raw_labels if label not in (None, "")]
-    class_names: list[str] | None = None
-    label_of: dict[str, int] = {}
-    if present and not all(_is_int(label) for label in present):
-        # Class names: integer labels in sorted name order, as ImageFolder numbers folders.
-        class_names = sorted({str(label) for label in present})
-        label_of = {name: index for index, name in enumerate(class_names)}
-
+    labels, class_names = manifest_labels([(line, row.get("label")) for line, row in rows], str(path))
+    _warn_duplicates([(line, str(row["path"])) for line, row in rows], str(path))
     items: list[SourceItem] = []
-    has_masks = any(row.get("mask") not in (None, "") for row in rows)
-    for row, raw_label in zip(rows, raw_labels, strict=True):
+    has_masks = any(row.get("mask") not in (None, "") for _, row in rows)
+    for (_, row), label in zip(rows, labels, strict=True):
         file = str(row["path"])
         full = file if os.path.isabs(file) else str(base / file)
-        label: int | None
-        if raw_label in (None, ""):
-            label = None
-        elif class_names is None:
-            label = int(str(raw_label))
-            if label < 0:
-                raise IngestError(f"manifest {str(path)!r}: row {len(items) + 1}: Expected a label >= 0. Got {label}.")
-        else:
-            label = label_of[str(raw_label)]
         mask = row.get("mask")
         mask_full = None
         if mask not in (None, ""):
@@ -222,13 +211,68 @@ def _list_manifest(path: Path) -> SourceListing:
     return SourceListing(items=items, class_names=class_names, has_masks=has_masks)
 
 
-def _is_int(value: object) -> bool:
-    if isinstance(value, bool):
-        return False
+# The manifest label rule (README "Manifests" and docs/FORMAT.md): a missing, null or empty
+# label means no label. Otherwise every label of a manifest is of one kind:
+# - integers: JSON integers or decimal text ("7", "-2" is refused), 0 <= label < 2**63 - 1;
+# - class names: JSON strings or CSV text that is not decimal, numbered in sorted name order.
+# A label of another JSON type (true, 1.5, [1], {}), an integer out of range, or a label of
+# the other kind than the manifest's first label is a bad row; all bad rows are reported.
+MAX_LABEL = 2**63 - 2  # -1 means "no label" in a store; int64
+MAX_BAD_ROWS_SHOWN = 20
+
+
+def _label_kind(value: object) -> tuple[str, object]:
+    """("int", n), ("name", text) or ("bad", reason) for one present label."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return "bad", f"Expected an integer or a class-name string. Got {json.dumps(value)}"
     if isinstance(value, int):
-        return True
-    try:
-        int(str(value))
-    except ValueError:
-        return False
-    return True
+        return "int", value
+    text = value.strip()
+    if text.lstrip("+-").isdigit() and text.isascii():
+        return "int", int(text)
+    return "name", value
+
+
+def manifest_labels(values: list[tuple[int, object]], where: str) -> tuple[list[int | None], list[str] | None]:
+    """Apply the manifest label rule to (line, raw label) pairs.
+
+    Returns the integer label of each row (None: no label) and the class names (None for
+    integer labels). Raises one IngestError naming every bad row's line.
+    """
+    kinds = [(line, None if value in (None, "") else _label_kind(value)) for line, value in values]
+    first = next((kind[0] for _, kind in kinds if kind is not None and kind[0] != "bad"), None)
+    bad: list[str] = []
+    for line, kind in kinds:
+        if kind is None:
+            continue
+        tag, value = kind
+        if tag == "bad":
+            bad.append(f"line {line}: {value}.")
+        elif tag != first:
+            wanted = "an integer label" if first == "int" else "a class-name label"
+            bad.append(f"line {line}: Expected {wanted} like the manifest's first label (one kind per manifest). "
+                       f"Got {value!r}.")
+        elif tag == "int" and not 0 <= int(value) <= MAX_LABEL:  # type: ignore[call-overload]
+            bad.append(f"line {line}: Expected an integer label in [0, {MAX_LABEL}]. Got {value}.")
+    if bad:
+        shown = bad[:MAX_BAD_ROWS_SHOWN] + ([f"... and {len(bad) - MAX_BAD_ROWS_SHOWN} more"] if len(bad) > MAX_BAD_ROWS_SHOWN else [])
+        raise IngestError(f"manifest {where!r}: {len(bad)} bad label(s):\n  " + "\n  ".join(shown))
+    if first != "name":
+        return [None if kind is None else int(kind[1]) for _, kind in kinds], None  # type: ignore[call-overload]
+    class_names = sorted({str(kind[1]) for _, kind in kinds if kind is not None})
+    label_of = {name: index for index, name in enumerate(class_names)}
+    return [None if kind is None else label_of[str(kind[1])] for _, kind in kinds], class_names
+
+
+def _warn_duplicates(paths: list[tuple[int, str]], where: str) -> None:
+    """Warn once per path listed more than once (it would be stored twice)."""
+    lines: dict[str, list[int]] = {}
+    for line, file in paths:
+        lines.setdefault(os.path.normpath(file), []).append(line)
+    for file, seen in lines.items():
+        if len(seen) > 1:
+            warnings.warn(
+                f"manifest {where!r}: path {file!r} is listed {len(seen)} times (lines "
+                f"{', '.join(map(str, seen))}); each row becomes a sample",
+                UserWarning, stacklevel=3,
+            )

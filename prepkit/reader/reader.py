@@ -28,6 +28,7 @@ import numpy as np
 from prepkit.decode.engine import decode_samples, decoded_nbytes, supports_rois
 from prepkit.decode.packed import PackedImages
 from prepkit.errors import DecodeError, PipelineError, PrepkitError
+from prepkit.reader.arguments import check_reader_arguments
 from prepkit.reader.batch import Batch
 from prepkit.reader.order import EpochPlan, plan_epoch
 from prepkit.reader.prefetch import Prefetcher
@@ -78,18 +79,15 @@ class Reader:
         mask_mode: str = "nearest",
         crop_decode: bool = True,
     ) -> None:
+        check_reader_arguments(
+            batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, shuffle=shuffle, drop_last=drop_last,
+            device=device, output=output, outputs=OUTPUTS, on_error=on_error, fields=fields,
+            shards_in_use=shards_in_use, gpu_memory_budget=gpu_memory_budget, prefetch=prefetch, threads=threads,
+            transfer_index=transfer_index, mask_mode=mask_mode, crop_decode=crop_decode,
+        )
         self.store = store if isinstance(store, Store) else open_store(store)
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"Expected device to be 'cpu' or 'cuda'. Got {device!r}.")
-        if output not in OUTPUTS:
-            raise ValueError(f"Expected output to be one of {OUTPUTS}. Got {output!r}.")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"Expected on_error to be 'raise' or 'skip'. Got {on_error!r}.")
-        unknown = set(fields) - {"image", "label", "mask"}
-        if unknown or "image" not in fields:
-            raise ValueError(f"Expected fields to include 'image' and at most 'label' and 'mask' besides. Got {tuple(fields)}.")
         if "mask" in fields and "mask" not in self.store.fields:
-            raise ValueError(f"fields asks for 'mask' but {self.store.path} has no mask field")
+            raise ValueError(f"Reader: Expected a store with a mask field (fields asks for 'mask'). Got {self.store.path} without one.")
         self.batch_size = int(batch_size)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.rank, self.world_size = int(rank), int(world_size)

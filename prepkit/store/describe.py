@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,15 @@ def _stats(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
         return {"min": 0, "median": 0, "max": 0}
     return {"min": int(values.min()), "median": float(np.median(values)), "max": int(values.max())}
+
+
+def _shard_file_sizes(folder: Path, num_shards: int) -> list[int]:
+    """Sizes of the shard files present (a listing, not range(num_shards): a count read from
+    metadata must not decide how long this loops)."""
+    if not folder.is_dir():
+        return []
+    with os.scandir(folder) as entries:
+        return [e.stat().st_size for e in entries if e.name.isdigit() and int(e.name) < num_shards and e.is_file()]
 
 
 def describe(store: Store) -> dict[str, Any]:
@@ -31,11 +41,7 @@ def describe(store: Store) -> dict[str, Any]:
         shapes = arrays.shapes.astype(np.int64)
         stored = int((arrays.ranges[:, 1] - arrays.ranges[:, 0]).sum()) if len(store) else 0
         raw = int(np.prod(shapes, axis=1).sum()) if len(store) else 0
-        shard_sizes = []
-        for shard in range(store.num_shards):
-            path = shard_path(store.path, name, shard)
-            if path.exists():
-                shard_sizes.append(path.stat().st_size)
+        shard_sizes = _shard_file_sizes(shard_path(store.path, name, 0).parent, store.num_shards)
         sizes = np.array(shard_sizes, dtype=np.int64)
         fields[name] = {
             "layout": arrays.layout.to_dict(),

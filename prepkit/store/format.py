@@ -43,6 +43,7 @@ MIN_CHUNK = 1 << 16  # 64 KiB
 MAX_CHUNK = 1 << 26  # 64 MiB
 MAX_INDEX_ENTRIES = 8192  # 128 KiB of shard index at most
 SMALL_ARRAY_CHUNK = 1 << 16  # samples per chunk of the per-sample arrays
+GROUP_KEYS = {"zarr_format", "node_type", "attributes", "consolidated_metadata"}
 
 
 def crc32c(data: bytes | memoryview | np.ndarray) -> int:  # numpy arrays expose the buffer protocol
@@ -129,9 +130,13 @@ class Attributes:
     class_names: list[str] | None
     provenance: dict[str, Any]
     complete: bool
+    # Integrity (prepkit.store.checksums); absent in stores written before they existed.
+    checksums: dict[str, Any] | None = None
+    generation: str | None = None
+    plan_sha256: str | None = None  # digest of the writer's plan: a rerun with the same plan is a no-op
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        values = {
             "format_version": self.format_version,
             "layout": self.layout,
             "num_samples": self.num_samples,
@@ -142,6 +147,17 @@ class Attributes:
             "provenance": self.provenance,
             "complete": self.complete,
         }
+        if self.checksums is not None:
+            values["checksums"] = self.checksums
+        if self.generation is not None:
+            values["generation"] = self.generation
+        if self.plan_sha256 is not None:
+            values["plan_sha256"] = self.plan_sha256
+        if self.checksums is not None or self.generation is not None:
+            from prepkit.store.checksums import attributes_crc32c
+
+            values["attributes_crc32c"] = attributes_crc32c(values)
+        return values
 
     @staticmethod
     def from_dict(values: dict[str, Any], where: str) -> Attributes:
@@ -180,20 +196,42 @@ class Attributes:
         complete = values.get("complete", False)
         if not isinstance(layout, dict) or not isinstance(provenance, dict) or not isinstance(complete, bool):
             raise fail("expected 'layout' and 'provenance' objects and a boolean 'complete'")
+        checksums = values.get("checksums")
+        if checksums is not None and not _valid_checksums(checksums):
+            raise fail(f"expected 'checksums' to hold 'arrays' and 'files' objects of integers, found {checksums!r}")
+        generation = values.get("generation")
+        if generation is not None and not isinstance(generation, str):
+            raise fail(f"expected 'generation' to be a string, found {generation!r}")
+        plan_sha256 = values.get("plan_sha256")
+        if plan_sha256 is not None and not isinstance(plan_sha256, str):
+            raise fail(f"expected 'plan_sha256' to be a string, found {plan_sha256!r}")
         return Attributes(
+            checksums=checksums, generation=generation, plan_sha256=plan_sha256,
             format_version=version, layout=dict(layout), num_samples=num_samples, samples_per_shard=samples_per_shard,
             num_shards=num_shards, fields={str(k): dict(v) for k, v in fields.items()}, class_names=class_names,
             provenance=dict(provenance), complete=complete,
         )
 
 
+def _valid_checksums(checksums: Any) -> bool:
+    if not isinstance(checksums, dict) or set(checksums) != {"arrays", "files"}:
+        return False
+    return all(
+        isinstance(group, dict)
+        and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in group.items())
+        for group in checksums.values()
+    )
+
+
 def read_group_attributes(root: Path) -> Attributes:
     """Read and check ``zarr.json`` of a store's root group."""
+    from prepkit.store.checksums import check_attributes, read_regular
+
     meta_path = root / "zarr.json"
     if not root.exists():
         raise StoreError(f"store {str(root)!r} does not exist")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(read_regular(meta_path, str(root)).decode())
     except FileNotFoundError:
         raise StoreError(f"{root}: not a Zarr v3 store (no zarr.json)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -204,6 +242,13 @@ def read_group_attributes(root: Path) -> Attributes:
     values = attributes.get(ATTRIBUTE_KEY) if isinstance(attributes, dict) else None
     if not isinstance(values, dict):
         raise StoreError(f"{root}: a Zarr group, but not a prepkit store (no '{ATTRIBUTE_KEY}' attribute)")
+    if "attributes_crc32c" in values:
+        # Stores with checksums: nothing in zarr.json may differ from what the writer wrote
+        # (a damaged key name would otherwise be ignored silently).
+        unknown = sorted(set(meta) - GROUP_KEYS) + sorted(f"attributes.{k}" for k in set(attributes) - {ATTRIBUTE_KEY})
+        if unknown:
+            raise StoreCorruptError(f"{meta_path}: Expected only the keys a prepkit store writes. Got {unknown}.")
+    check_attributes(values, str(root))
     return Attributes.from_dict(values, str(root))
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from prepkit.errors import CodecError, DecodeError, StoreCorruptError, StoreError
 from prepkit.layouts import Layout, layout_from_dict
+from prepkit.store.checksums import check_arrays, check_files, check_store_files, open_regular
 from prepkit.store.format import (
     EMPTY_CHUNK,
     Attributes,
@@ -30,13 +31,43 @@ from prepkit.store.format import (
     shard_path,
 )
 
+PATH_BYTES_PER_SAMPLE = 4096  # PATH_MAX on Linux: the longest source path a store can record
+
+
+def _count_lines(path: Path, where: str) -> int:
+    """Lines of a text file in the store, 0 if it does not exist (read in blocks)."""
+    try:
+        fd = open_regular(path, where)
+    except FileNotFoundError:
+        return 0
+    lines = 0
+    with os.fdopen(fd, "rb") as handle:
+        while block := handle.read(1 << 20):
+            lines += block.count(b"\n")
+    return lines
+
+
+def check_labels(labels: np.ndarray, class_names: list[str] | None, where: str) -> None:
+    """Labels are -1 (none) or a class index; with class names, an index into them."""
+    if not labels.size:
+        return
+    low, high = int(labels.min()), int(labels.max())
+    if low < -1:
+        raise StoreCorruptError(f"{where}: Expected labels >= -1 (-1: no label). Got {low}.")
+    if class_names is not None and high >= len(class_names):
+        raise StoreCorruptError(
+            f"{where}: Expected labels below {len(class_names)} (the number of class names). Got {high}."
+        )
+
 
 class _ShardFile:
     """One memory-mapped shard file and its parsed index."""
 
     def __init__(self, path: Path, geometry: ShardGeometry, where: str) -> None:
         try:
-            with open(path, "rb") as handle:
+            # O_NONBLOCK and a regular-file check first: a FIFO in place of a shard file
+            # must be refused, not waited on.
+            with os.fdopen(open_regular(path, where), "rb") as handle:
                 size = os.fstat(handle.fileno()).st_size
                 if size < geometry.index_nbytes:
                     raise StoreCorruptError(
@@ -119,7 +150,52 @@ class Store:
         self.check_crc = check_crc
         self._shards: dict[tuple[str, int], _ShardFile] = {}
         self._lock = threading.Lock()
+        self._bound_sizes()
         self._load_arrays()
+        self._check_values()
+
+    def _bound_sizes(self) -> None:
+        """Check every size the metadata states against what is on disk, before any of them
+        decides an allocation or a loop; refuse non-regular files (a FIFO would block)."""
+        where = str(self.path)
+        check_store_files(self.path, where, skip_shards=True)
+        checksums = self.attributes.checksums
+        if checksums is not None:
+            # Every array's zarr.json is checked byte for byte before zarr-python parses it.
+            check_files(self.path, where, checksums["files"])
+        attributes = self.attributes
+        # Each stored sample has at least one byte in an image shard file.
+        shard_folder = self.path / "image" / "bytes" / "c"
+        on_disk = 0
+        try:
+            with os.scandir(shard_folder) as entries:
+                for entry in entries:
+                    on_disk += entry.stat().st_size
+        except OSError:
+            pass
+        if attributes.num_samples > on_disk:
+            raise StoreCorruptError(
+                f"{where}: Expected num_samples at most {on_disk} (the bytes of the image shard files). "
+                f"Got {attributes.num_samples}."
+            )
+        # A shard with no file held only skipped items: each is a line of skipped.jsonl.
+        skipped = _count_lines(self.path / "skipped.jsonl", where)
+        if attributes.num_shards > attributes.num_samples + skipped:
+            raise StoreCorruptError(
+                f"{where}: Expected num_shards at most {attributes.num_samples + skipped} "
+                f"(stored samples plus skipped items). Got {attributes.num_shards}."
+            )
+
+    def _check_values(self) -> None:
+        """Checksums (stores that have them) and value ranges of the per-sample arrays."""
+        where = str(self.path)
+        checksums = self.attributes.checksums
+        if checksums is not None:
+            arrays = {"labels": self.labels, "paths": self._paths, "path_ranges": self._path_ranges}
+            for name, field in self.field_arrays.items():
+                arrays.update({f"{name}/ranges": field.ranges, f"{name}/shapes": field.shapes, f"{name}/crc32c": field.crc32c})
+            check_arrays(where, checksums["arrays"], arrays)
+        check_labels(self.labels, self.attributes.class_names, where)
 
     def _load_arrays(self) -> None:
         import zarr
@@ -131,6 +207,13 @@ class Store:
             # Check the shape before reading: a damaged zarr.json must not make us allocate
             # whatever size it claims.
             array = group[name]
+            if array.dtype != np.dtype(dtype):
+                raise StoreCorruptError(f"{where}: Expected array {name!r} of dtype {np.dtype(dtype)}. Got {array.dtype}.")
+            if shape is None and len(array.shape) == 1 and array.shape[0] > PATH_BYTES_PER_SAMPLE * max(1, count):
+                raise StoreCorruptError(
+                    f"{where}: Expected array {name!r} of at most {PATH_BYTES_PER_SAMPLE} bytes per sample. "
+                    f"Got shape {tuple(array.shape)} for {count} samples."
+                )
             if shape is not None and tuple(array.shape) != shape:
                 raise StoreCorruptError(f"{where}: array {name!r}: Expected shape {shape}. Got {tuple(array.shape)}.")
             if shape is None and (len(array.shape) != 1 or array.shape[0] > (1 << 34)):
@@ -237,9 +320,23 @@ class Store:
             with self._lock:
                 handle = self._shards.get(key)
                 if handle is None:
+                    self._check_generation()
                     handle = _ShardFile(shard_path(self.path, field.name, shard), field.geometry, str(self.path))
                     self._shards[key] = handle
         return handle
+
+    def _check_generation(self) -> None:
+        """Refuse to mix stores: the store on disk must still be the one this handle opened
+        (``prepkit shard --overwrite`` may have replaced it). Checked at each shard open."""
+        try:
+            current = read_group_attributes(self.path)
+        except StoreError as error:
+            raise StoreError(f"{self.path}: the store changed since it was opened ({error}); open it again") from None
+        if current.to_dict() != self.attributes.to_dict():
+            raise StoreError(
+                f"{self.path}: the store was replaced since it was opened. "
+                f"Expected generation {self.attributes.generation}. Got {current.generation}. Open it again."
+            )
 
     def read_bytes(self, index: int, field: str = "image") -> np.ndarray:
         """The stored bytes of sample ``index`` (a read-only view into the shard file)."""
@@ -266,9 +363,15 @@ class Store:
         data = self.read_bytes(position, field)
         shape = tuple(arrays.shapes[position].tolist())
         try:
-            return arrays.layout.decode(data, shape)
+            image = arrays.layout.decode(data, shape)
         except CodecError as error:
             raise DecodeError(f"{self.path}: sample {position} ({field}): {error}") from None
+        if tuple(image.shape) != shape:
+            raise DecodeError(
+                f"{self.path}: sample {position} ({field}): Expected a decoded image of the recorded shape "
+                f"{shape}. Got {tuple(image.shape)}."
+            )
+        return image
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         position = self._index(index)

@@ -1,6 +1,7 @@
 """``prepkit verify``: check a store end to end and name every bad shard and sample.
 
-Checks, in order: the group metadata and per-sample arrays; every shard file (present, its
+Checks, in order: the group metadata and per-sample arrays (their checksums, dtypes, value
+ranges and consistency, see ``prepkit.store.checksums``); every shard file (present, its
 Zarr shard index intact: CRC32C, entries inside the file); every sample's stored bytes
 against its CRC32C; with ``decode=True`` every sample decodes to its recorded shape.
 Nothing here raises on a damaged store: every finding becomes a :class:`Problem`.
@@ -43,6 +44,7 @@ class VerifyReport:
     shard_files: int = 0
     decoded: int = 0
     problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # not problems: e.g. a store without checksums
 
     @property
     def ok(self) -> bool:
@@ -59,6 +61,11 @@ def verify_store(path: str | Path, *, decode: bool = False, progress: Callable[[
         report.problems.append(Problem(str(error)))
         return report
     with store:
+        if store.attributes.checksums is None:
+            report.notes.append(
+                "arrays unchecked: this store was written before prepkit recorded checksums of its labels, "
+                "paths, ranges, shapes and metadata (only sample bytes and shard indexes are checked)"
+            )
         report.samples = len(store)
         on_total(len(store) * len(store.fields))
         for name, arrays in store.field_arrays.items():

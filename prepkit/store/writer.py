@@ -16,6 +16,7 @@ A second writer to the same destination is refused: ``DEST/.prepkit.lock`` is he
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import numpy as np
 from prepkit.errors import IngestError, PrepkitError, StoreError
 from prepkit.layouts import Layout
 from prepkit.parallel import run_ordered
+from prepkit.store.checksums import array_crc32c, file_checksums, generation_id
 from prepkit.store.format import (
     ATTRIBUTE_KEY,
     FORMAT_VERSION,
@@ -161,11 +163,44 @@ class WriteSummary:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError:
+        _discard(temporary)
+        raise
+
+
+def _discard(temporary: Path) -> None:
+    """Remove a temporary file after a failed write (a full disk must not keep it)."""
+    try:
+        temporary.unlink()
+    except OSError:
+        pass
+
+
+def write_error(dest: Path, error: OSError, file: Path | str | None = None) -> StoreError:
+    """A write failure (disk full, permissions, ...) as an error naming DEST and the file."""
+    name = file if file is not None else (error.filename or "a store file")
+    reason = error.strerror or str(error)
+    return StoreError(f"cannot write the store at DEST {str(dest)!r}: writing {str(name)!r} failed: {reason}")
+
+
+def plan_digest(plan: StorePlan) -> str:
+    """The digest a complete store records of the plan it was made from (``plan_sha256``)."""
+    return hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _recorded_plan_digest(dest: Path) -> str | None:
+    try:
+        meta = json.loads((dest / "zarr.json").read_text())
+        value = meta["attributes"][ATTRIBUTE_KEY].get("plan_sha256")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _is_prepkit_destination(dest: Path) -> bool:
@@ -215,10 +250,11 @@ def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
         return
     if not _is_prepkit_destination(path):
         raise StoreError(f"destination {str(path)!r} exists and is not empty (use --overwrite to replace it)")
-    if not (path / STAGING).is_dir() or _marked_complete(path):
-        if (path / STAGING).is_dir():
-            _clean_finished(path)
-        raise StoreError(f"destination {str(path)!r} already holds a complete store (use --overwrite to replace it)")
+    if (path / STAGING).is_dir() and _marked_complete(path):
+        _clean_finished(path)
+    if not _marked_complete(path) and not (path / STAGING).is_dir():
+        raise StoreError(f"destination {str(path)!r} holds a damaged store (use --overwrite to replace it)")
+    # A complete store: the writer compares its plan and finishes at once if they match.
 
 
 class StoreWriter:
@@ -229,11 +265,16 @@ class StoreWriter:
         self.plan = plan
         self.overwrite = overwrite
         self.resumed_shards: set[int] = set()
+        self.already_complete = False
         self._lock_handle: Any = None
 
     # -- set-up -----------------------------------------------------------------------
     def __enter__(self) -> StoreWriter:
-        self._prepare()
+        try:
+            self._prepare()
+        except OSError as error:
+            self.close()
+            raise write_error(self.dest, error) from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -277,10 +318,18 @@ class StoreWriter:
         wanted = json.dumps(self.plan.to_dict(), sort_keys=True, indent=1)
         if existing and not self.overwrite:
             if _marked_complete(dest):
-                # Killed after the store was marked complete: only the clean-up was left.
-                _remove_leftovers(dest)
+                # Complete already (perhaps killed during the final clean-up): the same
+                # command run again is a no-op success; other inputs or options are refused.
+                if _recorded_plan_digest(dest) == plan_digest(self.plan):
+                    _remove_leftovers(dest)
+                    self.already_complete = True
+                    self.resumed_shards = set(range(self.plan.num_shards))
+                    return
                 self.close()
-                raise StoreError(f"destination {str(dest)!r} already holds a complete store (use --overwrite to replace it)")
+                raise StoreError(
+                    f"destination {str(dest)!r} already holds a complete store made from other inputs or options "
+                    "(use --overwrite to replace it)"
+                )
             if plan_path.is_file() and plan_path.read_text() == wanted:
                 _remove_leftovers(dest)
                 self.resumed_shards = self._done_shards()
@@ -340,6 +389,12 @@ class StoreWriter:
     # -- shards -----------------------------------------------------------------------
     def write_shard(self, shard: int, results: list[EncodedSample | SampleFailure]) -> None:
         """Write shard ``shard`` from the results of its source items, in item order."""
+        try:
+            self._write_shard(shard, results)
+        except OSError as error:
+            raise write_error(self.dest, error) from None
+
+    def _write_shard(self, shard: int, results: list[EncodedSample | SampleFailure]) -> None:
         samples = [r for r in results if isinstance(r, EncodedSample)]
         failures = [r for r in results if isinstance(r, SampleFailure)]
         meta: dict[str, np.ndarray] = {
@@ -377,11 +432,15 @@ class StoreWriter:
         )
         staging = self.dest / STAGING
         temporary = staging / f"shard-{shard}.tmp.npz"
-        with open(temporary, "wb") as handle:
-            np.savez(handle, allow_pickle=False, **meta)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, staging / f"shard-{shard}.npz")
+        try:
+            with open(temporary, "wb") as handle:
+                np.savez(handle, allow_pickle=False, **meta)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, staging / f"shard-{shard}.npz")
+        except OSError as error:
+            _discard(temporary)
+            raise write_error(self.dest, error, temporary) from None
 
     # -- completion -------------------------------------------------------------------
     def finalize(self, ignored: Sequence[tuple[str, str]] = ()) -> WriteSummary:
@@ -390,6 +449,29 @@ class StoreWriter:
         ``ignored`` lists (path, reason) of files seen in the source but not ingested
         (not images); they join the failures in ``skipped.jsonl``.
         """
+        if self.already_complete:
+            return self._existing_summary()
+        try:
+            return self._finalize(ignored)
+        except OSError as error:
+            raise write_error(self.dest, error) from None
+
+    def _existing_summary(self) -> WriteSummary:
+        """The summary of a store that was complete before this run (nothing written)."""
+        meta = json.loads((self.dest / "zarr.json").read_text())
+        failures = []
+        report = self.dest / "skipped.jsonl"
+        if report.is_file():
+            for line in report.read_text().splitlines():
+                entry = json.loads(line)
+                if entry.get("item") is not None:
+                    failures.append(SampleFailure(int(entry["item"]), str(entry["path"]), str(entry["reason"])))
+        return WriteSummary(
+            num_samples=int(meta["attributes"][ATTRIBUTE_KEY]["num_samples"]), num_shards_written=0,
+            num_shards_resumed=self.plan.num_shards, failures=failures,
+        )
+
+    def _finalize(self, ignored: Sequence[tuple[str, str]]) -> WriteSummary:
         import zarr
 
         staging = self.dest / STAGING
@@ -415,21 +497,32 @@ class StoreWriter:
         path_ranges = np.stack([path_stops - path_lengths.astype(np.uint64), path_stops], axis=1) if num_samples else np.zeros((0, 2), np.uint64)
 
         root = zarr.open_group(self.dest, mode="r+")
-        _write_small(root, "labels", labels)
-        _write_small(root, "paths", joined("paths", np.uint8))
-        _write_small(root, "path_ranges", path_ranges.astype(np.uint64))
+        arrays = {
+            "labels": labels,
+            "paths": joined("paths", np.uint8),
+            "path_ranges": path_ranges.astype(np.uint64),
+        }
         for name in self.plan.fields:
-            group = root[name]
-            _write_small(group, "ranges", joined(f"{name}_ranges", np.uint64, 2))
-            _write_small(group, "shapes", joined(f"{name}_shapes", np.uint32, 3))
-            _write_small(group, "crc32c", joined(f"{name}_crc32c", np.uint32))
+            arrays[f"{name}/ranges"] = joined(f"{name}_ranges", np.uint64, 2)
+            arrays[f"{name}/shapes"] = joined(f"{name}_shapes", np.uint32, 3)
+            arrays[f"{name}/crc32c"] = joined(f"{name}_crc32c", np.uint32)
+        for key, values in arrays.items():
+            group, _, array_name = key.rpartition("/")
+            _write_small(root[group] if group else root, array_name, values)
         if failures or ignored:
             report = self.dest / "skipped.jsonl"
             lines = [json.dumps({"item": f.item, "path": f.path, "reason": f.reason}) for f in failures]
             lines += [json.dumps({"item": None, "path": path, "reason": reason}) for path, reason in ignored]
             _write_atomic(report, ("\n".join(lines) + "\n").encode())
         # Last: the attribute that says the store is complete.
-        root.attrs[ATTRIBUTE_KEY] = self._attributes(num_samples, complete=True).to_dict()
+        attributes = self._attributes(num_samples, complete=True)
+        attributes.checksums = {
+            "arrays": {key: array_crc32c(values) for key, values in arrays.items()},
+            "files": file_checksums(self.dest, list(self.plan.fields)),
+        }
+        attributes.generation = generation_id(attributes.checksums, self.plan.to_dict())
+        attributes.plan_sha256 = plan_digest(self.plan)
+        root.attrs[ATTRIBUTE_KEY] = attributes.to_dict()
         shutil.rmtree(staging)
         fsync_directory(self.dest)
         return WriteSummary(

@@ -69,5 +69,32 @@ def test_bad_manifests(tmp_path: Path) -> None:
 
 def test_negative_integer_label_is_refused(tmp_path: Path) -> None:
     (tmp_path / "m.csv").write_text("path,label\na.png,1\nb.png,-1\n")
-    with pytest.raises(IngestError, match="row 2: Expected a label >= 0. Got -1"):
+    with pytest.raises(IngestError, match=r"line 3: Expected an integer label in \[0, .*\]. Got -1"):
         list_source(tmp_path / "m.csv")
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"path": "a.png", "label": 1}, {"path": "b.png", "label": 2**70}], r"line 2: Expected an integer label in \[0"),
+        ([{"path": "a.png", "label": 1}, {"path": "b.png", "label": "cat"}], r"line 2: Expected an integer label like"),
+        ([{"path": "a.png", "label": "cat"}, {"path": "b.png", "label": 3}], r"line 2: Expected a class-name label"),
+        ([{"path": "a.png", "label": True}], r"line 1: Expected an integer or a class-name string. Got true"),
+        ([{"path": "a.png", "label": [1]}], r"line 1: .*Got \[1\]"),
+        ([{"path": "a.png", "label": 1.5}], r"line 1: .*Got 1.5"),
+        ([{"path": "a.png", "label": 1}, {"path": "b.png", "label": "x"}, {"path": "c.png", "label": -5}],
+         r"2 bad label\(s\):\n  line 2: .*\n  line 3: .*Got -5"),
+    ],
+)
+def test_manifest_label_rule_reports_every_bad_line(tmp_path: Path, rows: list[dict[str, object]], message: str) -> None:
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(IngestError, match=message):
+        list_source(manifest)
+
+
+def test_manifest_duplicate_paths_are_warned(tmp_path: Path) -> None:
+    (tmp_path / "m.csv").write_text("path,label\na.png,1\nb.png,2\n./a.png,3\n")
+    with pytest.warns(UserWarning, match=r"'a.png' is listed 2 times \(lines 2, 4\)"):
+        listing = list_source(tmp_path / "m.csv")
+    assert [i.label for i in listing.items] == [1, 2, 3]

@@ -167,3 +167,76 @@ def test_transformed_batches_match_a_plain_decode_and_augment(tmp_path: Path) ->
             params = pipeline.params(shapes, batch.indices, seed=9, epoch=epoch)
             np.testing.assert_array_equal(batch.images, pipeline(flat, offsets, shapes, params))
 
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"world_size": 0}, ValueError, r"Expected world_size >= 1. Got 0."),
+        ({"rank": 2, "world_size": 2}, ValueError, r"Expected rank in \[0, 1\] \(world_size 2\). Got 2."),
+        ({"shards_in_use": 0}, ValueError, r"Expected shards_in_use >= 1. Got 0."),
+        ({"seed": -1}, ValueError, r"Expected seed in \[0, "),
+        ({"batch_size": 1.5}, TypeError, r"Expected batch_size to be an integer. Got 1.5"),
+        ({"batch_size": "4"}, TypeError, r"Expected batch_size to be an integer. Got '4'"),
+        ({"batch_size": True}, TypeError, r"Expected batch_size to be an integer. Got True"),
+        ({"prefetch": -1}, ValueError, r"Expected prefetch >= 0. Got -1."),
+        ({"threads": -1}, ValueError, r"Expected threads >= 1. Got -1."),
+        ({"threads": 0}, ValueError, r"Expected threads >= 1. Got 0."),
+        ({"shuffle": "yes"}, TypeError, r"Expected shuffle to be True or False. Got 'yes'."),
+        ({"device": "tpu"}, ValueError, r"Expected device to be one of \('cpu', 'cuda'\). Got 'tpu'."),
+        ({"mask_mode": "linear"}, ValueError, r"Expected mask_mode to be one of"),
+        ({"fields": "image"}, TypeError, r"Expected fields to be a sequence"),
+    ],
+)
+def test_reader_arguments_get_one_clear_message_each(store_path: Path, arguments: dict[str, object],
+                                                       error: type[Exception], message: str) -> None:
+    options: dict[str, object] = {"batch_size": 4, **arguments}
+    with pytest.raises(error, match=message):
+        prepkit.Reader(store_path, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("roi", [[[0.0, 0.0, np.inf, 4.0]], [[0.5, 0.0, 4.0, 4.0]], [[0, 0, 99, 4]], [[3, 0, 3, 4]]])
+def test_bad_rois_are_refused_naming_the_sample(tmp_path: Path, roi: list[list[float]]) -> None:
+    from prepkit.decode.engine import decode_samples, decoded_nbytes
+    from prepkit.layouts import LosslessLayout
+
+    write_image(tmp_path / "src" / "a.png", smooth_image(20, 24, seed=1))
+    build_store(str(tmp_path / "src"), str(tmp_path / "s"), layout=LosslessLayout(tile=16), options=ImageOptions(),
+                samples_per_shard=4, workers=1)
+    store = prepkit.open_store(tmp_path / "s")
+    with pytest.raises(DecodeError, match="sample 0"):
+        decoded_nbytes(store, [0], rois=np.array(roi))
+    with pytest.raises(DecodeError, match="sample 0"):
+        decode_samples(store, [0], rois=np.array(roi))
+
+
+def test_stored_image_not_matching_its_shape_is_named_and_skipped_on_the_crop_path(tmp_path: Path) -> None:
+    from prepkit.augment import CenterCrop
+    from prepkit.layouts import LosslessLayout
+
+    for number in range(6):
+        write_image(tmp_path / "src" / f"{number}.png", smooth_image(24, 20, seed=number))
+    build_store(str(tmp_path / "src"), str(tmp_path / "s"), layout=LosslessLayout(tile=16), options=ImageOptions(),
+                samples_per_shard=4, workers=1)
+    store = prepkit.open_store(tmp_path / "s")
+    store.field_arrays["image"].shapes[2] = (20, 16, 3)  # the stored image is 24 x 20
+    with pytest.raises(DecodeError, match=r"sample 2 \(image\): Expected a stored image of the recorded shape"):
+        list(prepkit.Reader(store, batch_size=3, shuffle=False, transforms=[CenterCrop(8)]))
+    with pytest.warns(RuntimeWarning, match="skipping sample 2"):
+        seen = all_indices(prepkit.Reader(store, batch_size=3, shuffle=False, transforms=[CenterCrop(8)], on_error="skip"))
+    assert seen == [0, 1, 3, 4, 5]
+
+
+def test_a_store_replaced_under_an_open_handle_is_detected(tmp_path: Path) -> None:
+    from prepkit.errors import StoreError
+
+    for number in range(6):
+        write_image(tmp_path / "src" / f"c{number % 2}" / f"{number}.png", smooth_image(12, 10, seed=number))
+    dest = tmp_path / "s"
+    build_store(str(tmp_path / "src"), str(dest), layout=RawLayout(), options=ImageOptions(), samples_per_shard=2, workers=1)
+    store = prepkit.open_store(dest)
+    store[0]  # shard 0 open
+    build_store(str(tmp_path / "src"), str(dest), layout=JpegLayout(), options=ImageOptions(), samples_per_shard=2,
+                workers=1, overwrite=True)
+    with pytest.raises(StoreError, match="the store was replaced since it was opened"):
+        store[5]  # shard 2: a new shard file of the new store

@@ -57,8 +57,7 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_store(many_images
             prepkit.open_store(dest)  # an interrupted store never looks complete
     assert kills >= 1
     result = subprocess.run(shard_command(many_images, dest), env=env, capture_output=True, text=True)
-    if result.returncode != 0:  # already complete: the command refuses to overwrite it
-        assert "already holds a complete store" in result.stderr
+    assert result.returncode == 0, result.stderr  # resumed, or already complete: a no-op success
     assert store_files(dest) == store_files(tmp_path / "reference")
 
 
@@ -99,6 +98,49 @@ def test_killed_during_final_clean_up_leaves_a_clean_complete_store(many_images:
     (tmp_path / "s" / "image" / "zarr.json.partial").write_text("")
     assert prepkit.open_store(tmp_path / "s").attributes.complete  # readable as it is
     result = subprocess.run(shard_command(many_images, tmp_path / "s"), env=env, capture_output=True, text=True)
-    assert result.returncode == 1 and "already holds a complete store" in result.stderr
+    assert result.returncode == 0, result.stderr  # the same command again succeeds without writing
     assert store_files(tmp_path / "s") == reference
     shutil.rmtree(tmp_path / "s")
+
+
+def test_disk_full_names_dest_and_file_and_leaves_no_temporary(class_folder: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from prepkit.ingest.build import build_store
+    from prepkit.ingest.images import ImageOptions
+    from prepkit.layouts import RawLayout
+    from prepkit.store import writer
+
+    real_open = open
+    calls = {"n": 0}
+
+    class FullFile:
+        def __init__(self, handle: object, name: str) -> None:
+            self.handle, self.name = handle, name
+
+        def __enter__(self) -> FullFile:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()  # type: ignore[attr-defined]
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device", self.name)
+
+    def full_open(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        handle = real_open(file, mode, *args, **kwargs)  # type: ignore[call-overload]
+        if "w" in mode and str(file).endswith("c/0.tmp"):
+            calls["n"] += 1
+            return FullFile(handle, str(file))
+        return handle
+
+    monkeypatch.setattr(writer, "open", full_open, raising=False)
+    dest = tmp_path / "s"
+    with pytest.raises(StoreError) as caught:
+        build_store(str(class_folder), str(dest), layout=RawLayout(), options=ImageOptions(), samples_per_shard=3, workers=1)
+    message = str(caught.value)
+    assert calls["n"] >= 1
+    assert str(dest) in message and "DEST" in message and "image/bytes/c/0.tmp" in message
+    assert "No space left on device" in message
+    assert not [p for p in dest.rglob("*.tmp")]

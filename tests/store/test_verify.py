@@ -9,6 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from prepkit.cli import _register, cli
+from prepkit.errors import StoreCorruptError
 from prepkit.ingest.build import build_store
 from prepkit.ingest.images import ImageOptions
 from prepkit.layouts import JpegLayout, Layout, RawLayout
@@ -76,3 +77,67 @@ def test_verify_on_broken_metadata_is_a_clean_error(tmp_path: Path) -> None:
     (tmp_path / "s" / "zarr.json").write_text("{not json")
     result = CliRunner().invoke(cli, ["verify", str(tmp_path / "s")])
     assert result.exit_code == 1 and "cannot read group metadata" in result.output
+
+
+def _flip(path: Path, position: int, bit: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= 1 << bit
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_every_file_of_the_store_is_caught(class_folder: Path, tmp_path: Path) -> None:
+    """Every zarr.json, every chunk of every per-sample array, every shard file: one flip each
+    at several positions, and verify --decode must report it (issue 15)."""
+    clean = make_store(class_folder, tmp_path / "clean")
+    files = sorted(p.relative_to(clean) for p in clean.rglob("*") if p.is_file() and p.name != ".prepkit.lock")
+    assert any(str(f).startswith("labels/c") for f in files) and any(str(f).startswith("paths/c") for f in files)
+    assert Path("image/crc32c/zarr.json") in files and Path("zarr.json") in files
+    rng = random.Random(15)
+    work = tmp_path / "work"
+    missed = []
+    for relative in files:
+        size = (clean / relative).stat().st_size
+        for position in sorted({0, size - 1, *rng.sample(range(size), min(size, 3))}):
+            if work.exists():
+                shutil.rmtree(work)
+            shutil.copytree(clean, work)
+            _flip(work / relative, position, rng.randrange(8))
+            if verify_store(work, decode=True).ok:
+                missed.append(f"{relative}@{position}")
+    assert not missed, f"flips not caught: {missed}"
+
+
+def test_hostile_labels_are_refused(class_folder: Path, tmp_path: Path) -> None:
+    import numpy as np
+    import zarr
+
+    from prepkit.store.reader import check_labels
+
+    store = make_store(class_folder, tmp_path / "s")
+    # A float64 labels array (every label would read as 0 if cast silently).
+    root = zarr.open_group(store, mode="r+")
+    root.create_array("labels", shape=(7,), dtype="float64", overwrite=True, fill_value=0)
+    report = verify_store(store)
+    assert not report.ok and any("labels" in p.reason for p in report.problems), report.problems
+    for bad in (np.array([0, 99]), np.array([0, -5])):
+        try:
+            check_labels(bad, ["a", "b"], "s")
+        except StoreCorruptError as error:
+            assert "Expected labels" in str(error)
+        else:
+            raise AssertionError(f"labels {bad} accepted")
+
+
+def test_old_store_without_checksums_opens_and_verify_says_unchecked(class_folder: Path, tmp_path: Path) -> None:
+    import json
+
+    store = make_store(class_folder, tmp_path / "s")
+    meta = json.loads((store / "zarr.json").read_text())
+    for key in ("checksums", "generation", "attributes_crc32c"):
+        del meta["attributes"]["prepkit"][key]
+    (store / "zarr.json").write_text(json.dumps(meta))
+    report = verify_store(store, decode=True)
+    assert report.ok and report.decoded == 7
+    assert any("arrays unchecked" in note for note in report.notes)
+    result = CliRunner().invoke(cli, ["verify", str(store)])
+    assert result.exit_code == 0 and "arrays unchecked" in result.output

@@ -319,6 +319,8 @@ def hostile_cases() -> dict[str, Callable[[Path], None]]:
         "num_shards 10**9 (resealed)": _edit_json("zarr.json", _attributes(_set("num_shards", 10**9)), reseal=True),
         "num_shards 10**9 (no checksums)": _edit_json("zarr.json", _attributes(_set("num_shards", 10**9)), unchecked=True),
         "num_samples 2**40 (no checksums)": _edit_json("zarr.json", _attributes(_set("num_samples", 2**40)), unchecked=True),
+        "chunk 2**40 (resealed)": _edit_json(
+            "zarr.json", _attributes(lambda v: v["fields"]["image"].update(chunk=2**40, capacity=2**41)), reseal=True),
         "one class name (resealed)": _edit_json("zarr.json", _attributes(_set("class_names", ["a"])), reseal=True),
         "provenance edited": _edit_json("zarr.json", _attributes(_set("provenance", {"command": "other"}))),
         "unknown key in zarr.json": _edit_json("zarr.json", _set("atributes", {})),

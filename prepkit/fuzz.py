@@ -1,13 +1,18 @@
 """Fuzzing harness for everything that reads untrusted bytes: the lossless decoder and the
 store reader (metadata, per-sample arrays, shard indexes, shard data).
 
-    python -m prepkit.fuzz --seconds 600 [--target lossless|store|all] [--seed 0]
+    python -m prepkit.fuzz --seconds 600 [--target lossless|store|corpus|all] [--seed 0]
 
 Each case mutates a valid input (bit flips, byte overwrites, truncations, extensions,
 random numbers in header fields and JSON values) and decodes or reads it. The only
 acceptable outcomes are a correct result or a prepkit error; anything else (another
 exception type, a crash, a hang) is a finding. The test suite runs this for a few seconds;
 the documented long run is in docs/BENCHMARKS.md.
+
+The ``corpus`` target replays a fixed regression corpus of hostile stores (``hostile_cases``:
+flipped bytes in every kind of store file, hostile sizes and counts, wrong dtypes and labels,
+FIFOs in place of files, some with every checksum recomputed) through every probe: each must
+be refused or reported, with a prepkit error, without hanging. ``all`` runs it first.
 """
 
 from __future__ import annotations
@@ -329,6 +334,8 @@ def hostile_cases() -> dict[str, Callable[[Path], None]]:
         "num_shards 10**9 (resealed)": _edit_json("zarr.json", _attributes(_set("num_shards", 10**9)), reseal=True),
         "num_shards 10**9 (no checksums)": _edit_json("zarr.json", _attributes(_set("num_shards", 10**9)), unchecked=True),
         "num_samples 2**40 (no checksums)": _edit_json("zarr.json", _attributes(_set("num_samples", 2**40)), unchecked=True),
+        "chunk 2**40 (resealed)": _edit_json(
+            "zarr.json", _attributes(lambda v: v["fields"]["image"].update(chunk=2**40, capacity=2**41)), reseal=True),
         "one class name (resealed)": _edit_json("zarr.json", _attributes(_set("class_names", ["a"])), reseal=True),
         "provenance edited": _edit_json("zarr.json", _attributes(_set("provenance", {"command": "other"}))),
         "unknown key in zarr.json": _edit_json("zarr.json", _set("atributes", {})),

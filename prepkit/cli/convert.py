@@ -34,4 +34,7 @@ def convert(src_store: str, dest_store: str, layout: str, quality: int, samples_
                 samples_per_shard=samples_per_shard, workers=workers, overwrite=overwrite,
                 progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
             )
-    click.echo(f"wrote {summary.num_samples} samples ({layout}) to {dest_store}")
+    if summary.already_complete:
+        click.echo(f"{dest_store} already holds this store, complete ({summary.num_samples} samples): nothing to do")
+    else:
+        click.echo(f"wrote {summary.num_samples} samples ({layout}) to {dest_store}")

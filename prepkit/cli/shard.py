@@ -51,7 +51,11 @@ def shard(
                 progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
             )
     resumed = f", {summary.num_shards_resumed} resumed" if summary.num_shards_resumed else ""
-    click.echo(f"wrote {summary.num_samples} samples ({layout}) to {dest}{resumed}")
+    if summary.already_complete:
+        click.echo(f"{dest} already holds this store, complete ({summary.num_samples} samples, same inputs and "
+                   "options): nothing to do")
+    else:
+        click.echo(f"wrote {summary.num_samples} samples ({layout}) to {dest}{resumed}")
     if summary.failures:
         click.echo(f"skipped {len(summary.failures)} bad files (report: {dest}/skipped.jsonl):", err=True)
         for failure in summary.failures[:10]:

@@ -186,6 +186,8 @@ class Attributes:
             if not isinstance(spec, dict) or not isinstance(spec.get("layout"), dict):
                 raise fail(f"field {name!r}: expected an object with a 'layout' object")
             capacity, chunk = integer("capacity", 1, spec), integer("chunk", 1, spec)
+            if chunk > MAX_CHUNK:
+                raise fail(f"field {name!r}: Expected chunk at most {MAX_CHUNK} bytes. Got {chunk}")
             if capacity % chunk or capacity // chunk > MAX_INDEX_ENTRIES * 64:
                 raise fail(f"field {name!r}: capacity {capacity} is not a reasonable multiple of chunk {chunk}")
         class_names = values.get("class_names")

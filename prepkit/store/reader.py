@@ -100,6 +100,13 @@ class _ShardFile:
             if stop > self.used_bytes:
                 raise StoreCorruptError(f"{self.path}: sample bytes [{start}, {stop}) lie beyond the stored chunks")
             return self.array[self.base + start : self.base + stop]
+        if stop - start > self.array.size:
+            # A sample's bytes lie in the file: a range larger than the file must not decide
+            # an allocation.
+            raise StoreCorruptError(
+                f"{self.path}: Expected sample bytes [{start}, {stop}) to fit in the {self.array.size}-byte shard file. "
+                f"Got {stop - start} bytes."
+            )
         out = np.empty(stop - start, dtype=np.uint8)
         position = start
         while position < stop:

@@ -159,6 +159,7 @@ class WriteSummary:
     num_shards_written: int
     num_shards_resumed: int
     failures: list[SampleFailure] = field(default_factory=list)
+    already_complete: bool = False  # the store was complete with the same plan: nothing written
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -468,7 +469,7 @@ class StoreWriter:
                     failures.append(SampleFailure(int(entry["item"]), str(entry["path"]), str(entry["reason"])))
         return WriteSummary(
             num_samples=int(meta["attributes"][ATTRIBUTE_KEY]["num_samples"]), num_shards_written=0,
-            num_shards_resumed=self.plan.num_shards, failures=failures,
+            num_shards_resumed=self.plan.num_shards, failures=failures, already_complete=True,
         )
 
     def _finalize(self, ignored: Sequence[tuple[str, str]]) -> WriteSummary:

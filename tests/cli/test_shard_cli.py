@@ -126,6 +126,7 @@ def test_argument_errors_are_clear(class_folder: Path, tmp_path: Path) -> None:
     assert run("shard", class_folder, tmp_path / "s", "--layout", "raw", "--workers", "1").exit_code == 0
     result = run("shard", class_folder, tmp_path / "s", "--layout", "raw", "--workers", "1")
     assert result.exit_code == 0, result.output  # the same command again: a no-op success
+    assert "already holds this store, complete (7 samples" in result.output and "nothing to do" in result.output
     result = run("shard", class_folder, tmp_path / "s", "--layout", "jpeg", "--workers", "1")
     assert result.exit_code == 1 and "already holds a complete store made from other" in result.output
     assert "--overwrite" in result.output

@@ -40,7 +40,7 @@ def test_json_table_and_chart(folder: Path, tmp_path: Path) -> None:
         assert REQUIRED <= row.keys()
     measured = {(r["format"], r["decoder"], r["device"]): r for r in rows if not r["skipped"]}
     for key in [("png", "pillow", "cpu"), ("raw", "memcpy", "cpu"), ("prepkit-lossless", "numba", "cpu"),
-                ("prepkit-lossless", "reader", "cpu"), ("webp-lossless", "pillow", "cpu"), ("jpeg-q90", "pillow", "cpu")]:
+                ("prepkit-lossless", "reader", "cpu"), ("webp-lossless-m6", "pillow", "cpu"), ("png", "libspng", "cpu"), ("jxl-lossless-e1", "imagecodecs", "cpu"), ("jxl-lossless-e7", "imagecodecs", "cpu"), ("htj2k-lossless", "imagecodecs", "cpu"), ("jpeg-q90", "pillow", "cpu")]:
         assert key in measured, key
         assert measured[key]["images_per_s"] > 0 and measured[key]["threads"] == 2
     assert measured[("png", "pillow", "cpu")]["speedup_vs_png"] == pytest.approx(1.0)

@@ -45,8 +45,9 @@ SKIMAGE_PHOTOS = (
     "motorcycle_left.png", "motorcycle_right.png", "ihc.png", "camera.png", "coins.png",
     "moon.png", "brick.png", "grass.png", "gravel.png",
 )
-# Fundus photographs and microscopy with black surroundings, and a tomography phantom.
-SKIMAGE_MEDICAL = ("retina.jpg", "microaneurysms.png", "cell.png", "phantom.png")
+# A fundus photograph, a tomography phantom and microscopy with black surroundings, then a
+# fundus close-up without border (last: the tiny sets keep the first three).
+SKIMAGE_MEDICAL = ("retina.jpg", "phantom.png", "cell.png", "microaneurysms.png")
 # Binary silhouettes shipped as images: masks as they are.
 SKIMAGE_MASKS = ("horse.png",)
 
@@ -87,6 +88,13 @@ def crop_centre(image: np.ndarray, max_side: int) -> np.ndarray:
     new_h, new_w = min(height, max_side), min(width, max_side)
     y0, x0 = (height - new_h) // 2, (width - new_w) // 2
     return np.ascontiguousarray(image[y0 : y0 + new_h, x0 : x0 + new_w])
+
+
+def shrink(image: np.ndarray, max_side: int) -> np.ndarray:
+    """``image`` resized (Lanczos) so that its longer side is at most ``max_side``."""
+    picture = Image.fromarray(image)
+    picture.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    return np.asarray(picture).copy()
 
 
 def _read(path: str, mode: str) -> np.ndarray:
@@ -298,7 +306,8 @@ def build(out: str | Path, *, small: bool = False, max_per_set: int = 40,
     """Write the four evaluation sets and ``manifest.json`` under ``out``.
 
     ``small`` builds tiny sets from scikit-image and rendered images only (tests, smoke runs):
-    crops of at most 128 pixels a side, two or three images per set. ``max_per_set`` caps the
+    at most 128 pixels a side (scikit-image's pictures shrunk whole, rendered ones cropped),
+    at most three images per set. ``max_per_set`` caps the
     number of images of each set (scikit-image and rendered images come first).
     """
     out = Path(out)
@@ -322,26 +331,32 @@ def build(out: str | Path, *, small: bool = False, max_per_set: int = 40,
             print(f"  {relative} {image.shape}", file=sys.stderr)
 
     data = _skimage_dir()
-    photos = [(name, _read(os.path.join(data, name), "RGB" if name not in ("camera.png", "coins.png", "moon.png",
-                                                                             "brick.png", "grass.png", "gravel.png")
-                           else "L")) for name in SKIMAGE_PHOTOS]
+
+    def read(name: str, mode: str) -> np.ndarray:
+        pixels = _read(os.path.join(data, name), mode)
+        # Tiny sets shrink whole pictures (only tests and smoke runs use them) so that a
+        # medical image keeps its black border; full sets never resample.
+        return shrink(pixels, side) if small else pixels
+
+    grey_photos = ("camera.png", "coins.png", "moon.png", "brick.png", "grass.png", "gravel.png")
+    photos = [(name, read(name, "L" if name in grey_photos else "RGB")) for name in SKIMAGE_PHOTOS]
     for name, photo in photos:
         add("photos", os.path.splitext(name)[0], photo, "scikit-image", "photo")
 
     for name in SKIMAGE_MEDICAL:
         mode = "RGB" if name == "retina.jpg" else "L"
-        add("medical", os.path.splitext(name)[0], _read(os.path.join(data, name), mode), "scikit-image",
+        add("medical", os.path.splitext(name)[0], read(name, mode), "scikit-image",
             "fundus" if "retina" in name or "aneurysm" in name else ("phantom" if "phantom" in name else "microscopy"))
     # The fundus photograph again as one channel (green carries the vessels). cells3d,
     # human_mitosis, kidney and brain are not in the wheel (skimage fetches them): not used.
-    retina = _read(os.path.join(data, "retina.jpg"), "RGB")
+    retina = read("retina.jpg", "RGB")
     add("medical", "retina-green", retina[:, :, 1], "scikit-image", "fundus")
 
     width, height = (320, 200) if small else (1280, 800)
     add("rendered", "terminal", render_terminal(width, height), "rendered (Pillow)", "terminal")
     for name, figure in render_figures(width, height):
         add("rendered", name, figure, "rendered (matplotlib)", "screenshot")
-    add("rendered", "colorwheel", _read(os.path.join(data, "color.png"), "RGB"), "scikit-image", "synthetic")
+    add("rendered", "colorwheel", read("color.png", "RGB"), "scikit-image", "synthetic")
 
     rgb_photos = [(n, p) for n, p in photos if p.ndim == 3 and n != "hubble_deep_field.jpg"]
     for index, (name, photo) in enumerate(rgb_photos):
@@ -351,7 +366,7 @@ def build(out: str | Path, *, small: bool = False, max_per_set: int = 40,
         add("masks", f"felzenszwalb-{os.path.splitext(name)[0]}", felzenszwalb_mask(base),
             "scikit-image (felzenszwalb)", "mask-felzenszwalb")
     for name in SKIMAGE_MASKS:
-        horse = _read(os.path.join(data, name), "L")
+        horse = read(name, "L")
         add("masks", os.path.splitext(name)[0], (horse < 128).astype(np.uint8), "scikit-image", "mask-binary")
 
     missing: list[str] = []

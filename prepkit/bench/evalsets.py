@@ -131,7 +131,8 @@ def wallpaper_owners() -> tuple[dict[str, str], list[str]]:
 def wallpapers() -> tuple[list[tuple[str, str, bool]], list[str]]:
     """([(path, package, photographic)], missing packages): one raster file per wallpaper.
 
-    Plasma themes ship one picture at several resolutions; the largest is kept.
+    Plasma themes ship one picture at several resolutions; the largest is kept. The list takes
+    the packages in turn.
     """
     owners, missing = wallpaper_owners()
     chosen: dict[str, tuple[int, str]] = {}
@@ -146,9 +147,17 @@ def wallpapers() -> tuple[list[tuple[str, str, bool]], list[str]]:
                 pixels = image.width * image.height
             if key not in chosen or pixels > chosen[key][0]:
                 chosen[key] = (pixels, path)
-    found = []
+    by_package: dict[str, list[tuple[str, str, bool]]] = {}
     for key, (_, path) in sorted(chosen.items()):
-        found.append((path, owners[path], os.path.basename(key) in PHOTOGRAPHIC_WALLPAPERS))
+        by_package.setdefault(owners[path], []).append(
+            (path, owners[path], os.path.basename(key) in PHOTOGRAPHIC_WALLPAPERS))
+    # Round robin over the packages, so that a cap on a set's size keeps every package in it.
+    found = []
+    queues = [by_package[p] for p in sorted(by_package)]
+    while any(queues):
+        for queue in queues:
+            if queue:
+                found.append(queue.pop(0))
     return found, missing
 
 

@@ -196,7 +196,10 @@ def _number(value: float | None, digits: int) -> str:
 
 
 def load_sets(folder: str | Path, names: Sequence[str] | None = None, limit: int | None = None) -> dict[str, list[np.ndarray]]:
-    """The images of each set in ``folder`` (built by prepkit.bench.evalsets), in SETS order."""
+    """The images of each set in ``folder`` (built by prepkit.bench.evalsets), in SETS order.
+
+    ``limit`` keeps that many images per set, evenly spaced over the manifest's order.
+    """
     found = load_manifest(folder)
     wanted = [name for name in SETS if name in found and (not names or name in names)]
     wanted += [name for name in found if name not in SETS and (not names or name in names)]
@@ -204,7 +207,14 @@ def load_sets(folder: str | Path, names: Sequence[str] | None = None, limit: int
         unknown = sorted(set(names) - set(found))
         if unknown:
             raise ValueError(f"Expected set names from {sorted(found)}. Got {unknown}.")
-    return {name: [pixels for _, pixels in found[name][:limit]] for name in wanted}
+    return {name: [pixels for _, pixels in _spread(found[name], limit)] for name in wanted}
+
+
+def _spread(items: list[Any], limit: int | None) -> list[Any]:
+    """At most ``limit`` items evenly spaced over the list (every source of a set, not the first)."""
+    if limit is None or limit >= len(items):
+        return items
+    return [items[int(i)] for i in np.linspace(0, len(items) - 1, limit).round()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds (a figure is the median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes per decoder first")
     parser.add_argument("--sets", nargs="+", help="only these sets")
-    parser.add_argument("--limit", type=int, help="at most this many images per set")
+    parser.add_argument("--limit", type=int, help="at most this many images per set, evenly spaced")
     parser.add_argument("--json", help="write the rows and the machine as JSON here")
     parser.add_argument("--markdown", help="write the tables as markdown here")
     args = parser.parse_args(argv)

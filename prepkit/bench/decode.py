@@ -245,7 +245,7 @@ def _lossless_cpu_decode_all(encoded: list[bytes]) -> list[np.ndarray]:
 
     flat, offsets, shapes = lossless.decode_batch_packed(encoded, device="cpu")
     images = []
-    for offset, shape in zip(np.asarray(offsets), np.asarray(shapes)):
+    for offset, shape in zip(np.asarray(offsets), np.asarray(shapes), strict=True):
         size = int(np.prod(shape))
         images.append(np.asarray(flat)[int(offset) : int(offset) + size].reshape(tuple(int(n) for n in shape)))
     return images
@@ -420,7 +420,7 @@ def run_benchmark(
                 result.size_ratio = lossless_row.size_ratio if lossless_row else None
                 prepare(result, lambda make_reader=make_reader: make_reader(threads), f"reader / {candidate.device}")
         medians = interleaved_medians([one_pass for _, one_pass in passes], repeat, progress)
-    for (result, _), seconds in zip(passes, medians):
+    for (result, _), seconds in zip(passes, medians, strict=True):
         result.images_per_s = len(images) / seconds
         result.decoded_mb_per_s = raw_bytes / seconds / 1e6
     png = next((r for r in results if r.format == "png" and r.images_per_s), None)

@@ -71,7 +71,7 @@ def check_pixels(decoded: list[np.ndarray], sources: list[np.ndarray]) -> str | 
     """None when every decoded image equals its source, else what differs first."""
     if len(decoded) != len(sources):
         return f"Expected {len(sources)} decoded images. Got {len(decoded)}."
-    for index, (got, want) in enumerate(zip(decoded, sources)):
+    for index, (got, want) in enumerate(zip(decoded, sources, strict=True)):
         got = np.asarray(got)
         if want.shape[2] == 1 and got.ndim == 3 and got.shape[2] in (3, 4) and got.shape[:2] == want.shape[:2]:
             # WebP has no grey mode: a grey image comes back as RGB(A); lossless when R = G = B = source.
@@ -134,7 +134,7 @@ def evaluate(
                 row.skipped = f"failed: {type(error).__name__}: {error}"
     progress(f"timing {len(passes)} passes, {repeat} interleaved rounds")
     medians = bench_decode.interleaved_medians([one_pass for _, _, one_pass in passes], repeat, progress)
-    for (row, count, _), seconds in zip(passes, medians):
+    for (row, count, _), seconds in zip(passes, medians, strict=True):
         row.images_per_s[count] = row.images / seconds
     _relate(rows)
     return rows

@@ -6,7 +6,7 @@ PREPKIT := $(VENV)/bin/prepkit
 DEMO_OUT := out/demo
 DEMO_LAYOUTS ?= raw jpeg lossless
 
-.PHONY: demo test test-fast test-cudasim lint setup fuzz bench gpu-wheels gpu-check clean
+.PHONY: demo test test-fast test-cudasim lint setup fuzz bench evalsets bench-lossless gpu-wheels gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,24 @@ gpu-check:
 	PYTHONPATH=$(CURDIR) timeout 200 $(GPU_PY) -m pytest -q -p no:cacheprovider --noconftest tests/cudasim \
 	  tests/lossless/test_ptx.py tests/augment/test_ptx.py -k "not simulator_is_active" 2>&1 | tee $(GPU_OUT)/pytest.log | tail -25
 	PYTHONPATH=$(CURDIR) timeout 330 $(GPU_PY) -m prepkit.bench.gpucheck --out $(GPU_OUT)
+# The lossless evaluation sets (docs/BENCHMARKS.md, "Evaluation sets"): the wallpaper packages are
+# installed with apt-get when run as root; without them the sets hold scikit-image's and rendered
+# images only, and the builder names the missing packages.
+EVALSETS ?= out/evalsets
+EVALSETS_MAX ?= 40
+WALLPAPER_PACKAGES := gnome-backgrounds plasma-workspace-wallpapers lomiri-wallpapers ukui-wallpapers
+evalsets: setup
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(WALLPAPER_PACKAGES); \
+	else echo "not root: using the wallpaper packages already installed"; fi
+	rm -rf $(EVALSETS)
+	$(PY) -m prepkit.bench.evalsets build $(EVALSETS) --max-per-set $(EVALSETS_MAX)
+
+# Size and decode speed of every lossless format on the evaluation sets (run `make evalsets` first).
+LOSSLESS_REPEAT ?= 5
+bench-lossless: setup
+	$(PY) -m prepkit.bench.lossless_eval $(EVALSETS) --threads 1 2 --repeat $(LOSSLESS_REPEAT) \
+	  --json out/lossless-eval.json --markdown out/lossless-eval.md
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

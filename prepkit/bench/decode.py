@@ -8,9 +8,11 @@ Decoders (a format whose library is missing is listed as skipped, with the reaso
 
 | format | decoder | device |
 | --- | --- | --- |
-| png | Pillow | cpu |
+| png | Pillow, libspng (pyspng) | cpu |
 | jpeg | Pillow, nvImageCodec | cpu; nvImageCodec also cuda |
-| webp-lossless | Pillow | cpu |
+| webp-lossless-m6 | Pillow (lossless, method 6) | cpu |
+| jxl-lossless-e1, jxl-lossless-e7 | imagecodecs (JPEG-XL lossless, effort 1 and 7) | cpu |
+| htj2k-lossless | imagecodecs (HTJ2K, reversible) | cpu |
 | qoi | qoi | cpu |
 | raw | memory copy | cpu; cuda (host-to-device copy from pinned memory) |
 | prepkit-lossless | numba | cpu; cuda (host-to-device copy of the compressed bytes included) |
@@ -69,6 +71,13 @@ class Candidate:
     run: Callable[[list[bytes], int], Callable[[], None]]  # (encoded, threads) -> one timed pass
     skipped: str | None = None
     stored_bytes: Callable[[list[bytes]], int] = field(default=lambda encoded: sum(len(e) for e in encoded))
+    # Every image decoded by the timed path, for checking pixels (None where not lossless).
+    decode_all: Callable[[list[bytes]], list[np.ndarray]] | None = None
+
+
+# The formats that must give back the exact pixels (lossless_eval measures these).
+LOSSLESS_FORMATS = ("png", "webp-lossless-m6", "jxl-lossless-e1", "jxl-lossless-e7", "htj2k-lossless",
+                    "prepkit-lossless")
 
 
 def _pillow_encoder(fmt: str, **options: Any) -> Callable[[np.ndarray], bytes]:
@@ -105,6 +114,53 @@ def _pillow_decode(data: bytes) -> np.ndarray:
         return np.asarray(image)
 
 
+def _each(decode_one: Callable[[bytes], Any]) -> Callable[[list[bytes]], list[np.ndarray]]:
+    return lambda encoded: [np.asarray(decode_one(data)) for data in encoded]
+
+
+def _plane(image: np.ndarray) -> np.ndarray:
+    """HxW for a one-channel HxWx1 image (what the image libraries expect), else the image."""
+    return image[:, :, 0] if image.ndim == 3 and image.shape[2] == 1 else image
+
+
+def _imagecodecs_candidates() -> list[Candidate]:
+    """JPEG-XL (effort 1 and 7) and HTJ2K lossless through imagecodecs, or skipped rows."""
+    names = [("jxl-lossless-e1", "JPEGXL"), ("jxl-lossless-e7", "JPEGXL"), ("htj2k-lossless", "HTJ2K")]
+    try:
+        import imagecodecs
+    except ImportError:
+        return [Candidate(name, "imagecodecs", "cpu", None, _pool_run(lambda d: d),
+                          skipped="package 'imagecodecs' not installed") for name, _ in names]
+    found = []
+    for name, codec in names:
+        missing = None if getattr(imagecodecs, codec).available else f"imagecodecs built without {codec}"
+        if codec == "JPEGXL":
+            effort = int(name[-1])
+
+            def encode(image: np.ndarray, effort: int = effort) -> bytes:
+                return bytes(imagecodecs.jpegxl_encode(_plane(image), lossless=True, effort=effort))
+
+            decode_one: Callable[[bytes], Any] = imagecodecs.jpegxl_decode
+        else:
+            def encode(image: np.ndarray, effort: int = 0) -> bytes:
+                return bytes(imagecodecs.htj2k_encode(_plane(image), level=0, reversible=True))
+
+            decode_one = imagecodecs.htj2k_decode
+        found.append(Candidate(name, "imagecodecs", "cpu", encode, _pool_run(decode_one), skipped=missing,
+                               decode_all=_each(decode_one)))
+    return found
+
+
+def _libspng_candidate() -> Candidate:
+    """libspng (pyspng) decoding the same PNG bytes as Pillow: pyspng has no encoder."""
+    try:
+        import pyspng
+    except ImportError:
+        return Candidate("png", "libspng", "cpu", None, _pool_run(lambda d: d), skipped="package 'pyspng' not installed")
+    return Candidate("png", "libspng", "cpu", _pillow_encoder("PNG"), _pool_run(pyspng.load),
+                     decode_all=_each(pyspng.load))
+
+
 def _cuda_available() -> str | None:
     """None if a real CUDA GPU can be used, else the reason."""
     try:
@@ -127,7 +183,9 @@ def candidates(quality: int, devices: Sequence[str]) -> list[Candidate]:
     found: list[Candidate] = []
     no_cuda = _cuda_available() if "cuda" in devices else None
     if "cpu" in devices:
-        found.append(Candidate("png", "pillow", "cpu", _pillow_encoder("PNG"), _pool_run(_pillow_decode)))
+        found.append(Candidate("png", "pillow", "cpu", _pillow_encoder("PNG"), _pool_run(_pillow_decode),
+                               decode_all=_each(_pillow_decode)))
+        found.append(_libspng_candidate())
         found.append(Candidate(f"jpeg-q{quality}", "pillow", "cpu", _pillow_encoder("JPEG", quality=quality), _pool_run(_pillow_decode)))
         nv_error = jpeg_module.nvimgcodec_error()
 
@@ -139,7 +197,9 @@ def candidates(quality: int, devices: Sequence[str]) -> list[Candidate]:
             return _pool_run(decode_one)(encoded, threads)
 
         found.append(Candidate(f"jpeg-q{quality}", "nvimgcodec", "cpu", _pillow_encoder("JPEG", quality=quality), nv_run, skipped=nv_error))
-        found.append(Candidate("webp-lossless", "pillow", "cpu", _pillow_encoder("WEBP", lossless=True), _pool_run(_pillow_decode)))
+        found.append(Candidate("webp-lossless-m6", "pillow", "cpu", _pillow_encoder("WEBP", lossless=True, method=6),
+                               _pool_run(_pillow_decode), decode_all=_each(_pillow_decode)))
+        found.extend(_imagecodecs_candidates())
         try:
             import qoi as qoi_module
 
@@ -147,7 +207,8 @@ def candidates(quality: int, devices: Sequence[str]) -> list[Candidate]:
         except ImportError:
             found.append(Candidate("qoi", "qoi", "cpu", None, _pool_run(lambda d: d), skipped="package 'qoi' not installed"))
         found.append(Candidate("raw", "memcpy", "cpu", lambda image: image.tobytes(), _pool_run(lambda d: np.frombuffer(d, np.uint8).copy())))
-        found.append(Candidate("prepkit-lossless", "numba", "cpu", lossless.encode, _lossless_cpu_run))
+        found.append(Candidate("prepkit-lossless", "numba", "cpu", lossless.encode, _lossless_cpu_run,
+                               decode_all=_lossless_cpu_decode_all))
     if "cuda" in devices:
         found.append(Candidate("raw", "h2d-copy", "cuda", lambda image: image.tobytes(), _raw_cuda_run, skipped=no_cuda))
         found.append(Candidate("prepkit-lossless", "numba-cuda", "cuda", lossless.encode, _lossless_cuda_run, skipped=no_cuda))
@@ -177,6 +238,18 @@ def _lossless_cpu_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
         lossless.decode_batch_packed(encoded, device="cpu", out=out)
 
     return one_pass
+
+
+def _lossless_cpu_decode_all(encoded: list[bytes]) -> list[np.ndarray]:
+    """The images as the timed path decodes them: one packed batch, split."""
+    from prepkit import lossless
+
+    flat, offsets, shapes = lossless.decode_batch_packed(encoded, device="cpu")
+    images = []
+    for offset, shape in zip(np.asarray(offsets), np.asarray(shapes), strict=True):
+        size = int(np.prod(shape))
+        images.append(np.asarray(flat)[int(offset) : int(offset) + size].reshape(tuple(int(n) for n in shape)))
+    return images
 
 
 def _raw_cuda_run(encoded: list[bytes], threads: int) -> Callable[[], None]:
@@ -265,6 +338,23 @@ def _reader_candidates(images: list[np.ndarray], devices: Sequence[str], folder:
     return found
 
 
+def interleaved_medians(passes: Sequence[Callable[[], None]], repeat: int,
+                        progress: Callable[[str], None] = lambda text: None) -> list[float]:
+    """The median seconds of each pass over ``repeat`` rounds that run every pass in turn.
+
+    Interleaving makes a busy spell of a shared machine hit every decoder alike, so the
+    ratios between them hold even when the absolute figures are noisy.
+    """
+    timings: list[list[float]] = [[] for _ in passes]
+    for round_number in range(repeat):
+        progress(f"round {round_number + 1} of {repeat}")
+        for index, one_pass in enumerate(passes):
+            start = time.perf_counter()
+            one_pass()
+            timings[index].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in timings]
+
+
 def run_benchmark(
     images: list[np.ndarray],
     *,
@@ -326,15 +416,8 @@ def run_benchmark(
                 lossless_row = next((r for r in results if r.format == "prepkit-lossless" and r.size_ratio), None)
                 result.size_ratio = lossless_row.size_ratio if lossless_row else None
                 prepare(result, partial(make_reader, threads), f"reader / {candidate.device}")
-        timings: dict[int, list[float]] = {id(result): [] for result, _ in passes}
-        for round_number in range(repeat):
-            progress(f"round {round_number + 1} of {repeat}")
-            for result, one_pass in passes:
-                start = time.perf_counter()
-                one_pass()
-                timings[id(result)].append(time.perf_counter() - start)
-    for result, _ in passes:
-        seconds = statistics.median(timings[id(result)])
+        medians = interleaved_medians([one_pass for _, one_pass in passes], repeat, progress)
+    for (result, _), seconds in zip(passes, medians, strict=True):
         result.images_per_s = len(images) / seconds
         result.decoded_mb_per_s = raw_bytes / seconds / 1e6
     png = next((r for r in results if r.format == "png" and r.images_per_s), None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -39,8 +40,15 @@ def test_json_table_and_chart(folder: Path, tmp_path: Path) -> None:
     for row in rows:
         assert REQUIRED <= row.keys()
     measured = {(r["format"], r["decoder"], r["device"]): r for r in rows if not r["skipped"]}
-    for key in [("png", "pillow", "cpu"), ("raw", "memcpy", "cpu"), ("prepkit-lossless", "numba", "cpu"),
-                ("prepkit-lossless", "reader", "cpu"), ("webp-lossless", "pillow", "cpu"), ("jpeg-q90", "pillow", "cpu")]:
+    expected = [("png", "pillow", "cpu"), ("raw", "memcpy", "cpu"), ("prepkit-lossless", "numba", "cpu"),
+                ("prepkit-lossless", "reader", "cpu"), ("webp-lossless-m6", "pillow", "cpu"),
+                ("jpeg-q90", "pillow", "cpu")]
+    if importlib.util.find_spec("pyspng"):
+        expected.append(("png", "libspng", "cpu"))
+    if importlib.util.find_spec("imagecodecs"):
+        expected += [("jxl-lossless-e1", "imagecodecs", "cpu"), ("jxl-lossless-e7", "imagecodecs", "cpu"),
+                     ("htj2k-lossless", "imagecodecs", "cpu")]
+    for key in expected:
         assert key in measured, key
         assert measured[key]["images_per_s"] > 0 and measured[key]["threads"] == 2
     assert measured[("png", "pillow", "cpu")]["speedup_vs_png"] == pytest.approx(1.0)
@@ -59,6 +67,17 @@ def test_missing_library_is_skipped_not_an_error(folder: Path, monkeypatch: pyte
     result = CliRunner().invoke(cli, ["bench-decode", str(folder), "--repeat", "1", "--warmup", "0", "--device", "cpu", "--no-reader"])
     assert result.exit_code == 0, result.output
     assert "qoi" in result.output and "skipped: package 'qoi' not installed" in result.output
+
+
+def test_new_lossless_rows_are_skipped_without_their_libraries(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "imagecodecs", None)
+    monkeypatch.setitem(sys.modules, "pyspng", None)
+    result = CliRunner().invoke(cli, ["bench-decode", str(folder), "--repeat", "1", "--warmup", "0", "--device", "cpu",
+                                      "--no-reader"])
+    assert result.exit_code == 0, result.output
+    for name in ("jxl-lossless-e1", "jxl-lossless-e7", "htj2k-lossless"):
+        assert f"{name:<18}imagecodecs  cpu     skipped: package 'imagecodecs' not installed" in result.output
+    assert "libspng      cpu     skipped: package 'pyspng' not installed" in result.output
     assert "reader" not in result.output and "cuda" not in result.output
 
 

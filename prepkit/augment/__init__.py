@@ -1,20 +1,25 @@
 """Fused image augmentation on CPU (numba) and GPU (numba CUDA) with torchvision meaning."""
 
 from prepkit.augment.ops import (
+    RGB,
     CenterCrop,
+    Grayscale,
     Normalize,
     Op,
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
     ToDtype,
+    ToRGB,
     op_from_dict,
 )
 from prepkit.augment.params import Params
 from prepkit.augment.pipeline import Pipeline
 
 __all__ = [
+    "RGB",
     "CenterCrop",
+    "Grayscale",
     "Normalize",
     "Op",
     "Params",
@@ -23,5 +28,6 @@ __all__ = [
     "RandomResizedCrop",
     "Resize",
     "ToDtype",
+    "ToRGB",
     "op_from_dict",
 ]

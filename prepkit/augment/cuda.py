@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import config, cuda
 
-from prepkit.augment import bits, sampling
+from prepkit.augment import bits, channels, sampling
 from prepkit.augment.cpu import KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
 from prepkit.augment.params import Params
 from prepkit.errors import PipelineError
@@ -224,3 +224,43 @@ def mask(
         flat, offsets, d_shapes, region, resized, offset, flip, out_size, exact, nchw, target, d_out_offsets
     )
     return result
+
+
+luma = _device(channels.luma)
+
+
+@cuda.jit
+def channels_kernel(flat, offsets, shapes, mode, out_channels, out, out_offsets):  # type: ignore[no-untyped-def]
+    """One thread per pixel: the twin of :func:`prepkit.augment.channels._convert_kernel`."""
+    p, i = cuda.grid(2)
+    if i >= shapes.shape[0] or p >= shapes[i, 0] * shapes[i, 1]:
+        return
+    src_c = shapes[i, 2]
+    q = offsets[i] + p * src_c
+    r = np.int32(flat[q])
+    g = np.int32(flat[q + 1]) if src_c >= 3 else r
+    b = np.int32(flat[q + 2]) if src_c >= 3 else r
+    for c in range(out_channels):
+        if mode == 0 or src_c == 1:
+            v = r if c == 0 else (g if c == 1 else b)
+        else:
+            v = luma(r, g, b)
+        out[out_offsets[i] + p * out_channels + c] = v
+
+
+def convert_channels(
+    flat: Any, offsets: Any, shapes: np.ndarray, step: channels.ChannelStep, stream: Any = 0
+) -> tuple[Any, Any, np.ndarray]:
+    """One channel op over a packed device batch: (device flat, device offsets, host shapes)."""
+    flat, offsets = _device_inputs(flat, offsets, stream)
+    out_offsets, out_shapes, total = channels.output_layout(shapes, step.channels)
+    out = cuda.device_array(max(total, 1), dtype=np.uint8, stream=stream)
+    d_out_offsets = cuda.to_device(out_offsets, stream=stream)
+    pixels = int((shapes[:, 0].astype(np.int64) * shapes[:, 1]).max()) if len(shapes) else 0
+    if pixels:
+        grid = (-(-pixels // 128), len(shapes))
+        channels_kernel[grid, (128, 1), stream](
+            flat, offsets, cuda.to_device(np.ascontiguousarray(shapes, dtype=np.int32), stream=stream),
+            step.mode, step.channels, out, d_out_offsets,
+        )  # fmt: skip
+    return out, d_out_offsets, out_shapes

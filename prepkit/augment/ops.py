@@ -85,6 +85,8 @@ class Spec:
     size: tuple[int, int] | None = None
     resampled: str | None = None
     quantized_from_float: bool = False
+    #: Channels every image has after the channel ops, or None (as stored, maybe mixed).
+    channels: int | None = None
 
 
 class Op:
@@ -96,6 +98,8 @@ class Op:
     draws: ClassVar[int] = 0
     #: Does this op change pixel values (as opposed to geometry)?
     changes_values: ClassVar[bool] = False
+    #: Does this op convert the channel count (a per-pixel pass before the resample)?
+    converts_channels: ClassVar[bool] = False
 
     def output_spec(self, spec: Spec) -> Spec:
         """Return the spec after this op, or raise PipelineError if the op cannot run."""
@@ -276,6 +280,63 @@ class ToDtype(Op):
         return replace(spec, dtype=self.dtype, quantized_from_float=quantized)
 
 
+def _check_channel_op(op: Op, spec: Spec) -> None:
+    # Channel conversion runs as a per-pixel pass over the stored uint8 pixels, before the
+    # fused kernel: exact where it commutes with the geometry (crops and flips), i.e.
+    # before any resample and any value op, as torchvision computes it on uint8 images.
+    if spec.resampled is not None or spec.dtype != "uint8":
+        after = spec.resampled or f"a conversion to {spec.dtype}"
+        raise PipelineError(
+            f"{type(op).__name__}: expected channel ops before any resampling op and ToDtype "
+            f"(they run on the stored uint8 pixels). Got one after {after}."
+        )
+
+
+@dataclass(frozen=True)
+class Grayscale(Op):
+    """torchvision's ``Grayscale``: L = 0.2989 R + 0.587 G + 0.114 B, truncated to uint8.
+
+    1-channel images pass through (repeated when ``num_output_channels=3``), as in
+    torchvision; 4-channel images use their RGB and drop alpha (torchvision refuses them).
+    Must come before the resampling op and any ToDtype.
+    """
+
+    num_output_channels: int = 1
+
+    converts_channels: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.num_output_channels not in (1, 3) or isinstance(self.num_output_channels, bool):
+            raise PipelineError(
+                f"Grayscale.num_output_channels: expected 1 or 3. Got {self.num_output_channels!r}."
+            )
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_channel_op(self, spec)
+        return replace(spec, channels=self.num_output_channels)
+
+
+@dataclass(frozen=True)
+class RGB(Op):
+    """torchvision's ``RGB``: 1 channel is repeated to 3, 3 channels pass through.
+
+    4-channel (RGBA) images keep their colour channels and drop alpha, as Pillow's
+    ``convert("RGB")`` (torchvision's tensor kernel returns them unchanged). Lets a store
+    of mixed 1/3/4-channel images (``--mode keep``) produce 3-channel batches.
+    Must come before the resampling op and any ToDtype.
+    """
+
+    converts_channels: ClassVar[bool] = True
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_channel_op(self, spec)
+        return replace(spec, channels=3)
+
+
+#: The name the issue and other libraries use for :class:`RGB`.
+ToRGB = RGB
+
+
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise PipelineError(f"{name}: expected a bool, found {value!r}")
@@ -284,7 +345,7 @@ def _bool(name: str, value: Any) -> bool:
 
 OPS: dict[str, type[Op]] = {
     cls.__name__: cls
-    for cls in (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype)
+    for cls in (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype, Grayscale, RGB)
 }
 
 
@@ -315,6 +376,9 @@ __all__ = [
     "RandomHorizontalFlip",
     "Normalize",
     "ToDtype",
+    "Grayscale",
+    "RGB",
+    "ToRGB",
     "canonical_dtype",
     "op_from_dict",
 ]

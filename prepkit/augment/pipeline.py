@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from prepkit.augment import channels as channel_ops
 from prepkit.augment import cpu
 from prepkit.augment.cpu import KIND_BFLOAT16, KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
 from prepkit.augment.ops import FLOAT_DTYPES, Normalize, Op, Spec, ToDtype, op_from_dict
@@ -75,6 +76,8 @@ class Pipeline:
             spec = after
         self.spec = spec
         self.dtype: str = spec.dtype
+        # Channel ops run first, as one per-pixel pass each over the stored pixels.
+        self.channel_steps = [channel_ops.step_of(op) for op in ops if op.converts_channels]
 
     def __repr__(self) -> str:
         return f"Pipeline({list(self.ops)!r}, layout={self.layout!r})"
@@ -122,6 +125,34 @@ class Pipeline:
         scale, bias = self.channel_affine(channels)
         return Plan(self.antialias, self.round_u8, scale, bias, _KINDS[self.dtype], self.layout == "NCHW")
 
+    def output_channels(self, channels: int) -> int:
+        """Channels of the output for ``channels``-channel input (changed by Grayscale / RGB)."""
+        return self.channel_steps[-1].channels if self.channel_steps else int(channels)
+
+    def convert_channels(self, flat: Any, offsets: Any, shapes: Any, device: Device = "cpu", stream: Any = 0) -> tuple[Any, Any, Any]:
+        """Run the channel ops (if any) over a packed batch; returns the packed result.
+
+        Images may differ in channel count on the way in; on the way out they all have
+        :meth:`output_channels`. Without channel ops the inputs come back untouched.
+        """
+        if not self.channel_steps:
+            return flat, offsets, shapes
+        shapes_h = _host_shapes(shapes, device)
+        bad = ~np.isin(shapes_h[:, 2], (1, 3, 4))
+        if bad.any():
+            raise PipelineError(f"shapes: expected 1, 3 or 4 channels per image. Got {int(shapes_h[bad][0, 2])}.")
+        if device == "cpu":
+            flat, offsets = _host_inputs(flat, offsets, shapes_h)
+            for step in self.channel_steps:
+                flat, offsets, shapes_h = channel_ops.convert_cpu(flat, offsets, shapes_h, step)
+            return flat, offsets, shapes_h
+        _check_device(device)
+        from prepkit.augment import cuda as cuda_kernels
+
+        for step in self.channel_steps:
+            flat, offsets, shapes_h = cuda_kernels.convert_channels(flat, offsets, shapes_h, step, stream)
+        return flat, offsets, shapes_h
+
     def split(self, k: int = 0) -> tuple[Pipeline, Pipeline]:
         """Expresso's transfer index: (first k ops, the rest).
 
@@ -162,8 +193,10 @@ class Pipeline:
         bfloat16, e.g. ``torch_tensor.view(torch.int16)``). ``stream`` (cuda only) is the
         numba stream the small parameter copies and the single kernel launch are queued
         on (e.g. ``cuda.external_stream(torch.cuda.current_stream().cuda_stream)``);
-        the call does not synchronise.
+        the call does not synchronise. Channel ops (Grayscale, RGB) run first, so the
+        images of a batch may differ in channel count when the pipeline has one.
         """
+        flat, offsets, shapes = self.convert_channels(flat, offsets, shapes, device, stream)
         shapes_h, channels, shape, out_offsets = self._batch_output(shapes, params, device)
         plan = self.plan(channels)
         if device == "cpu":
@@ -228,6 +261,7 @@ class Pipeline:
         """
         if self.dtype != "uint8":
             raise PipelineError(f"apply_packed: expected a uint8 pipeline, found output dtype {self.dtype}")
+        flat, offsets, shapes = self.convert_channels(flat, offsets, shapes, "cpu")
         shapes_h = _host_shapes(shapes, "cpu")
         channels = _channels(shapes_h)
         sizes = params.out_size.astype(np.int64).prod(axis=1) * channels
@@ -258,7 +292,10 @@ def _host_shapes(shapes: Any, device: str) -> np.ndarray:
 def _channels(shapes: np.ndarray) -> int:
     channels = np.unique(shapes[:, 2])
     if len(channels) != 1 or int(channels[0]) not in (1, 3, 4):
-        raise PipelineError(f"shapes: expected one channel count of 1, 3 or 4 for the batch, found {channels.tolist()}")
+        raise PipelineError(
+            f"shapes: expected one channel count of 1, 3 or 4 for the batch, found {channels.tolist()} "
+            "(put RGB() or Grayscale() first to convert a store of mixed channels)"
+        )
     return int(channels[0])
 
 

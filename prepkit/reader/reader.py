@@ -328,7 +328,7 @@ class Reader:
         stream = self._stager.streams[0]
         device_flat = cuda.to_device(flat, stream=stream)
         second_params = self._params(self._gpu_part, shapes, indices)
-        images = self._allocate_output(self._gpu_part, len(indices), second_params, channels=int(shapes[0][2]))
+        images = self._allocate_output(self._gpu_part, len(indices), second_params, channels=self._gpu_part.output_channels(int(shapes[0][2])))
         self._run_on_stream(self._gpu_part, PackedImages(device_flat, offsets, shapes, "cuda"), second_params, images, range(len(indices)), stream)
         masks = None
         if "mask" in self.fields:
@@ -348,7 +348,8 @@ class Reader:
 
     def _allocate_output(self, pipeline: Any, count: int, params: Any, dtype: str | None = None, channels: int | None = None) -> Any:
         if channels is None:
-            channels = int(self.store.field_arrays["image"].shapes[0][2]) if len(self.store) else 3
+            stored = int(self.store.field_arrays["image"].shapes[0][2]) if len(self.store) else 3
+            channels = pipeline.output_channels(stored)
         h, w = params.uniform_size()
         shape = (count, channels, h, w) if pipeline.layout == "NCHW" else (count, h, w, channels)
         dtype = dtype or pipeline.dtype

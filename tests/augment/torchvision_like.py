@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prepkit.augment import rng
-from prepkit.augment.ops import CenterCrop, Normalize, RandomHorizontalFlip, RandomResizedCrop, Resize, ToDtype
+from prepkit.augment.ops import (
+    RGB,
+    CenterCrop,
+    Grayscale,
+    Normalize,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToDtype,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -87,6 +96,20 @@ def _to_dtype(img: torch.Tensor, dtype: str, scale: bool) -> torch.Tensor:
     return img.to(target)
 
 
+def rgb_to_grayscale(img: torch.Tensor, num_output_channels: int) -> torch.Tensor:
+    """torchvision's _rgb_to_grayscale_image (preserve_dtype=True) on a CHW tensor."""
+    if img.shape[0] == 1:
+        return img.repeat(num_output_channels, 1, 1)
+    r, g, b = img[:3].unbind(0)  # prepkit reads RGBA's colour channels (torchvision refuses 4)
+    gray = r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(0).to(img.dtype)
+    return gray.expand(num_output_channels, -1, -1).contiguous()
+
+
+def to_rgb(img: torch.Tensor) -> torch.Tensor:
+    """torchvision's grayscale_to_rgb, with alpha dropped as Pillow's convert("RGB")."""
+    return img.repeat(3, 1, 1) if img.shape[0] == 1 else img[:3].contiguous()
+
+
 def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Tensor:
     """Run ``ops`` on one HWC uint8 image the torchvision way; returns CHW."""
     import torch
@@ -109,6 +132,10 @@ def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Te
                 img = img.flip(-1)
         elif isinstance(op, ToDtype):
             img = _to_dtype(img, op.dtype, op.scale)
+        elif isinstance(op, Grayscale):
+            img = rgb_to_grayscale(img, op.num_output_channels)
+        elif isinstance(op, RGB):
+            img = to_rgb(img)
         elif isinstance(op, Normalize):
             c = img.shape[0]
             mean = torch.tensor(np.broadcast_to(op.mean, (c,)), dtype=img.dtype)[:, None, None]

@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from prepkit.augment import CenterCrop, Normalize, Pipeline, RandomHorizontalFlip, RandomResizedCrop, Resize, ToDtype
+from prepkit.augment import (
+    RGB,
+    CenterCrop,
+    Grayscale,
+    Normalize,
+    Pipeline,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToDtype,
+)
 
 MEAN, STD = (0.485, 0.456, 0.406, 0.5), (0.229, 0.224, 0.225, 0.25)
 
@@ -101,3 +111,15 @@ def test_cuda_runs_on_a_given_stream() -> None:
                device="cuda", stream=stream)  # fmt: skip
     stream.synchronize()
     np.testing.assert_allclose(got.copy_to_host(), pipe(flat, offsets, shapes, params), atol=1e-3)
+
+
+@pytest.mark.parametrize("first", [RGB(), Grayscale(), Grayscale(3)], ids=repr)
+def test_cuda_channel_ops_on_a_mixed_batch_equal_cpu(first) -> None:
+    rs = np.random.default_rng(2)
+    images = [rs.integers(0, 256, (h, w, c), dtype=np.uint8) for (h, w), c in [((5, 4), 1), ((3, 6), 3), ((4, 4), 4)]]
+    flat, offsets, shapes = _pack(images)
+    pipe = Pipeline([first, RandomResizedCrop((3, 4)), RandomHorizontalFlip()], layout="NHWC")
+    params = pipe.params(shapes, [0, 1, 2], seed=3)
+    want = pipe(flat, offsets, shapes, params)
+    got = pipe(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda").copy_to_host()
+    np.testing.assert_array_equal(got, want)

@@ -153,3 +153,21 @@ def test_transformed_batches_match_a_plain_decode_and_augment(tmp_path: Path) ->
             params = pipeline.params(shapes, batch.indices, seed=9, epoch=epoch)
             np.testing.assert_array_equal(batch.images, pipeline(flat, offsets, shapes, params))
 
+
+
+def test_mixed_channel_store_trains_with_rgb_first(tmp_path: Path) -> None:
+    from prepkit.augment import RGB, RandomResizedCrop, ToDtype
+    from prepkit.errors import PipelineError
+
+    root = tmp_path / "src"
+    for number in range(6):
+        channels = (1, 3, 4)[number % 3]
+        write_image(root / "a" / f"{number}.png", smooth_image(9, 8, channels=channels, seed=number))
+    build_store(str(root), str(tmp_path / "s"), layout=RawLayout(), options=ImageOptions(mode="keep"), samples_per_shard=6, workers=1)
+    store = prepkit.open_store(tmp_path / "s")
+    assert sorted({store[i]["image"].shape[2] for i in range(6)}) == [1, 3, 4]
+    with pytest.raises(PipelineError, match="mixed channels"):
+        list(prepkit.Reader(store, batch_size=6, transforms=[RandomResizedCrop(4)]))
+    reader = prepkit.Reader(store, batch_size=6, transforms=[RGB(), RandomResizedCrop(4), ToDtype("float32", scale=True)])
+    (batch,) = list(reader)
+    assert batch.images.shape == (6, 3, 4, 4) and batch.images.dtype == np.float32

@@ -1,5 +1,6 @@
 """Fused image augmentation on CPU (numba) and GPU (numba CUDA) with torchvision meaning."""
 
+from prepkit.augment.batch import CutMix, MixUp
 from prepkit.augment.ops import (
     RGB,
     CenterCrop,
@@ -19,7 +20,9 @@ from prepkit.augment.pipeline import Pipeline
 __all__ = [
     "RGB",
     "CenterCrop",
+    "CutMix",
     "Grayscale",
+    "MixUp",
     "Normalize",
     "Op",
     "Params",

@@ -264,3 +264,60 @@ def convert_channels(
             step.mode, step.channels, out, d_out_offsets,
         )  # fmt: skip
     return out, d_out_offsets, out_shapes
+
+
+@cuda.jit
+def mixup_kernel(source, lam, out):  # type: ignore[no-untyped-def]
+    """out[i] = lam * source[i] + (1 - lam) * source[i - 1] over (image, element)."""
+    k, i = cuda.grid(2)
+    n = source.shape[0]
+    if i >= n or k >= source.shape[1]:
+        return
+    prev = (i + n - 1) % n
+    out[i, k] = source[i, k] * lam + source[prev, k] * (np.float32(1.0) - lam)
+
+
+@cuda.jit
+def cutmix_kernel(source, box, nchw, channels, height, width, out):  # type: ignore[no-untyped-def]
+    """Inside the box, out[i] takes source[i - 1]'s pixel; elements outside are left alone."""
+    k, i = cuda.grid(2)
+    n = source.shape[0]
+    if i >= n or k >= source.shape[1]:
+        return
+    if nchw:
+        x = k % width
+        y = (k // width) % height
+    else:
+        x = (k // channels) % width
+        y = k // (channels * width)
+    if box[0] <= x < box[2] and box[1] <= y < box[3]:
+        out[i, k] = source[(i + n - 1) % n, k]
+
+
+def mix_batch(images: Any, lam: float, box: tuple[int, int, int, int] | None, layout: str, stream: Any = 0) -> Any:
+    """MixUp (``box`` None) or CutMix of a device batch, in place, on ``stream``.
+
+    One device-to-device copy of the batch (image i reads image i - 1, which another thread
+    rewrites) and one launch. MixUp needs float32 (numba has no 16-bit float arithmetic
+    here); CutMix copies elements, so any dtype whose elements are 1, 2 or 4 bytes works.
+    """
+    array = _as_device("images", images)
+    shape = tuple(int(v) for v in array.shape)
+    if not array.is_c_contiguous():
+        raise PipelineError(f"images: expected a C-contiguous device batch. Got strides {array.strides}.")
+    if box is None and array.dtype != np.float32:
+        raise PipelineError(f"MixUp on the GPU: expected float32 images. Got {array.dtype}.")
+    flat = array.reshape(shape[0], int(np.prod(shape[1:])))
+    if box is not None and array.dtype.itemsize == 2:
+        flat = flat.view(np.uint16)
+    source = cuda.device_array(flat.shape, dtype=flat.dtype, stream=stream)
+    source.copy_to_device(flat, stream=stream)
+    grid = (-(-flat.shape[1] // 256), shape[0])
+    if box is None:
+        mixup_kernel[grid, (256, 1), stream](source, np.float32(lam), flat)
+    else:
+        nchw = layout == "NCHW"
+        channels, height, width = (shape[1], shape[2], shape[3]) if nchw else (shape[3], shape[1], shape[2])
+        d_box = cuda.to_device(np.asarray(box, np.int64), stream=stream)
+        cutmix_kernel[grid, (256, 1), stream](source, d_box, nchw, channels, height, width, flat)
+    return images

@@ -50,7 +50,10 @@ class Pipeline:
         ops = tuple(op_from_dict(op) if isinstance(op, dict) else op for op in ops)
         for position, op in enumerate(ops):
             if not isinstance(op, Op):
-                raise PipelineError(f"ops[{position}]: expected a prepkit.augment op, found {type(op).__name__}")
+                hint = ""
+                if type(op).__name__ in ("MixUp", "CutMix"):
+                    hint = " (MixUp and CutMix are batch ops: call them on a batch, or end the Reader's transforms with them)"
+                raise PipelineError(f"ops[{position}]: expected a prepkit.augment op, found {type(op).__name__}{hint}")
         if layout not in ("NCHW", "NHWC"):
             raise PipelineError(f"layout: expected 'NCHW' or 'NHWC', found {layout!r}")
         self.ops = ops

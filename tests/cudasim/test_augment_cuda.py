@@ -123,3 +123,30 @@ def test_cuda_channel_ops_on_a_mixed_batch_equal_cpu(first) -> None:
     want = pipe(flat, offsets, shapes, params)
     got = pipe(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda").copy_to_host()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_cuda_mixup_and_cutmix_equal_cpu(layout) -> None:
+    from prepkit.augment import CutMix, MixUp
+
+    rs = np.random.default_rng(4)
+    images = rs.random((3, 2, 3, 4) if layout == "NCHW" else (3, 3, 4, 2)).astype(np.float32)
+    labels = np.array([1, 0, 2])
+    for op in (MixUp(alpha=0.5, num_classes=3), CutMix(alpha=1.0, num_classes=3)):
+        want, want_labels = op(images, labels, layout=layout, seed=2, number=1)
+        d_images = cuda.to_device(images)
+        got, got_labels = op(d_images, labels, layout=layout, seed=2, number=1)
+        assert got is d_images  # mixed in place on the device
+        np.testing.assert_allclose(got.copy_to_host(), want, atol=1e-6)
+        np.testing.assert_array_equal(got_labels, want_labels)
+
+
+def test_cuda_cutmix_of_16_bit_images_and_mixup_refuses_them() -> None:
+    from prepkit.augment import CutMix, MixUp
+
+    images = np.arange(3 * 1 * 4 * 4, dtype=np.float16).reshape(3, 1, 4, 4)
+    want, _ = CutMix(num_classes=2)(images, np.array([0, 1, 1]), number=3)
+    got, _ = CutMix(num_classes=2)(cuda.to_device(images.view(np.uint16)), np.array([0, 1, 1]), number=3)
+    np.testing.assert_array_equal(got.copy_to_host().view(np.float16), want)
+    with pytest.raises(ValueError, match="float32"):
+        MixUp(num_classes=2)(cuda.to_device(images.view(np.uint16)), np.array([0, 1, 1]))

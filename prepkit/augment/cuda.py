@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import config, cuda
 
-from prepkit.augment import bits, channels, sampling
+from prepkit.augment import bits, channels, erasing, sampling
 from prepkit.augment.cpu import KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
 from prepkit.augment.params import Params
 from prepkit.errors import PipelineError
@@ -133,6 +133,34 @@ def mask_kernel(  # type: ignore[no-untyped-def]
         out[_out_index(out_offsets[i], c, y, x, channels, h, w, nchw)] = flat[src + c]
 
 
+normal_at = _device(erasing.normal_at)
+
+
+@cuda.jit
+def erase_kernel(erase, keys, random, fill, ch_scale, ch_bias, kind, nchw, channels, h, w, out):  # type: ignore[no-untyped-def]
+    """One thread per pixel of each sample's RandomErasing box: the fill, value ops, cast."""
+    x, y, i = cuda.grid(3)
+    if i >= erase.shape[0] or y >= erase[i, 2] or x >= erase[i, 3]:
+        return
+    eh = erase[i, 2]
+    ew = erase[i, 3]
+    base = i * channels * h * w
+    for c in range(channels):
+        if random:
+            raw = np.float32(normal_at(keys[i], (c * eh + y) * ew + x))
+        else:
+            raw = fill[c]
+        value = raw * ch_scale[c] + ch_bias[c]
+        index = _out_index(base, c, erase[i, 0] + y, erase[i, 1] + x, channels, h, w, nchw)
+        if kind == KIND_FLOAT32:
+            out[index] = value
+        elif kind == KIND_UINT8:
+            out[index] = saturate_uint8(value)
+        else:
+            u = float32_bits(np.float32(value))
+            out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+
+
 def _is_device(array: Any) -> bool:
     if config.ENABLE_CUDASIM:  # the simulator's arrays have no __cuda_array_interface__
         return hasattr(array, "copy_to_host")
@@ -191,9 +219,13 @@ def _grid(params: Params) -> tuple[int, int, int]:
 
 def augment(
     flat: Any, offsets: Any, shapes: np.ndarray, params: Params, plan: Plan, shape: tuple[int, ...],
-    dtype: str, out: Any, out_offsets: np.ndarray, stream: Any = 0,
+    dtype: str, out: Any, out_offsets: np.ndarray, stream: Any = 0, erase: tuple[Any, ...] | None = None,
 ) -> Any:  # fmt: skip
-    """Launch :func:`augment_kernel` once for the batch on ``stream``; returns the output."""
+    """Launch :func:`augment_kernel` once for the batch on ``stream``; returns the output.
+
+    ``erase`` (RandomErasing's (random, fill, scale, bias)) adds a second launch over the
+    boxes in ``params.erase``, on the same stream.
+    """
     storage = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}[dtype]
     accepted = {"float16": (np.float16, np.uint16), "bfloat16": (np.uint16, np.int16)}.get(dtype, (storage,))
     result, target = _device_output(out, shape, storage, accepted, stream)
@@ -208,6 +240,16 @@ def augment(
         cuda.to_device(plan.bias, stream=stream),
         plan.kind, plan.nchw, target, d_out_offsets,
     )  # fmt: skip
+    if erase is not None and len(params) and int(params.erase[:, 2].max()) > 0:
+        random, fill, scale, bias = erase
+        nchw = plan.nchw
+        n_channels, h, w = (shape[1], shape[2], shape[3]) if nchw else (shape[3], shape[1], shape[2])
+        grid = (-(-int(params.erase[:, 3].max()) // BLOCK[0]), -(-int(params.erase[:, 2].max()) // BLOCK[1]), len(params))
+        to_device = lambda a: cuda.to_device(np.ascontiguousarray(a), stream=stream)  # noqa: E731
+        erase_kernel[grid, BLOCK, stream](
+            to_device(params.erase.astype(np.int32)), to_device(params.erase_key.astype(np.uint64)), random,
+            to_device(fill), to_device(scale), to_device(bias), plan.kind, nchw, n_channels, h, w, target,
+        )  # fmt: skip
     return result
 
 

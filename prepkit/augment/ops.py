@@ -337,6 +337,63 @@ class RGB(Op):
 ToRGB = RGB
 
 
+@dataclass(frozen=True)
+class RandomErasing(Op):
+    """torchvision's ``RandomErasing``: with probability ``p`` fill a random box.
+
+    The box is drawn as torchvision does (area fraction in ``scale``, log-uniform aspect
+    in ``ratio``, ``h = round(sqrt(area * aspect))``, ``w = round(sqrt(area / aspect))``,
+    up to 10 attempts for a box strictly smaller than the image, else nothing is erased).
+    ``value`` is a number, one number per channel, or ``"random"`` (standard normal per
+    pixel, float data only). It runs on the output after the fused kernel, so it must come
+    after every geometric op; value ops after it (ToDtype, Normalize) apply to the fill.
+    """
+
+    p: float = 0.5
+    scale: tuple[float, float] = (0.02, 0.33)
+    ratio: tuple[float, float] = (0.3, 3.3)
+    value: Any = 0.0
+
+    draws: ClassVar[int] = 41  # p, then 10 attempts x (area, log-ratio, top, left)
+
+    def __post_init__(self) -> None:
+        p = float(self.p)
+        if not 0.0 <= p <= 1.0:
+            raise PipelineError(f"RandomErasing.p: expected 0 <= p <= 1. Got {self.p!r}.")
+        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "scale", _float_pair("RandomErasing.scale", self.scale, positive=False))
+        object.__setattr__(self, "ratio", _float_pair("RandomErasing.ratio", self.ratio, positive=True))
+        value = self.value
+        if isinstance(value, str):
+            if value != "random":
+                raise PipelineError(f"RandomErasing.value: expected a number, numbers or 'random'. Got {value!r}.")
+        elif isinstance(value, (list, tuple)):
+            value = tuple(float(v) for v in value)
+            if not value or not all(math.isfinite(v) for v in value):
+                raise PipelineError(f"RandomErasing.value: expected finite numbers. Got {self.value!r}.")
+        elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            value = float(value)
+        else:
+            raise PipelineError(f"RandomErasing.value: expected a number, numbers or 'random'. Got {value!r}.")
+        object.__setattr__(self, "value", value)
+
+    def output_spec(self, spec: Spec) -> Spec:
+        if self.value == "random" and spec.dtype not in FLOAT_DTYPES:
+            raise PipelineError(
+                f"RandomErasing: expected float data for value='random' (torchvision draws normals). Got {spec.dtype}."
+            )
+        return spec
+
+    def fill(self, channels: int) -> np.ndarray:
+        """float64[channels] constant fill (not for 'random')."""
+        values = np.atleast_1d(np.asarray(self.value, dtype=np.float64))
+        if len(values) not in (1, channels):
+            raise PipelineError(
+                f"RandomErasing.value: expected 1 or {channels} values for {channels}-channel images. Got {len(values)}."
+            )
+        return np.broadcast_to(values, (channels,)).copy()
+
+
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise PipelineError(f"{name}: expected a bool, found {value!r}")
@@ -345,8 +402,12 @@ def _bool(name: str, value: Any) -> bool:
 
 OPS: dict[str, type[Op]] = {
     cls.__name__: cls
-    for cls in (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype, Grayscale, RGB)
+    for cls in (
+        RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype, Grayscale, RGB, RandomErasing,
+    )
 }
+#: Ops that move, resize or re-channel pixels: none may follow RandomErasing (it fills a box of the output).
+GEOMETRIC_OPS: tuple[type[Op], ...] = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Grayscale, RGB)
 
 
 def op_from_dict(data: dict[str, Any]) -> Op:
@@ -379,6 +440,7 @@ __all__ = [
     "Grayscale",
     "RGB",
     "ToRGB",
+    "RandomErasing",
     "canonical_dtype",
     "op_from_dict",
 ]

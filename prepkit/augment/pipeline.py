@@ -23,9 +23,18 @@ from typing import Any, Literal
 import numpy as np
 
 from prepkit.augment import channels as channel_ops
-from prepkit.augment import cpu
+from prepkit.augment import cpu, erasing
 from prepkit.augment.cpu import KIND_BFLOAT16, KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
-from prepkit.augment.ops import FLOAT_DTYPES, Normalize, Op, Spec, ToDtype, op_from_dict
+from prepkit.augment.ops import (
+    FLOAT_DTYPES,
+    GEOMETRIC_OPS,
+    Normalize,
+    Op,
+    RandomErasing,
+    Spec,
+    ToDtype,
+    op_from_dict,
+)
 from prepkit.augment.params import Params, compute_params
 from prepkit.errors import PipelineError
 
@@ -62,7 +71,17 @@ class Pipeline:
         self.antialias = True
         self.round_u8 = False
         spec = Spec()
+        self.erasing: RandomErasing | None = None
+        self.erase_position = -1
+        self.erase_dtype = "uint8"
         for position, op in enumerate(ops):
+            if self.erasing is not None and isinstance(op, (RandomErasing, *GEOMETRIC_OPS)):
+                raise PipelineError(
+                    f"ops[{position}] {type(op).__name__}: expected no geometric op and no second RandomErasing "
+                    "after RandomErasing (it fills a box of the finished output). Got one; move it earlier."
+                )
+            if isinstance(op, RandomErasing):
+                self.erasing, self.erase_position, self.erase_dtype = op, position, spec.dtype
             if spec.quantized_from_float and op.changes_values:
                 raise PipelineError(
                     f"ops[{position}] {type(op).__name__}: expected ToDtype(uint8) of float data to be the "
@@ -108,20 +127,18 @@ class Pipeline:
 
     def channel_affine(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
         """float32[C] ``scale`` and ``bias``: all value ops folded into ``v * scale + bias``."""
-        scale, bias = np.ones(channels), np.zeros(channels)
-        dtype = "uint8"
-        for op in self.ops:
-            if isinstance(op, ToDtype):
-                if dtype == "uint8" and op.dtype in FLOAT_DTYPES and op.scale:
-                    scale, bias = scale / 255.0, bias / 255.0
-                elif dtype in FLOAT_DTYPES and op.dtype == "uint8" and op.scale:
-                    # torchvision: image.mul(255 + 1 - 1e-3).to(uint8)
-                    scale, bias = scale * 255.999, bias * 255.999
-                dtype = op.dtype
-            elif isinstance(op, Normalize):
-                mean, std = op.channel_arrays(channels)
-                scale, bias = scale / std, (bias - mean) / std
-        return scale.astype(np.float32), bias.astype(np.float32)
+        return _affine(self.ops, channels, "uint8")
+
+    def erase_fill(self, channels: int) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
+        """(random, fill, scale, bias) of RandomErasing: the fill at the op's position and
+        the value ops after it folded into ``fill * scale + bias``."""
+        assert self.erasing is not None
+        scale, bias = _affine(self.ops[self.erase_position + 1 :], channels, self.erase_dtype)
+        random = self.erasing.value == "random"
+        fill = np.zeros(channels) if random else self.erasing.fill(channels)
+        if self.erase_dtype == "uint8":
+            fill = np.clip(np.trunc(fill), 0, 255)  # torch stores the float fill into uint8 by truncation
+        return random, fill.astype(np.float32), scale, bias
 
     def plan(self, channels: int) -> Plan:
         """The value side of the fused kernel for ``channels``-channel images."""
@@ -206,11 +223,17 @@ class Pipeline:
             result, target = _host_output(out, shape, self.dtype)
             flat, offsets = _host_inputs(flat, offsets, shapes_h)
             cpu.augment(flat, offsets, shapes_h, params, plan, target, out_offsets)
+            if self.erasing is not None:
+                erasing.erase_cpu(target, params.erase, params.erase_key, *self.erase_fill(channels), plan.kind,
+                                  plan.nchw, shape)  # fmt: skip
             return result
         _check_device(device)
         from prepkit.augment import cuda as cuda_kernels  # lazy: needs numba-cuda
 
-        return cuda_kernels.augment(flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream)
+        erase = None if self.erasing is None else self.erase_fill(channels)
+        return cuda_kernels.augment(
+            flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream, erase
+        )
 
     def apply_mask(
         self,
@@ -264,6 +287,8 @@ class Pipeline:
         """
         if self.dtype != "uint8":
             raise PipelineError(f"apply_packed: expected a uint8 pipeline, found output dtype {self.dtype}")
+        if self.erasing is not None:
+            raise PipelineError("apply_packed: expected no RandomErasing (it runs on the batch output). Got one.")
         flat, offsets, shapes = self.convert_channels(flat, offsets, shapes, "cpu")
         shapes_h = _host_shapes(shapes, "cpu")
         channels = _channels(shapes_h)
@@ -275,6 +300,23 @@ class Pipeline:
         cpu.augment(flat, offsets, shapes_h, params, plan, out, out_offsets)
         out_shapes = np.concatenate([params.out_size, np.full((len(params), 1), channels, np.int32)], axis=1)
         return out, out_offsets, out_shapes
+
+
+def _affine(ops: Sequence[Op], channels: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """float32[C] ``scale`` and ``bias`` of the value ops in ``ops`` applied to ``dtype`` data."""
+    scale, bias = np.ones(channels), np.zeros(channels)
+    for op in ops:
+        if isinstance(op, ToDtype):
+            if dtype == "uint8" and op.dtype in FLOAT_DTYPES and op.scale:
+                scale, bias = scale / 255.0, bias / 255.0
+            elif dtype in FLOAT_DTYPES and op.dtype == "uint8" and op.scale:
+                # torchvision: image.mul(255 + 1 - 1e-3).to(uint8)
+                scale, bias = scale * 255.999, bias * 255.999
+            dtype = op.dtype
+        elif isinstance(op, Normalize):
+            mean, std = op.channel_arrays(channels)
+            scale, bias = scale / std, (bias - mean) / std
+    return scale.astype(np.float32), bias.astype(np.float32)
 
 
 def _check_device(device: str) -> None:

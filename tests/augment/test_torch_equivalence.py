@@ -21,6 +21,7 @@ from prepkit.augment import (  # noqa: E402
     Grayscale,
     Normalize,
     Pipeline,
+    RandomErasing,
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
@@ -75,6 +76,9 @@ OP_LISTS = [
     [ToDtype("float32", scale=True), RandomResizedCrop(12), Normalize(MEAN, STD), ToDtype("float16")],
     [Grayscale(3), RandomResizedCrop(14), ToDtype("float32", scale=True), Normalize(MEAN, STD)],
     [RGB(), RandomHorizontalFlip(), Grayscale(), Resize((9, 11)), ToDtype("float32", scale=True)],
+    [RandomResizedCrop(16), ToDtype("float32", scale=True), Normalize(MEAN, STD), RandomErasing(p=0.9, value="random")],
+    [Resize((14, 12)), RandomErasing(p=0.8, value=(300, 7.9, 20)), ToDtype("float32", scale=True), Normalize(MEAN, STD)],
+    [RandomResizedCrop(15), ToDtype("float32", scale=True), RandomErasing(1.0, value=0.5), ToDtype("bfloat16")],
 ]
 
 

@@ -20,6 +20,7 @@ from prepkit.augment.ops import (
     CenterCrop,
     Grayscale,
     Normalize,
+    RandomErasing,
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
@@ -96,6 +97,23 @@ def _to_dtype(img: torch.Tensor, dtype: str, scale: bool) -> torch.Tensor:
     return img.to(target)
 
 
+def erasing_get_params(height: int, width: int, scale, ratio, u: np.ndarray) -> tuple[int, int, int, int] | None:
+    """RandomErasing: ``if rand >= p: skip``, then its 10-attempt loop (u[0] = the p draw,
+    u[1 + 4k: 5 + 4k] = attempt k's area, log-ratio, top and left uniforms); None = no erase."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for k in range(10):
+        a, r, t, l = u[1 + 4 * k : 5 + 4 * k]
+        erase_area = area * (scale[0] + a * (scale[1] - scale[0]))
+        aspect_ratio = math.exp(log_ratio[0] + r * (log_ratio[1] - log_ratio[0]))
+        h = int(round(math.sqrt(erase_area * aspect_ratio)))
+        w = int(round(math.sqrt(erase_area / aspect_ratio)))
+        if not (h < height and w < width):
+            continue
+        return int(t * (height - h + 1)), int(l * (width - w + 1)), h, w
+    return None
+
+
 def rgb_to_grayscale(img: torch.Tensor, num_output_channels: int) -> torch.Tensor:
     """torchvision's _rgb_to_grayscale_image (preserve_dtype=True) on a CHW tensor."""
     if img.shape[0] == 1:
@@ -136,6 +154,23 @@ def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Te
             img = rgb_to_grayscale(img, op.num_output_channels)
         elif isinstance(op, RGB):
             img = to_rgb(img)
+        elif isinstance(op, RandomErasing):
+            from prepkit.augment.erasing import reference_normals
+
+            u = rng.uniform(seed, epoch, [index], position, 41)[0]
+            box = erasing_get_params(h, w, op.scale, op.ratio, u) if u[0] < op.p else None
+            if box is not None:
+                i, j, eh, ew = box
+                c = img.shape[0]
+                if op.value == "random":
+                    key = int(rng.keys(seed, epoch, [index], position)[0])
+                    v = torch.from_numpy(reference_normals(key, c, eh, ew)).to(torch.float32)
+                else:
+                    v = torch.tensor(np.broadcast_to(op.value, (c,)).copy(), dtype=torch.float32)[:, None, None]
+                img = img.clone()
+                if img.dtype == torch.uint8:
+                    v = v.clamp(0, 255)  # prepkit saturates where torch's float -> uint8 store would wrap
+                img[:, i : i + eh, j : j + ew] = v.to(img.dtype)
         elif isinstance(op, Normalize):
             c = img.shape[0]
             mean = torch.tensor(np.broadcast_to(op.mean, (c,)), dtype=img.dtype)[:, None, None]

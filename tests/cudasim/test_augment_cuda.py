@@ -150,3 +150,25 @@ def test_cuda_cutmix_of_16_bit_images_and_mixup_refuses_them() -> None:
     np.testing.assert_array_equal(got.copy_to_host().view(np.float16), want)
     with pytest.raises(ValueError, match="float32"):
         MixUp(num_classes=2)(cuda.to_device(images.view(np.uint16)), np.array([0, 1, 1]))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator runs the uint64 hash as numpy scalars
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_cuda_random_erasing_equals_cpu(layout) -> None:
+    from prepkit.augment import RandomErasing
+
+    flat, offsets, shapes = _batch(3, seed=6)
+    pipes = [
+        Pipeline([RandomResizedCrop((6, 5)), ToDtype("float32", scale=True), RandomErasing(1.0, value="random")], layout=layout),
+        Pipeline([Resize((5, 6)), RandomErasing(1.0, (0.2, 0.4), value=(9, 300, 4)), ToDtype("bfloat16", scale=True)], layout=layout),
+        Pipeline([RandomResizedCrop(5), RandomErasing(0.9, value=77)], layout=layout),
+    ]
+    for pipe in pipes:
+        params = pipe.params(shapes, [0, 1, 2], seed=5)
+        assert params.erase[:, 2].max() > 0
+        want = pipe(flat, offsets, shapes, params)
+        got = pipe(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda").copy_to_host()
+        if pipe.dtype == "bfloat16":
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+        else:
+            np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=1e-5)

@@ -15,8 +15,8 @@ from prepkit.augment import (
     Resize,
     ToDtype,
     op_from_dict,
+    rng,
 )
-from prepkit.augment import rng
 from prepkit.augment.erasing import normal_at, reference_normals
 from prepkit.errors import PipelineError
 

@@ -103,14 +103,14 @@ def erasing_get_params(height: int, width: int, scale, ratio, u: np.ndarray) -> 
     area = height * width
     log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
     for k in range(10):
-        a, r, t, l = u[1 + 4 * k : 5 + 4 * k]
+        a, r, t, left_u = u[1 + 4 * k : 5 + 4 * k]
         erase_area = area * (scale[0] + a * (scale[1] - scale[0]))
         aspect_ratio = math.exp(log_ratio[0] + r * (log_ratio[1] - log_ratio[0]))
         h = int(round(math.sqrt(erase_area * aspect_ratio)))
         w = int(round(math.sqrt(erase_area / aspect_ratio)))
         if not (h < height and w < width):
             continue
-        return int(t * (height - h + 1)), int(l * (width - w + 1)), h, w
+        return int(t * (height - h + 1)), int(left_u * (width - w + 1)), h, w
     return None
 
 

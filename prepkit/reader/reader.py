@@ -384,7 +384,7 @@ class Reader:
     def _mix(self, batch: Batch) -> None:
         """MixUp / CutMix on the finished batch (on the consumer's stream on the GPU)."""
         dtype = getattr(self.pipeline, "dtype", "uint8")
-        layout = getattr(self.pipeline, "layout", "NCHW")
+        layout = getattr(self.pipeline, "layout", "NHWC")  # without transforms, images stack as NHWC
         images, stream = batch.images, 0
         if isinstance(images, list):
             raise PipelineError("MixUp/CutMix: expected images of one size (add a resize to transforms). Got a list.")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import config, cuda
 
-from prepkit.augment import bits, sampling
+from prepkit.augment import bits, channels, erasing, sampling
 from prepkit.augment.cpu import KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
 from prepkit.augment.params import Params
 from prepkit.errors import PipelineError
@@ -133,6 +133,34 @@ def mask_kernel(
         out[_out_index(out_offsets[i], c, y, x, channels, h, w, nchw)] = flat[src + c]
 
 
+normal_at = _device(erasing.normal_at)
+
+
+@cuda.jit
+def erase_kernel(erase, keys, random, fill, ch_scale, ch_bias, kind, nchw, channels, h, w, out):
+    """One thread per pixel of each sample's RandomErasing box: the fill, value ops, cast."""
+    x, y, i = cuda.grid(3)
+    if i >= erase.shape[0] or y >= erase[i, 2] or x >= erase[i, 3]:
+        return
+    eh = erase[i, 2]
+    ew = erase[i, 3]
+    base = i * channels * h * w
+    for c in range(channels):
+        if random:
+            raw = np.float32(normal_at(keys[i], (c * eh + y) * ew + x))
+        else:
+            raw = fill[c]
+        value = raw * ch_scale[c] + ch_bias[c]
+        index = _out_index(base, c, erase[i, 0] + y, erase[i, 1] + x, channels, h, w, nchw)
+        if kind == KIND_FLOAT32:
+            out[index] = value
+        elif kind == KIND_UINT8:
+            out[index] = saturate_uint8(value)
+        else:
+            u = float32_bits(np.float32(value))
+            out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+
+
 def _is_device(array: Any) -> bool:
     if config.ENABLE_CUDASIM:  # the simulator's arrays have no __cuda_array_interface__
         return hasattr(array, "copy_to_host")
@@ -191,9 +219,13 @@ def _grid(params: Params) -> tuple[int, int, int]:
 
 def augment(
     flat: Any, offsets: Any, shapes: np.ndarray, params: Params, plan: Plan, shape: tuple[int, ...],
-    dtype: str, out: Any, out_offsets: np.ndarray, stream: Any = 0,
+    dtype: str, out: Any, out_offsets: np.ndarray, stream: Any = 0, erase: tuple[Any, ...] | None = None,
 ) -> Any:  # fmt: skip
-    """Launch :func:`augment_kernel` once for the batch on ``stream``; returns the output."""
+    """Launch :func:`augment_kernel` once for the batch on ``stream``; returns the output.
+
+    ``erase`` (RandomErasing's (random, fill, scale, bias)) adds a second launch over the
+    boxes in ``params.erase``, on the same stream.
+    """
     storage = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}[dtype]
     accepted = {"float16": (np.float16, np.uint16), "bfloat16": (np.uint16, np.int16)}.get(dtype, (storage,))
     result, target = _device_output(out, shape, storage, accepted, stream)
@@ -208,6 +240,16 @@ def augment(
         cuda.to_device(plan.bias, stream=stream),
         plan.kind, plan.nchw, target, d_out_offsets,
     )  # fmt: skip
+    if erase is not None and len(params) and int(params.erase[:, 2].max()) > 0:
+        random, fill, scale, bias = erase
+        nchw = plan.nchw
+        n_channels, h, w = (shape[1], shape[2], shape[3]) if nchw else (shape[3], shape[1], shape[2])
+        grid = (-(-int(params.erase[:, 3].max()) // BLOCK[0]), -(-int(params.erase[:, 2].max()) // BLOCK[1]), len(params))
+        to_device = lambda a: cuda.to_device(np.ascontiguousarray(a), stream=stream)  # noqa: E731
+        erase_kernel[grid, BLOCK, stream](
+            to_device(params.erase.astype(np.int32)), to_device(params.erase_key.astype(np.uint64)), random,
+            to_device(fill), to_device(scale), to_device(bias), plan.kind, nchw, n_channels, h, w, target,
+        )  # fmt: skip
     return result
 
 
@@ -224,3 +266,100 @@ def mask(
         flat, offsets, d_shapes, region, resized, offset, flip, out_size, exact, nchw, target, d_out_offsets
     )
     return result
+
+
+luma = _device(channels.luma)
+
+
+@cuda.jit
+def channels_kernel(flat, offsets, shapes, mode, out_channels, out, out_offsets):
+    """One thread per pixel: the twin of :func:`prepkit.augment.channels._convert_kernel`."""
+    p, i = cuda.grid(2)
+    if i >= shapes.shape[0] or p >= shapes[i, 0] * shapes[i, 1]:
+        return
+    src_c = shapes[i, 2]
+    q = offsets[i] + p * src_c
+    r = np.int32(flat[q])
+    g = np.int32(flat[q + 1]) if src_c >= 3 else r
+    b = np.int32(flat[q + 2]) if src_c >= 3 else r
+    for c in range(out_channels):
+        if mode == 0 or src_c == 1:
+            v = r if c == 0 else (g if c == 1 else b)
+        else:
+            v = luma(r, g, b)
+        out[out_offsets[i] + p * out_channels + c] = v
+
+
+def convert_channels(
+    flat: Any, offsets: Any, shapes: np.ndarray, step: channels.ChannelStep, stream: Any = 0
+) -> tuple[Any, Any, np.ndarray]:
+    """One channel op over a packed device batch: (device flat, device offsets, host shapes)."""
+    flat, offsets = _device_inputs(flat, offsets, stream)
+    out_offsets, out_shapes, total = channels.output_layout(shapes, step.channels)
+    out = cuda.device_array(max(total, 1), dtype=np.uint8, stream=stream)
+    d_out_offsets = cuda.to_device(out_offsets, stream=stream)
+    pixels = int((shapes[:, 0].astype(np.int64) * shapes[:, 1]).max()) if len(shapes) else 0
+    if pixels:
+        grid = (-(-pixels // 128), len(shapes))
+        channels_kernel[grid, (128, 1), stream](
+            flat, offsets, cuda.to_device(np.ascontiguousarray(shapes, dtype=np.int32), stream=stream),
+            step.mode, step.channels, out, d_out_offsets,
+        )  # fmt: skip
+    return out, d_out_offsets, out_shapes
+
+
+@cuda.jit
+def mixup_kernel(source, lam, out):
+    """out[i] = lam * source[i] + (1 - lam) * source[i - 1] over (image, element)."""
+    k, i = cuda.grid(2)
+    n = source.shape[0]
+    if i >= n or k >= source.shape[1]:
+        return
+    prev = (i + n - 1) % n
+    out[i, k] = source[i, k] * lam + source[prev, k] * (np.float32(1.0) - lam)
+
+
+@cuda.jit
+def cutmix_kernel(source, box, nchw, channels, height, width, out):
+    """Inside the box, out[i] takes source[i - 1]'s pixel; elements outside are left alone."""
+    k, i = cuda.grid(2)
+    n = source.shape[0]
+    if i >= n or k >= source.shape[1]:
+        return
+    if nchw:
+        x = k % width
+        y = (k // width) % height
+    else:
+        x = (k // channels) % width
+        y = k // (channels * width)
+    if box[0] <= x < box[2] and box[1] <= y < box[3]:
+        out[i, k] = source[(i + n - 1) % n, k]
+
+
+def mix_batch(images: Any, lam: float, box: tuple[int, int, int, int] | None, layout: str, stream: Any = 0) -> Any:
+    """MixUp (``box`` None) or CutMix of a device batch, in place, on ``stream``.
+
+    One device-to-device copy of the batch (image i reads image i - 1, which another thread
+    rewrites) and one launch. MixUp needs float32 (numba has no 16-bit float arithmetic
+    here); CutMix copies elements, so any dtype whose elements are 1, 2 or 4 bytes works.
+    """
+    array = _as_device("images", images)
+    shape = tuple(int(v) for v in array.shape)
+    if not array.is_c_contiguous():
+        raise PipelineError(f"images: Expected a C-contiguous device batch. Got strides {array.strides}.")
+    if box is None and array.dtype != np.float32:
+        raise PipelineError(f"MixUp on the GPU: Expected float32 images. Got {array.dtype}.")
+    flat = array.reshape(shape[0], int(np.prod(shape[1:])))
+    if box is not None and array.dtype.itemsize == 2:
+        flat = flat.view(np.uint16)
+    source = cuda.device_array(flat.shape, dtype=flat.dtype, stream=stream)
+    source.copy_to_device(flat, stream=stream)
+    grid = (-(-flat.shape[1] // 256), shape[0])
+    if box is None:
+        mixup_kernel[grid, (256, 1), stream](source, np.float32(lam), flat)
+    else:
+        nchw = layout == "NCHW"
+        channels, height, width = (shape[1], shape[2], shape[3]) if nchw else (shape[3], shape[1], shape[2])
+        d_box = cuda.to_device(np.asarray(box, np.int64), stream=stream)
+        cutmix_kernel[grid, (256, 1), stream](source, d_box, nchw, channels, height, width, flat)
+    return images

@@ -85,6 +85,8 @@ class Spec:
     size: tuple[int, int] | None = None
     resampled: str | None = None
     quantized_from_float: bool = False
+    #: Channels every image has after the channel ops, or None (as stored, maybe mixed).
+    channels: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class Op:
     draws: ClassVar[int] = 0
     #: Does this op change pixel values (as opposed to geometry)?
     changes_values: ClassVar[bool] = False
+    #: Does this op convert the channel count (a per-pixel pass before the resample)?
+    converts_channels: ClassVar[bool] = False
 
     def output_spec(self, spec: Spec) -> Spec:
         """Return the spec after this op, or raise PipelineError if the op cannot run."""
@@ -287,6 +291,120 @@ class ToDtype(Op):
         return replace(spec, dtype=self.dtype, quantized_from_float=quantized)
 
 
+def _check_channel_op(op: Op, spec: Spec) -> None:
+    # Channel conversion runs as a per-pixel pass over the stored uint8 pixels, before the
+    # fused kernel: exact where it commutes with the geometry (crops and flips), i.e.
+    # before any resample and any value op, as torchvision computes it on uint8 images.
+    if spec.resampled is not None or spec.dtype != "uint8":
+        after = spec.resampled or f"a conversion to {spec.dtype}"
+        raise PipelineError(
+            f"{type(op).__name__}: expected channel ops before any resampling op and ToDtype "
+            f"(they run on the stored uint8 pixels). Got one after {after}."
+        )
+
+
+@dataclass(frozen=True)
+class Grayscale(Op):
+    """torchvision's ``Grayscale``: L = 0.2989 R + 0.587 G + 0.114 B, truncated to uint8.
+
+    1-channel images pass through (repeated when ``num_output_channels=3``), as in
+    torchvision; 4-channel images use their RGB and drop alpha (torchvision refuses them).
+    Must come before the resampling op and any ToDtype.
+    """
+
+    num_output_channels: int = 1
+
+    converts_channels: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.num_output_channels not in (1, 3) or isinstance(self.num_output_channels, bool):
+            raise PipelineError(
+                f"Grayscale.num_output_channels: expected 1 or 3. Got {self.num_output_channels!r}."
+            )
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_channel_op(self, spec)
+        return replace(spec, channels=self.num_output_channels)
+
+
+@dataclass(frozen=True)
+class RGB(Op):
+    """torchvision's ``RGB``: 1 channel is repeated to 3, 3 channels pass through.
+
+    4-channel (RGBA) images keep their colour channels and drop alpha, as Pillow's
+    ``convert("RGB")`` (torchvision's tensor kernel returns them unchanged). Lets a store
+    of mixed 1/3/4-channel images (``--mode keep``) produce 3-channel batches.
+    Must come before the resampling op and any ToDtype.
+    """
+
+    converts_channels: ClassVar[bool] = True
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_channel_op(self, spec)
+        return replace(spec, channels=3)
+
+
+#: The name the issue and other libraries use for :class:`RGB`.
+ToRGB = RGB
+
+
+@dataclass(frozen=True)
+class RandomErasing(Op):
+    """torchvision's ``RandomErasing``: with probability ``p`` fill a random box.
+
+    The box is drawn as torchvision does (area fraction in ``scale``, log-uniform aspect
+    in ``ratio``, ``h = round(sqrt(area * aspect))``, ``w = round(sqrt(area / aspect))``,
+    up to 10 attempts for a box strictly smaller than the image, else nothing is erased).
+    ``value`` is a number, one number per channel, or ``"random"`` (standard normal per
+    pixel, float data only). It runs on the output after the fused kernel, so it must come
+    after every geometric op; value ops after it (ToDtype, Normalize) apply to the fill.
+    """
+
+    p: float = 0.5
+    scale: tuple[float, float] = (0.02, 0.33)
+    ratio: tuple[float, float] = (0.3, 3.3)
+    value: Any = 0.0
+
+    draws: ClassVar[int] = 41  # p, then 10 attempts x (area, log-ratio, top, left)
+
+    def __post_init__(self) -> None:
+        p = float(self.p)
+        if not 0.0 <= p <= 1.0:
+            raise PipelineError(f"RandomErasing.p: Expected 0 <= p <= 1. Got {self.p!r}.")
+        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "scale", _float_pair("RandomErasing.scale", self.scale, positive=False))
+        object.__setattr__(self, "ratio", _float_pair("RandomErasing.ratio", self.ratio, positive=True))
+        value = self.value
+        if isinstance(value, str):
+            if value != "random":
+                raise PipelineError(f"RandomErasing.value: Expected a number, numbers or 'random'. Got {value!r}.")
+        elif isinstance(value, (list, tuple)):
+            value = tuple(float(v) for v in value)
+            if not value or not all(math.isfinite(v) for v in value):
+                raise PipelineError(f"RandomErasing.value: Expected finite numbers. Got {self.value!r}.")
+        elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            value = float(value)
+        else:
+            raise PipelineError(f"RandomErasing.value: Expected a number, numbers or 'random'. Got {value!r}.")
+        object.__setattr__(self, "value", value)
+
+    def output_spec(self, spec: Spec) -> Spec:
+        if self.value == "random" and spec.dtype not in FLOAT_DTYPES:
+            raise PipelineError(
+                f"RandomErasing: expected float data for value='random' (torchvision draws normals). Got {spec.dtype}."
+            )
+        return spec
+
+    def fill(self, channels: int) -> np.ndarray:
+        """float64[channels] constant fill (not for 'random')."""
+        values = np.atleast_1d(np.asarray(self.value, dtype=np.float64))
+        if len(values) not in (1, channels):
+            raise PipelineError(
+                f"RandomErasing.value: expected 1 or {channels} values for {channels}-channel images. Got {len(values)}."
+            )
+        return np.broadcast_to(values, (channels,)).copy()
+
+
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise PipelineError(f"{name}: Expected a bool. Got {value!r}.")
@@ -295,8 +413,12 @@ def _bool(name: str, value: Any) -> bool:
 
 OPS: dict[str, type[Op]] = {
     cls.__name__: cls
-    for cls in (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype)
+    for cls in (
+        RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype, Grayscale, RGB, RandomErasing,
+    )
 }
+#: Ops that move, resize or re-channel pixels: none may follow RandomErasing (it fills a box of the output).
+GEOMETRIC_OPS: tuple[type[Op], ...] = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Grayscale, RGB)
 
 
 def op_from_dict(data: dict[str, Any]) -> Op:
@@ -326,6 +448,10 @@ __all__ = [
     "RandomHorizontalFlip",
     "Normalize",
     "ToDtype",
+    "Grayscale",
+    "RGB",
+    "ToRGB",
+    "RandomErasing",
     "canonical_dtype",
     "op_from_dict",
 ]

@@ -19,12 +19,12 @@ region_start + (r + 0.5) * region / resized - 0.5 (half-pixel centres).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from prepkit.augment import rng
-from prepkit.augment.ops import CenterCrop, Op, RandomHorizontalFlip, RandomResizedCrop, Resize
+from prepkit.augment.ops import CenterCrop, Op, RandomErasing, RandomHorizontalFlip, RandomResizedCrop, Resize
 from prepkit.errors import PipelineError
 
 
@@ -37,6 +37,10 @@ class Params:
     offset: np.ndarray  # int32[N, 2]: top, left of the output inside the resized grid
     out_size: np.ndarray  # int32[N, 2]: output h, w
     flip: np.ndarray  # bool[N]
+    #: int32[N, 4]: top, left, h, w of RandomErasing's box in the output (h = 0: none).
+    erase: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.int32))
+    #: uint64[N]: per-sample key of RandomErasing's per-pixel normals (value="random").
+    erase_key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
 
     def __len__(self) -> int:
         return int(self.flip.shape[0])
@@ -99,6 +103,32 @@ def _random_resized_crop_boxes(
     return pick(top, fb_top), pick(left, fb_left), pick(ch, fb_h), pick(cw, fb_w)
 
 
+def random_erasing_boxes(op: RandomErasing, height: np.ndarray, width: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """torchvision's RandomErasing.get_params (and its ``p``), vectorised: int32[N, 4].
+
+    ``u`` is float64[N, 41]: column 0 decides (erase when < p); per attempt k, columns
+    1+4k..4+4k are the area, log-ratio, top and left draws. Note h takes
+    ``sqrt(area * aspect)`` here (RandomResizedCrop gives that to w). A sample with no
+    fitting attempt in 10, or not drawn, gets h = w = 0 (nothing erased).
+    """
+    n = height.shape[0]
+    h64, w64 = height.astype(np.float64)[:, None], width.astype(np.float64)[:, None]
+    tries = u[:, 1:].reshape(n, 10, 4)
+    erase_area = h64 * w64 * (op.scale[0] + tries[:, :, 0] * (op.scale[1] - op.scale[0]))
+    log_lo, log_hi = np.log(op.ratio[0]), np.log(op.ratio[1])
+    aspect = np.exp(log_lo + tries[:, :, 1] * (log_hi - log_lo))
+    eh = np.rint(np.sqrt(erase_area * aspect)).astype(np.int64)
+    ew = np.rint(np.sqrt(erase_area / aspect)).astype(np.int64)
+    fits = (eh < height[:, None]) & (ew < width[:, None])
+    top = np.floor(tries[:, :, 2] * (height[:, None] - eh + 1)).astype(np.int64)
+    left = np.floor(tries[:, :, 3] * (width[:, None] - ew + 1)).astype(np.int64)
+    first = np.argmax(fits, axis=1)
+    rows = np.arange(n)
+    chosen = fits[rows, first] & (u[:, 0] < op.p)
+    box = np.stack([top[rows, first], left[rows, first], eh[rows, first], ew[rows, first]], axis=1)
+    return np.ascontiguousarray(np.where(chosen[:, None], box, 0), dtype=np.int32)
+
+
 def _resize_output_size(op: Resize, height: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """torchvision's _compute_resized_output_size (without max_size), vectorised."""
     if isinstance(op.size, tuple):
@@ -137,6 +167,7 @@ def compute_params(
     res_h, res_w = None, None
     cur_h, cur_w = src_h.copy(), src_w.copy()
     flipped = np.zeros(n, bool)
+    erase, erase_key = np.zeros((n, 4), np.int32), np.zeros(n, np.uint64)
 
     def crop(top: np.ndarray, left: np.ndarray, ch: np.ndarray, cw: np.ndarray) -> None:
         nonlocal y0, x0, rh, rw, oy, ox, cur_h, cur_w
@@ -176,6 +207,11 @@ def compute_params(
         elif isinstance(op, RandomHorizontalFlip):
             u = rng.uniform(seed, epoch, indices, stream, op.draws)[:, 0]
             flipped = flipped ^ (u < op.p)
+        elif isinstance(op, RandomErasing):
+            # The pipeline puts it after all geometry, so (cur_h, cur_w) is the output size.
+            u = rng.uniform(seed, epoch, indices, stream, op.draws)
+            erase = random_erasing_boxes(op, cur_h, cur_w, u)
+            erase_key = rng.keys(seed, epoch, indices, stream)
         # Value ops (ToDtype, Normalize) do not touch the geometry.
 
     if res_h is None:
@@ -187,4 +223,6 @@ def compute_params(
         offset=as32(oy, ox),
         out_size=as32(cur_h, cur_w),
         flip=np.ascontiguousarray(flipped),
+        erase=erase,
+        erase_key=erase_key,
     )

@@ -22,9 +22,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-from prepkit.augment import cpu
+from prepkit.augment import channels as channel_ops
+from prepkit.augment import cpu, erasing
 from prepkit.augment.cpu import KIND_BFLOAT16, KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
-from prepkit.augment.ops import FLOAT_DTYPES, Normalize, Op, Spec, ToDtype, op_from_dict
+from prepkit.augment.ops import (
+    FLOAT_DTYPES,
+    GEOMETRIC_OPS,
+    Normalize,
+    Op,
+    RandomErasing,
+    Spec,
+    ToDtype,
+    op_from_dict,
+)
 from prepkit.augment.params import Params, compute_params
 from prepkit.errors import PipelineError
 
@@ -49,7 +59,10 @@ class Pipeline:
         ops = tuple(op_from_dict(op) if isinstance(op, dict) else op for op in ops)
         for position, op in enumerate(ops):
             if not isinstance(op, Op):
-                raise PipelineError(f"ops[{position}]: Expected a prepkit.augment op. Got {type(op).__name__}.")
+                hint = ""
+                if type(op).__name__ in ("MixUp", "CutMix"):
+                    hint = " (MixUp and CutMix are batch ops: call them on a batch, or end the Reader's transforms with them)"
+                raise PipelineError(f"ops[{position}]: Expected a prepkit.augment op. Got {type(op).__name__}{hint}.")
         if layout not in ("NCHW", "NHWC"):
             raise PipelineError(f"layout: Expected 'NCHW' or 'NHWC'. Got {layout!r}.")
         self.ops = ops
@@ -58,7 +71,17 @@ class Pipeline:
         self.antialias = True
         self.round_u8 = False
         spec = Spec()
+        self.erasing: RandomErasing | None = None
+        self.erase_position = -1
+        self.erase_dtype = "uint8"
         for position, op in enumerate(ops):
+            if self.erasing is not None and isinstance(op, (RandomErasing, *GEOMETRIC_OPS)):
+                raise PipelineError(
+                    f"ops[{position}] {type(op).__name__}: expected no geometric op and no second RandomErasing "
+                    "after RandomErasing (it fills a box of the finished output). Got one; move it earlier."
+                )
+            if isinstance(op, RandomErasing):
+                self.erasing, self.erase_position, self.erase_dtype = op, position, spec.dtype
             if spec.quantized_from_float and op.changes_values:
                 raise PipelineError(
                     f"ops[{position}] {type(op).__name__}: Expected ToDtype(uint8) of float data to be the "
@@ -75,6 +98,8 @@ class Pipeline:
             spec = after
         self.spec = spec
         self.dtype: str = spec.dtype
+        # Channel ops run first, as one per-pixel pass each over the stored pixels.
+        self.channel_steps = [channel_ops.step_of(op) for op in ops if op.converts_channels]
 
     def __repr__(self) -> str:
         return f"Pipeline({list(self.ops)!r}, layout={self.layout!r})"
@@ -102,25 +127,51 @@ class Pipeline:
 
     def channel_affine(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
         """float32[C] ``scale`` and ``bias``: all value ops folded into ``v * scale + bias``."""
-        scale, bias = np.ones(channels), np.zeros(channels)
-        dtype = "uint8"
-        for op in self.ops:
-            if isinstance(op, ToDtype):
-                if dtype == "uint8" and op.dtype in FLOAT_DTYPES and op.scale:
-                    scale, bias = scale / 255.0, bias / 255.0
-                elif dtype in FLOAT_DTYPES and op.dtype == "uint8" and op.scale:
-                    # torchvision: image.mul(255 + 1 - 1e-3).to(uint8)
-                    scale, bias = scale * 255.999, bias * 255.999
-                dtype = op.dtype
-            elif isinstance(op, Normalize):
-                mean, std = op.channel_arrays(channels)
-                scale, bias = scale / std, (bias - mean) / std
-        return scale.astype(np.float32), bias.astype(np.float32)
+        return _affine(self.ops, channels, "uint8")
+
+    def erase_fill(self, channels: int) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
+        """(random, fill, scale, bias) of RandomErasing: the fill at the op's position and
+        the value ops after it folded into ``fill * scale + bias``."""
+        assert self.erasing is not None
+        scale, bias = _affine(self.ops[self.erase_position + 1 :], channels, self.erase_dtype)
+        random = self.erasing.value == "random"
+        fill = np.zeros(channels) if random else self.erasing.fill(channels)
+        if self.erase_dtype == "uint8":
+            fill = np.clip(np.trunc(fill), 0, 255)  # torch stores the float fill into uint8 by truncation
+        return random, fill.astype(np.float32), scale, bias
 
     def plan(self, channels: int) -> Plan:
         """The value side of the fused kernel for ``channels``-channel images."""
         scale, bias = self.channel_affine(channels)
         return Plan(self.antialias, self.round_u8, scale, bias, _KINDS[self.dtype], self.layout == "NCHW")
+
+    def output_channels(self, channels: int) -> int:
+        """Channels of the output for ``channels``-channel input (changed by Grayscale / RGB)."""
+        return self.channel_steps[-1].channels if self.channel_steps else int(channels)
+
+    def convert_channels(self, flat: Any, offsets: Any, shapes: Any, device: Device = "cpu", stream: Any = 0) -> tuple[Any, Any, Any]:
+        """Run the channel ops (if any) over a packed batch; returns the packed result.
+
+        Images may differ in channel count on the way in; on the way out they all have
+        :meth:`output_channels`. Without channel ops the inputs come back untouched.
+        """
+        if not self.channel_steps:
+            return flat, offsets, shapes
+        shapes_h = _host_shapes(shapes)
+        bad = ~np.isin(shapes_h[:, 2], (1, 3, 4))
+        if bad.any():
+            raise PipelineError(f"shapes: Expected 1, 3 or 4 channels per image. Got {int(shapes_h[bad][0, 2])}.")
+        if device == "cpu":
+            flat, offsets = _host_inputs(flat, offsets, shapes_h)
+            for step in self.channel_steps:
+                flat, offsets, shapes_h = channel_ops.convert_cpu(flat, offsets, shapes_h, step)
+            return flat, offsets, shapes_h
+        _check_device(device)
+        from prepkit.augment import cuda as cuda_kernels
+
+        for step in self.channel_steps:
+            flat, offsets, shapes_h = cuda_kernels.convert_channels(flat, offsets, shapes_h, step, stream)
+        return flat, offsets, shapes_h
 
     def split(self, k: int = 0) -> tuple[Pipeline, Pipeline]:
         """Expresso's transfer index: (first k ops, the rest).
@@ -162,19 +213,27 @@ class Pipeline:
         bfloat16, e.g. ``torch_tensor.view(torch.int16)``). ``stream`` (cuda only) is the
         numba stream the small parameter copies and the single kernel launch are queued
         on (e.g. ``cuda.external_stream(torch.cuda.current_stream().cuda_stream)``);
-        the call does not synchronise.
+        the call does not synchronise. Channel ops (Grayscale, RGB) run first, so the
+        images of a batch may differ in channel count when the pipeline has one.
         """
+        flat, offsets, shapes = self.convert_channels(flat, offsets, shapes, device, stream)
         shapes_h, channels, shape, out_offsets = self._batch_output(shapes, params, device)
         plan = self.plan(channels)
         if device == "cpu":
             result, target = _host_output(out, shape, self.dtype)
             flat, offsets = _host_inputs(flat, offsets, shapes_h)
             cpu.augment(flat, offsets, shapes_h, params, plan, target, out_offsets)
+            if self.erasing is not None:
+                erasing.erase_cpu(target, params.erase, params.erase_key, *self.erase_fill(channels), plan.kind,
+                                  plan.nchw, shape)  # fmt: skip
             return result
         _check_device(device)
         from prepkit.augment import cuda as cuda_kernels  # lazy: needs numba-cuda
 
-        return cuda_kernels.augment(flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream)
+        erase = None if self.erasing is None else self.erase_fill(channels)
+        return cuda_kernels.augment(
+            flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream, erase
+        )
 
     def apply_mask(
         self,
@@ -228,6 +287,9 @@ class Pipeline:
         """
         if self.dtype != "uint8":
             raise PipelineError(f"apply_packed: Expected a uint8 pipeline. Got output dtype {self.dtype}.")
+        if self.erasing is not None:
+            raise PipelineError("apply_packed: Expected no RandomErasing (it runs on the batch output). Got one.")
+        flat, offsets, shapes = self.convert_channels(flat, offsets, shapes, "cpu")
         shapes_h = _host_shapes(shapes)
         channels = _channels(shapes_h)
         sizes = params.out_size.astype(np.int64).prod(axis=1) * channels
@@ -238,6 +300,23 @@ class Pipeline:
         cpu.augment(flat, offsets, shapes_h, params, plan, out, out_offsets)
         out_shapes = np.concatenate([params.out_size, np.full((len(params), 1), channels, np.int32)], axis=1)
         return out, out_offsets, out_shapes
+
+
+def _affine(ops: Sequence[Op], channels: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """float32[C] ``scale`` and ``bias`` of the value ops in ``ops`` applied to ``dtype`` data."""
+    scale, bias = np.ones(channels), np.zeros(channels)
+    for op in ops:
+        if isinstance(op, ToDtype):
+            if dtype == "uint8" and op.dtype in FLOAT_DTYPES and op.scale:
+                scale, bias = scale / 255.0, bias / 255.0
+            elif dtype in FLOAT_DTYPES and op.dtype == "uint8" and op.scale:
+                # torchvision: image.mul(255 + 1 - 1e-3).to(uint8)
+                scale, bias = scale * 255.999, bias * 255.999
+            dtype = op.dtype
+        elif isinstance(op, Normalize):
+            mean, std = op.channel_arrays(channels)
+            scale, bias = scale / std, (bias - mean) / std
+    return scale.astype(np.float32), bias.astype(np.float32)
 
 
 def _check_device(device: str) -> None:
@@ -258,7 +337,10 @@ def _host_shapes(shapes: Any) -> np.ndarray:
 def _channels(shapes: np.ndarray) -> int:
     channels = np.unique(shapes[:, 2])
     if len(channels) != 1 or int(channels[0]) not in (1, 3, 4):
-        raise PipelineError(f"shapes: Expected one channel count of 1, 3 or 4 for the batch. Got {channels.tolist()}.")
+        raise PipelineError(
+            f"shapes: Expected one channel count of 1, 3 or 4 for the batch. Got {channels.tolist()} "
+            "(put RGB() or Grayscale() first to convert a store of mixed channels)."
+        )
     return int(channels[0])
 
 
@@ -288,7 +370,7 @@ def _host_output(out: Any, shape: tuple[int, ...], dtype: str) -> tuple[np.ndarr
     expected = {"float16": (np.float16, np.uint16), "bfloat16": (np.uint16, np.int16)}.get(dtype, (storage,))
     if array.shape != shape or array.dtype not in [np.dtype(d) for d in expected] or not array.flags.c_contiguous:
         raise PipelineError(
-            f"out: expected a C-contiguous {shape} array of {dtype} ({'/'.join(np.dtype(d).name for d in expected)}), "
-            f"found {array.dtype} {array.shape}"
+            f"out: Expected a C-contiguous {shape} array of {dtype} ({'/'.join(np.dtype(d).name for d in expected)}). "
+            f"Got {array.dtype} {array.shape}."
         )
     return out, array.reshape(-1).view(storage)

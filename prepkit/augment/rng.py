@@ -27,6 +27,16 @@ def _mix(z: _U64) -> _U64:
     return z ^ (z >> np.uint64(31))
 
 
+def keys(seed: int, epoch: int, indices: np.ndarray, stream: int) -> np.ndarray:
+    """uint64[N]: one key per sample, for draws made inside a kernel (per-pixel noise)."""
+    idx = np.asarray(indices, dtype=np.int64).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        key = _mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) + _GOLDEN)
+        key = _mix(key ^ (np.uint64(epoch & 0xFFFFFFFFFFFFFFFF) + _GOLDEN))
+        key = _mix(key ^ (np.uint64(stream & 0xFFFFFFFFFFFFFFFF) * _GOLDEN))
+        return _mix(key ^ (idx + _GOLDEN) ^ np.uint64(0x5EED))
+
+
 def uniform(seed: int, epoch: int, indices: np.ndarray, stream: int, draws: int) -> np.ndarray:
     """Return float64[N, draws] uniform in [0, 1), one row per sample index.
 

@@ -168,8 +168,8 @@ def _manifest_rows(path: Path) -> list[tuple[int, dict[str, object]]]:
                 reader = csv.DictReader(handle)
                 if reader.fieldnames is None or "path" not in reader.fieldnames:
                     raise IngestError(
-                        f"manifest {str(path)!r}: expected a header row with a 'path' column, "
-                        f"found {reader.fieldnames!r}"
+                        f"manifest {str(path)!r}: Expected a header row with a 'path' column. "
+                        f"Got {reader.fieldnames!r}."
                     )
                 line = reader.line_num + 1
                 for row in reader:

@@ -10,7 +10,8 @@ import numpy as np
 
 @dataclass
 class Batch:
-    """One batch: ``images`` (N, C, h, w) by default, ``labels`` (N,) int64 (-1 = no label),
+    """One batch: ``images`` (N, C, h, w) by default, ``labels`` (N,) int64 (-1 = no label)
+    or float32 (N, num_classes) when the transforms end with MixUp / CutMix,
     ``indices`` (N,) the store indices of its samples, ``masks`` when asked for.
 
     Arrays are numpy on the CPU, numba device arrays on the GPU, or torch tensors with

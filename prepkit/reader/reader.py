@@ -98,6 +98,11 @@ class Reader:
         self.threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         self.mask_mode = mask_mode
         self.crop_decode = crop_decode
+        self.batch_ops: list[Any] = []
+        if not hasattr(transforms, "ops"):  # a list of ops: MixUp / CutMix at its end run per batch
+            from prepkit.augment.batch import split_batch_ops
+
+            transforms, self.batch_ops = split_batch_ops(transforms)
         self.pipeline = self._make_pipeline(transforms, layout)
         self.transfer_index = 0 if transfer_index is None else int(transfer_index)
         self._cpu_part = self._gpu_part = None
@@ -327,7 +332,7 @@ class Reader:
         stream = self._stager.streams[0]
         device_flat = cuda.to_device(flat, stream=stream)
         second_params = self._params(self._gpu_part, shapes, indices)
-        images = self._allocate_output(self._gpu_part, len(indices), second_params, channels=int(shapes[0][2]))
+        images = self._allocate_output(self._gpu_part, len(indices), second_params, channels=self._gpu_part.output_channels(int(shapes[0][2])))
         self._run_on_stream(self._gpu_part, PackedImages(device_flat, offsets, shapes, "cuda"), second_params, images, range(len(indices)), stream)
         masks = None
         if "mask" in self.fields:
@@ -347,7 +352,8 @@ class Reader:
 
     def _allocate_output(self, pipeline: Any, count: int, params: Any, dtype: str | None = None, channels: int | None = None) -> Any:
         if channels is None:
-            channels = int(self.store.field_arrays["image"].shapes[0][2]) if len(self.store) else 3
+            stored = int(self.store.field_arrays["image"].shapes[0][2]) if len(self.store) else 3
+            channels = pipeline.output_channels(stored)
         h, w = params.uniform_size()
         shape = (count, channels, h, w) if pipeline.layout == "NCHW" else (count, h, w, channels)
         dtype = dtype or pipeline.dtype
@@ -370,7 +376,33 @@ class Reader:
         batch, events = produced
         if events:
             self._wait(events, batch)
+        if self.batch_ops:
+            self._mix(batch)
         return self._convert(batch)
+
+    def _mix(self, batch: Batch) -> None:
+        """MixUp / CutMix on the finished batch (on the consumer's stream on the GPU)."""
+        dtype = getattr(self.pipeline, "dtype", "uint8")
+        layout = getattr(self.pipeline, "layout", "NHWC")  # without transforms, images stack as NHWC
+        images, stream = batch.images, 0
+        if isinstance(images, list):
+            raise PipelineError("MixUp/CutMix: Expected images of one size (add a resize to transforms). Got a list.")
+        if self.device == "cpu" and dtype == "float16":
+            images = images.view(np.float16)
+        elif self.device == "cuda" and self.output == "torch":
+            import torch
+            from numba import cuda
+
+            stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+            if images.dtype == torch.bfloat16:  # no __cuda_array_interface__ for bfloat16
+                images = images.view(torch.int16)
+        labels = batch.labels
+        for slot, op in enumerate(self.batch_ops):
+            images, labels = op(images, labels, layout=layout, seed=self.seed, epoch=batch.epoch, number=batch.number,
+                                slot=slot, stream=stream)  # fmt: skip
+        if self.device == "cpu":
+            batch.images = images.view(batch.images.dtype) if dtype == "float16" else images
+        batch.labels = labels
 
     def _wait(self, events: list[Any], batch: Batch) -> None:
         if self.output == "torch":

@@ -184,7 +184,7 @@ class Attributes:
             raise fail(f"Expected 'fields' to be an object with an 'image' entry. Got {fields!r}.")
         for name, spec in fields.items():
             if not isinstance(spec, dict) or not isinstance(spec.get("layout"), dict):
-                raise fail(f"field {name!r}: expected an object with a 'layout' object")
+                raise fail(f"field {name!r}: Expected an object with a 'layout' object. Got {spec!r}.")
             capacity, chunk = integer("capacity", 1, spec), integer("chunk", 1, spec)
             if chunk > MAX_CHUNK:
                 raise fail(f"field {name!r}: Expected chunk at most {MAX_CHUNK} bytes. Got {chunk}")
@@ -197,16 +197,16 @@ class Attributes:
         provenance = values.get("provenance", {})
         complete = values.get("complete", False)
         if not isinstance(layout, dict) or not isinstance(provenance, dict) or not isinstance(complete, bool):
-            raise fail("expected 'layout' and 'provenance' objects and a boolean 'complete'")
+            raise fail("Expected 'layout' and 'provenance' objects and a boolean 'complete'. Got other types.")
         checksums = values.get("checksums")
         if checksums is not None and not _valid_checksums(checksums):
-            raise fail(f"expected 'checksums' to hold 'arrays' and 'files' objects of integers, found {checksums!r}")
+            raise fail(f"Expected 'checksums' to hold 'arrays' and 'files' objects of integers. Got {checksums!r}.")
         generation = values.get("generation")
         if generation is not None and not isinstance(generation, str):
-            raise fail(f"expected 'generation' to be a string, found {generation!r}")
+            raise fail(f"Expected 'generation' to be a string. Got {generation!r}.")
         plan_sha256 = values.get("plan_sha256")
         if plan_sha256 is not None and not isinstance(plan_sha256, str):
-            raise fail(f"expected 'plan_sha256' to be a string, found {plan_sha256!r}")
+            raise fail(f"Expected 'plan_sha256' to be a string. Got {plan_sha256!r}.")
         return Attributes(
             checksums=checksums, generation=generation, plan_sha256=plan_sha256,
             format_version=version, layout=dict(layout), num_samples=num_samples, samples_per_shard=samples_per_shard,

@@ -49,3 +49,30 @@ def test_mask_kernel_compiles_to_ptx() -> None:
     signature = COMMON + (types.boolean, types.boolean, types.uint8[::1], types.int64[::1])
     ptx, _ = cuda.compile_ptx(kernels.mask_kernel.py_func, signature, cc=(9, 0))
     assert ".visible .entry" in ptx and "sm_90" in ptx
+
+
+def test_channels_kernel_compiles_to_ptx() -> None:
+    signature = (types.uint8[::1], types.int64[::1], I32_2D, types.int64, types.int64, types.uint8[::1], types.int64[::1])
+    ptx, _ = cuda.compile_ptx(kernels.channels_kernel.py_func, signature, cc=(9, 0))
+    assert ".visible .entry" in ptx and "sm_90" in ptx
+
+
+@pytest.mark.parametrize("out", [types.float32, types.uint16, types.uint8], ids=str)
+def test_erase_kernel_compiles_to_ptx(out) -> None:
+    signature = (
+        I32_2D, types.uint64[::1], types.boolean, types.float32[::1], types.float32[::1], types.float32[::1],
+        types.int64, types.boolean, types.int64, types.int64, types.int64, out[::1],
+    )  # fmt: skip
+    ptx, _ = cuda.compile_ptx(kernels.erase_kernel.py_func, signature, cc=(9, 0))
+    assert ".visible .entry" in ptx and "sm_90" in ptx
+
+
+def test_batch_op_kernels_compile_to_ptx() -> None:
+    f32 = types.float32[:, ::1]
+    ptx, _ = cuda.compile_ptx(kernels.mixup_kernel.py_func, (f32, types.float32, f32), cc=(9, 0))
+    assert ".visible .entry" in ptx
+    for element in (types.uint8, types.uint16, types.float32):
+        array = element[:, ::1]
+        signature = (array, types.int64[::1], types.boolean, types.int64, types.int64, types.int64, array)
+        ptx, _ = cuda.compile_ptx(kernels.cutmix_kernel.py_func, signature, cc=(9, 0))
+        assert ".visible .entry" in ptx

@@ -16,9 +16,12 @@ from hypothesis import assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from prepkit.augment import (  # noqa: E402
+    RGB,
     CenterCrop,
+    Grayscale,
     Normalize,
     Pipeline,
+    RandomErasing,
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
@@ -71,6 +74,11 @@ OP_LISTS = [
     [Resize(21), RandomHorizontalFlip(), CenterCrop((15, 17)), ToDtype("float32", scale=True)],
     [RandomHorizontalFlip(), CenterCrop(9), Resize((5, 7)), ToDtype("float32", scale=True), ToDtype("uint8", scale=True)],
     [ToDtype("float32", scale=True), RandomResizedCrop(12), Normalize(MEAN, STD), ToDtype("float16")],
+    [Grayscale(3), RandomResizedCrop(14), ToDtype("float32", scale=True), Normalize(MEAN, STD)],
+    [RGB(), RandomHorizontalFlip(), Grayscale(), Resize((9, 11)), ToDtype("float32", scale=True)],
+    [RandomResizedCrop(16), ToDtype("float32", scale=True), Normalize(MEAN, STD), RandomErasing(p=0.9, value="random")],
+    [Resize((14, 12)), RandomErasing(p=0.8, value=(300, 7.9, 20)), ToDtype("float32", scale=True), Normalize(MEAN, STD)],
+    [RandomResizedCrop(15), ToDtype("float32", scale=True), RandomErasing(1.0, value=0.5), ToDtype("bfloat16")],
 ]
 
 

@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prepkit.augment import rng
-from prepkit.augment.ops import CenterCrop, Normalize, RandomHorizontalFlip, RandomResizedCrop, Resize, ToDtype
+from prepkit.augment.ops import (
+    RGB,
+    CenterCrop,
+    Grayscale,
+    Normalize,
+    RandomErasing,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToDtype,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -87,6 +97,37 @@ def _to_dtype(img: torch.Tensor, dtype: str, scale: bool) -> torch.Tensor:
     return img.to(target)
 
 
+def erasing_get_params(height: int, width: int, scale, ratio, u: np.ndarray) -> tuple[int, int, int, int] | None:
+    """RandomErasing: ``if rand >= p: skip``, then its 10-attempt loop (u[0] = the p draw,
+    u[1 + 4k: 5 + 4k] = attempt k's area, log-ratio, top and left uniforms); None = no erase."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for k in range(10):
+        a, r, t, left_u = u[1 + 4 * k : 5 + 4 * k]
+        erase_area = area * (scale[0] + a * (scale[1] - scale[0]))
+        aspect_ratio = math.exp(log_ratio[0] + r * (log_ratio[1] - log_ratio[0]))
+        h = int(round(math.sqrt(erase_area * aspect_ratio)))
+        w = int(round(math.sqrt(erase_area / aspect_ratio)))
+        if not (h < height and w < width):
+            continue
+        return int(t * (height - h + 1)), int(left_u * (width - w + 1)), h, w
+    return None
+
+
+def rgb_to_grayscale(img: torch.Tensor, num_output_channels: int) -> torch.Tensor:
+    """torchvision's _rgb_to_grayscale_image (preserve_dtype=True) on a CHW tensor."""
+    if img.shape[0] == 1:
+        return img.repeat(num_output_channels, 1, 1)
+    r, g, b = img[:3].unbind(0)  # prepkit reads RGBA's colour channels (torchvision refuses 4)
+    gray = r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(0).to(img.dtype)
+    return gray.expand(num_output_channels, -1, -1).contiguous()
+
+
+def to_rgb(img: torch.Tensor) -> torch.Tensor:
+    """torchvision's grayscale_to_rgb, with alpha dropped as Pillow's convert("RGB")."""
+    return img.repeat(3, 1, 1) if img.shape[0] == 1 else img[:3].contiguous()
+
+
 def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Tensor:
     """Run ``ops`` on one HWC uint8 image the torchvision way; returns CHW."""
     import torch
@@ -109,6 +150,27 @@ def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Te
                 img = img.flip(-1)
         elif isinstance(op, ToDtype):
             img = _to_dtype(img, op.dtype, op.scale)
+        elif isinstance(op, Grayscale):
+            img = rgb_to_grayscale(img, op.num_output_channels)
+        elif isinstance(op, RGB):
+            img = to_rgb(img)
+        elif isinstance(op, RandomErasing):
+            from prepkit.augment.erasing import reference_normals
+
+            u = rng.uniform(seed, epoch, [index], position, 41)[0]
+            box = erasing_get_params(h, w, op.scale, op.ratio, u) if u[0] < op.p else None
+            if box is not None:
+                i, j, eh, ew = box
+                c = img.shape[0]
+                if op.value == "random":
+                    key = int(rng.keys(seed, epoch, [index], position)[0])
+                    v = torch.from_numpy(reference_normals(key, c, eh, ew)).to(torch.float32)
+                else:
+                    v = torch.tensor(np.broadcast_to(op.value, (c,)).copy(), dtype=torch.float32)[:, None, None]
+                img = img.clone()
+                if img.dtype == torch.uint8:
+                    v = v.clamp(0, 255)  # prepkit saturates where torch's float -> uint8 store would wrap
+                img[:, i : i + eh, j : j + ew] = v.to(img.dtype)
         elif isinstance(op, Normalize):
             c = img.shape[0]
             mean = torch.tensor(np.broadcast_to(op.mean, (c,)), dtype=img.dtype)[:, None, None]

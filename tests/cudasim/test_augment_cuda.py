@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from prepkit.augment import CenterCrop, Normalize, Pipeline, RandomHorizontalFlip, RandomResizedCrop, Resize, ToDtype
+from prepkit.augment import (
+    RGB,
+    CenterCrop,
+    Grayscale,
+    Normalize,
+    Pipeline,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    ToDtype,
+)
 
 MEAN, STD = (0.485, 0.456, 0.406, 0.5), (0.229, 0.224, 0.225, 0.25)
 
@@ -101,3 +111,64 @@ def test_cuda_runs_on_a_given_stream() -> None:
                device="cuda", stream=stream)  # fmt: skip
     stream.synchronize()
     np.testing.assert_allclose(got.copy_to_host(), pipe(flat, offsets, shapes, params), atol=1e-3)
+
+
+@pytest.mark.parametrize("first", [RGB(), Grayscale(), Grayscale(3)], ids=repr)
+def test_cuda_channel_ops_on_a_mixed_batch_equal_cpu(first) -> None:
+    rs = np.random.default_rng(2)
+    images = [rs.integers(0, 256, (h, w, c), dtype=np.uint8) for (h, w), c in [((5, 4), 1), ((3, 6), 3), ((4, 4), 4)]]
+    flat, offsets, shapes = _pack(images)
+    pipe = Pipeline([first, RandomResizedCrop((3, 4)), RandomHorizontalFlip()], layout="NHWC")
+    params = pipe.params(shapes, [0, 1, 2], seed=3)
+    want = pipe(flat, offsets, shapes, params)
+    got = pipe(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda").copy_to_host()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_cuda_mixup_and_cutmix_equal_cpu(layout) -> None:
+    from prepkit.augment import CutMix, MixUp
+
+    rs = np.random.default_rng(4)
+    images = rs.random((3, 2, 3, 4) if layout == "NCHW" else (3, 3, 4, 2)).astype(np.float32)
+    labels = np.array([1, 0, 2])
+    for op in (MixUp(alpha=0.5, num_classes=3), CutMix(alpha=1.0, num_classes=3)):
+        want, want_labels = op(images, labels, layout=layout, seed=2, number=1)
+        d_images = cuda.to_device(images)
+        got, got_labels = op(d_images, labels, layout=layout, seed=2, number=1)
+        assert got is d_images  # mixed in place on the device
+        np.testing.assert_allclose(got.copy_to_host(), want, atol=1e-6)
+        np.testing.assert_array_equal(got_labels, want_labels)
+
+
+def test_cuda_cutmix_of_16_bit_images_and_mixup_refuses_them() -> None:
+    from prepkit.augment import CutMix, MixUp
+
+    images = np.arange(3 * 1 * 4 * 4, dtype=np.float16).reshape(3, 1, 4, 4)
+    want, _ = CutMix(num_classes=2)(images, np.array([0, 1, 1]), number=3)
+    got, _ = CutMix(num_classes=2)(cuda.to_device(images.view(np.uint16)), np.array([0, 1, 1]), number=3)
+    np.testing.assert_array_equal(got.copy_to_host().view(np.float16), want)
+    with pytest.raises(ValueError, match="float32"):
+        MixUp(num_classes=2)(cuda.to_device(images.view(np.uint16)), np.array([0, 1, 1]))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator runs the uint64 hash as numpy scalars
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_cuda_random_erasing_equals_cpu(layout) -> None:
+    from prepkit.augment import RandomErasing
+
+    flat, offsets, shapes = _batch(3, seed=6)
+    pipes = [
+        Pipeline([RandomResizedCrop((6, 5)), ToDtype("float32", scale=True), RandomErasing(1.0, value="random")], layout=layout),
+        Pipeline([Resize((5, 6)), RandomErasing(1.0, (0.2, 0.4), value=(9, 300, 4)), ToDtype("bfloat16", scale=True)], layout=layout),
+        Pipeline([RandomResizedCrop(5), RandomErasing(0.9, value=77)], layout=layout),
+    ]
+    for pipe in pipes:
+        params = pipe.params(shapes, [0, 1, 2], seed=5)
+        assert params.erase[:, 2].max() > 0
+        want = pipe(flat, offsets, shapes, params)
+        got = pipe(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda").copy_to_host()
+        if pipe.dtype == "bfloat16":
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+        else:
+            np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=1e-5)

@@ -240,3 +240,38 @@ def test_a_store_replaced_under_an_open_handle_is_detected(tmp_path: Path) -> No
                 workers=1, overwrite=True)
     with pytest.raises(StoreError, match="the store was replaced since it was opened"):
         store[5]  # shard 2: a new shard file of the new store
+def test_mixed_channel_store_trains_with_rgb_first(tmp_path: Path) -> None:
+    from prepkit.augment import RGB, RandomResizedCrop, ToDtype
+    from prepkit.errors import PipelineError
+
+    root = tmp_path / "src"
+    for number in range(6):
+        channels = (1, 3, 4)[number % 3]
+        write_image(root / "a" / f"{number}.png", smooth_image(9, 8, channels=channels, seed=number))
+    build_store(str(root), str(tmp_path / "s"), layout=RawLayout(), options=ImageOptions(mode="keep"), samples_per_shard=6, workers=1)
+    store = prepkit.open_store(tmp_path / "s")
+    assert sorted({store[i]["image"].shape[2] for i in range(6)}) == [1, 3, 4]
+    with pytest.raises(PipelineError, match="mixed channels"):
+        list(prepkit.Reader(store, batch_size=6, transforms=[RandomResizedCrop(4)]))
+    reader = prepkit.Reader(store, batch_size=6, transforms=[RGB(), RandomResizedCrop(4), ToDtype("float32", scale=True)])
+    (batch,) = list(reader)
+    assert batch.images.shape == (6, 3, 4, 4) and batch.images.dtype == np.float32
+
+
+def test_reader_passes_labels_through_mixup_and_cutmix(store_path: Path) -> None:
+    from prepkit.augment import CutMix, MixUp, RandomResizedCrop, ToDtype
+
+    ops = [RandomResizedCrop(6), ToDtype("float32", scale=True)]
+    plain = list(prepkit.Reader(store_path, batch_size=5, seed=2, transforms=ops))
+    mixed = list(prepkit.Reader(store_path, batch_size=5, seed=2, transforms=[*ops, MixUp(0.5, num_classes=3)]))
+    for before, after in zip(plain, mixed, strict=True):
+        np.testing.assert_array_equal(before.indices, after.indices)
+        assert after.labels.shape == (len(after), 3) and after.labels.dtype == np.float32
+        want, want_labels = MixUp(0.5, num_classes=3)(before.images, before.labels, seed=2, number=before.number)
+        np.testing.assert_allclose(after.images, want, atol=1e-6)
+        np.testing.assert_allclose(after.labels, want_labels)
+    reader = prepkit.Reader(store_path, batch_size=4, transforms=[*ops, CutMix(num_classes=3)], layout="NHWC",
+                            output="torch")  # fmt: skip
+    batch = next(iter(reader))
+    assert tuple(batch.images.shape) == (4, 6, 6, 3) and tuple(batch.labels.shape) == (4, 3)
+    np.testing.assert_allclose(batch.labels.numpy().sum(axis=1), 1.0, atol=1e-6)

@@ -16,11 +16,14 @@ from typing import Any
 
 from prepkit import __version__
 from prepkit.errors import IngestError, PrepkitError
+from prepkit.ingest.executors import ShardExecutor
 from prepkit.ingest.images import ImageOptions, load_image, load_mask, probe_size
 from prepkit.ingest.sources import SourceItem, list_source
 from prepkit.layouts import Layout, LosslessLayout, RawLayout
 from prepkit.parallel import run_ordered
 from prepkit.store.format import ShardGeometry
+from prepkit.store.publish import write_through_staging
+from prepkit.store.storage import is_url
 from prepkit.store.writer import EncodedSample, SampleFailure, StorePlan, StoreWriter, WriteSummary
 
 
@@ -117,12 +120,25 @@ def write_in_shards(
     workers: int,
     on_error: str,
     progress: Callable[[int], None],
+    executor: ShardExecutor | None = None,
 ) -> None:
-    """Encode the items of every shard not yet done, in order, and write each shard."""
+    """Encode the items of every shard not yet done, in order, and write each shard.
+
+    ``executor`` (e.g. a Dask cluster) encodes whole shards elsewhere; without it a local
+    pool of ``workers`` processes encodes item by item. This process writes either way.
+    """
     plan = writer.plan
     todo = [shard for shard in range(plan.num_shards) if shard not in writer.resumed_shards]
     for shard in writer.resumed_shards:
         progress(len(plan.shard_items(shard)))
+    if executor is not None:
+        for shard, encoded in executor.map_shards(job, [(shard, list(plan.shard_items(shard))) for shard in todo]):
+            failure = next((r for r in encoded if isinstance(r, SampleFailure)), None)
+            if failure is not None and on_error == "fail":
+                raise IngestError(f"{failure.path}: {failure.reason}")
+            writer.write_shard(shard, encoded)
+            progress(len(encoded))
+        return
     indices = (index for shard in todo for index in plan.shard_items(shard))
     results = run_ordered(job, indices, workers)
     for shard in todo:
@@ -149,9 +165,21 @@ def build_store(
     overwrite: bool = False,
     progress: Callable[[int], None] = lambda n: None,
     on_total: Callable[[int], None] = lambda n: None,
+    executor: ShardExecutor | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> tuple[WriteSummary, list[tuple[str, str]]]:
     """Shard ``src`` into a store at ``dest``. Returns the summary and the files that
-    were ignored because they are not images."""
+    were ignored because they are not images.
+
+    ``dest`` may be an object storage URL (``s3://bucket/prefix``): the store is built in a
+    local staging folder and uploaded, complete marker last (see :mod:`prepkit.store.publish`).
+    ``executor`` runs the per-shard encode elsewhere (:mod:`prepkit.ingest.executors`).
+    """
+    if is_url(dest):
+        return write_through_staging(dest, storage_options, overwrite, lambda local, again: build_store(
+            src, local, layout=layout, options=options, samples_per_shard=samples_per_shard, workers=workers,
+            on_error=on_error, overwrite=again, progress=progress, on_total=on_total, executor=executor,
+        ))
     listing = list_source(src)
     items = listing.items
     layouts: dict[str, Layout] = {"image": layout}
@@ -177,6 +205,6 @@ def build_store(
     on_total(len(items))
     job = ShardJob(items=tuple(items), options=options, layouts=tuple(layouts.items()))
     with StoreWriter(dest, plan, layouts, overwrite=overwrite) as writer:
-        write_in_shards(writer, job, workers, on_error, progress)
+        write_in_shards(writer, job, workers, on_error, progress, executor)
         summary = writer.finalize(listing.ignored)
     return summary, listing.ignored

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,12 +21,17 @@ def _stats(values: np.ndarray) -> dict[str, float]:
 def describe(store: Store) -> dict[str, Any]:
     """Layout, counts, shapes, shard files and sizes of ``store`` as a JSON-ready dict."""
     disk = 0
-    for folder, _, files in os.walk(store.path):
-        for name in files:
-            try:
-                disk += os.path.getsize(os.path.join(folder, name))
-            except OSError:
-                pass
+    objects: dict[str, int] | None = None
+    if store.remote is not None:  # object storage: one listing gives every size
+        objects = store.remote.listing()
+        disk = sum(objects.values())
+    else:
+        for folder, _, files in os.walk(str(store.path)):
+            for name in files:
+                try:
+                    disk += os.path.getsize(os.path.join(folder, name))
+                except OSError:
+                    pass
     fields = {}
     for name, arrays in store.field_arrays.items():
         shapes = arrays.shapes.astype(np.int64)
@@ -33,7 +39,12 @@ def describe(store: Store) -> dict[str, Any]:
         raw = int(np.prod(shapes, axis=1).sum()) if len(store) else 0
         shard_sizes = []
         for shard in range(store.num_shards):
-            path = shard_path(store.path, name, shard)
+            if objects is not None:
+                size = objects.get(f"{name}/bytes/c/{shard}")
+                if size is not None:
+                    shard_sizes.append(size)
+                continue
+            path = shard_path(Path(str(store.path)), name, shard)
             if path.exists():
                 shard_sizes.append(path.stat().st_size)
         sizes = np.array(shard_sizes, dtype=np.int64)

@@ -102,8 +102,8 @@ class _RemoteShardFile:
     The same interface as :class:`_ShardFile`; a truncated object fails here with its URL.
     """
 
-    def __init__(self, root: ObjectRoot, key: str, geometry: ShardGeometry, where: str) -> None:
-        self.root, self.key = root, key
+    def __init__(self, root: ObjectRoot, key: str, geometry: ShardGeometry, where: str, fetcher: Any = None) -> None:
+        self.root, self.key, self.fetcher = root, key, fetcher
         self.path = root.path(key)
         self.chunk = geometry.chunk
         try:
@@ -129,8 +129,11 @@ class _RemoteShardFile:
         self.used_bytes = used * self.chunk
 
     def physical(self, start: int, stop: int) -> np.ndarray:
-        """Bytes [start, stop) of the shard object itself (one ranged GET)."""
-        return np.frombuffer(self.root.get_range(self.key, start, min(stop, self.size)), dtype=np.uint8)
+        """Bytes [start, stop) of the shard object itself (one ranged GET, or cached blocks)."""
+        stop = min(stop, self.size)
+        if self.fetcher is not None and stop > start:
+            return np.frombuffer(self.fetcher.read(self.key, start, stop), dtype=np.uint8)
+        return np.frombuffer(self.root.get_range(self.key, start, stop), dtype=np.uint8)
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Bytes [start, stop) of this shard's logical range."""
@@ -196,6 +199,7 @@ class Store:
                 "interrupted; run the same prepkit command again to finish it)"
             )
         self.check_crc = check_crc
+        self.fetcher: Any = None  # a prepkit.reader.remote.BlockFetcher once a cache is attached
         self._shards: dict[tuple[str, int], _ShardFile | _RemoteShardFile] = {}
         self._lock = threading.Lock()
         self._load_arrays()
@@ -319,7 +323,7 @@ class Store:
                 if handle is None:
                     if self.remote is not None:
                         name = f"{field.name}/bytes/c/{shard}"
-                        handle = _RemoteShardFile(self.remote, name, field.geometry, str(self.path))
+                        handle = _RemoteShardFile(self.remote, name, field.geometry, str(self.path), self.fetcher)
                     else:
                         assert isinstance(self.path, Path)
                         handle = _ShardFile(shard_path(self.path, field.name, shard), field.geometry, str(self.path))
@@ -366,6 +370,24 @@ class Store:
         for index in range(len(self)):
             yield self[index]
 
+    def attach_cache(
+        self, cache_dir: str | os.PathLike[str], cache_limit: int, *, block_size: int = 8 << 20,
+        policy: str = "next-use", ahead: int = 8,
+    ) -> None:
+        """Read this remote store in blocks through an on-disk cache, ahead of a Reader's order.
+
+        ``cache_dir`` may be shared by the processes of a node; ``cache_limit`` bounds it in
+        bytes; ``policy`` "next-use" evicts along the Reader's known schedule ("lru" for
+        comparison). See :mod:`prepkit.reader.remote`.
+        """
+        from prepkit.reader.remote import BlockFetcher
+        from prepkit.store.cache import BlockCache
+
+        if self.remote is None:
+            raise StoreError(f"{self.path}: a cache is for stores in object storage. Got a local store.")
+        self.close()
+        self.fetcher = BlockFetcher(self, BlockCache(cache_dir, cache_limit, policy), block_size=block_size, ahead=ahead)
+
     def close(self) -> None:
         with self._lock:
             for handle in self._shards.values():
@@ -389,7 +411,9 @@ class Store:
 
 
 def open_store(
-    path: str | os.PathLike[str], *, check_crc: bool = False, storage_options: dict[str, Any] | None = None
+    path: str | os.PathLike[str], *, check_crc: bool = False, storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None, cache_policy: str = "next-use",
+    block_size: int = 8 << 20,
 ) -> Store:
     """Open the prepkit store at ``path`` for reading.
 
@@ -400,5 +424,10 @@ def open_store(
     ``path`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, ``http(s)://``):
     credentials and endpoint come from the environment (``AWS_*``) and ``storage_options``
     (obstore keys such as ``endpoint``, ``access_key_id``, ``secret_access_key``, ``region``).
+    With ``cache_dir`` (and ``cache_limit`` in bytes, default 10 GiB) a remote store is read in
+    ``block_size`` blocks through a per-node on-disk cache, prefetched along a Reader's order.
     """
-    return Store(path, check_crc=check_crc, storage_options=storage_options)
+    store = Store(path, check_crc=check_crc, storage_options=storage_options)
+    if cache_dir is not None:
+        store.attach_cache(cache_dir, cache_limit or (10 << 30), block_size=block_size, policy=cache_policy)
+    return store

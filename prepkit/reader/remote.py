@@ -45,6 +45,11 @@ class FetchStats:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
+    def summary(self) -> dict[str, float | int | None]:
+        """The epoch's figures as a dict (``first_read_s``: from the epoch's start to its first read)."""
+        return {"bytes_fetched": self.bytes_fetched, "requests": self.requests, "hit_rate": round(self.hit_rate, 4),
+                "first_read_s": None if self.first_read_s is None else round(self.first_read_s, 4)}
+
 
 class BlockFetcher:
     """Block reads of one remote store through ``cache``, prefetched along a schedule."""

@@ -86,6 +86,9 @@ def test_cached_reader_gives_the_same_batches_and_the_next_epoch_is_prefetched(
     assert shard_bytes <= first.bytes_fetched and first.requests < 24
     # Epoch 1 finds every block in the cache: no misses, nothing fetched again.
     assert second.misses == 0 and second.hits > 0 and second.requests == 0
+    summary = first.summary()
+    assert summary["requests"] == first.requests and summary["hit_rate"] == round(first.hit_rate, 4)
+    assert summary["first_read_s"] is not None and summary["first_read_s"] >= 0
 
 
 def test_ranks_of_a_node_share_the_cache(remote_store: tuple[Path, str], seaweed: SeaweedServer, tmp_path: Path) -> None:

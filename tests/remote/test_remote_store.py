@@ -211,3 +211,16 @@ def test_storage_options_from_the_command_line_and_read_only_http() -> None:
         parse_storage_options(["endpoint"])
     with pytest.raises(StoreError, match="read-only"):
         ObjectRoot("http://127.0.0.1:9/bucket/store").put("zarr.json", b"{}")
+
+
+def test_dask_sharding_straight_to_object_storage(dataset: Path, tmp_path: Path, seaweed: SeaweedServer, s3_url: str) -> None:
+    from prepkit.ingest.executors import DaskExecutor
+
+    local = tmp_path / "local"
+    shard(dataset, str(local))
+    build_store(str(dataset), s3_url, layout=RawLayout(), options=ImageOptions(), samples_per_shard=4, workers=1,
+                storage_options=seaweed.storage_options(), executor=DaskExecutor(workers=1))
+    root = ObjectRoot(s3_url, seaweed.storage_options())
+    expected = store_files(local)
+    assert sorted(root.listing()) == sorted(expected)
+    assert all(root.get(key) == data for key, data in expected.items())

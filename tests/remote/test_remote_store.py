@@ -224,3 +224,23 @@ def test_dask_sharding_straight_to_object_storage(dataset: Path, tmp_path: Path,
     expected = store_files(local)
     assert sorted(root.listing()) == sorted(expected)
     assert all(root.get(key) == data for key, data in expected.items())
+
+
+def test_a_resumed_upload_puts_only_what_is_missing(dataset: Path, tmp_path: Path, seaweed: SeaweedServer, s3_url: str) -> None:
+    import hashlib
+    import json
+
+    from prepkit.store.publish import upload_store
+
+    local = tmp_path / "local"
+    shard(dataset, str(local))
+    root = ObjectRoot(s3_url, seaweed.storage_options())
+    total = len(store_files(local))
+    assert upload_store(local, root, overwrite=False) == total
+    # Killed after some objects: the marker of this very store, no root zarr.json, a shard missing.
+    digest = hashlib.sha256((local / "zarr.json").read_bytes()).hexdigest()
+    root.put(UPLOAD_MARKER, json.dumps({"digest": digest}).encode())
+    root.delete(["zarr.json", "image/bytes/c/1"])
+    assert upload_store(local, root, overwrite=False) == 2  # the shard and zarr.json, nothing else
+    assert sorted(root.listing()) == sorted(store_files(local))
+    assert root.get("image/bytes/c/1") == (local / "image" / "bytes" / "c" / "1").read_bytes()

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import click
 
-from prepkit.cli.options import cli_errors, layout_option, progress_bar, write_options
+from prepkit.cli.options import (
+    StoreLocation,
+    cli_errors,
+    layout_option,
+    parsed_storage_options,
+    progress_bar,
+    storage_option,
+    write_options,
+)
 
 
 @click.command()
-@click.argument("src_store", type=click.Path(exists=True, file_okay=False))
-@click.argument("dest_store", type=click.Path())
+@click.argument("src_store", type=StoreLocation())
+@click.argument("dest_store")
 @layout_option()
 @write_options
+@storage_option
 def convert(src_store: str, dest_store: str, layout: str, quality: int, samples_per_shard: int | None,
-            workers: int, overwrite: bool) -> None:
+            workers: int, overwrite: bool, storage_options: tuple[str, ...]) -> None:
     """Transcode the store SRC_STORE into DEST_STORE with another image layout.
 
     Labels, class names, source paths and masks are kept; samples are re-sharded with
@@ -21,17 +30,18 @@ def convert(src_store: str, dest_store: str, layout: str, quality: int, samples_
     """
     from prepkit.layouts import make_layout
     from prepkit.store.convert import convert_store
-    from prepkit.store.writer import check_destination
+    from prepkit.store.publish import check_any_destination
 
     ctx = click.get_current_context()
     if ctx.get_parameter_source("samples_per_shard") == click.core.ParameterSource.DEFAULT:
         samples_per_shard = None
     with cli_errors(dest_store):
-        check_destination(dest_store, overwrite)
+        options = parsed_storage_options(storage_options)
+        check_any_destination(dest_store, overwrite, options)
         with progress_bar("convert") as bar:
             summary = convert_store(
                 src_store, dest_store, layout=make_layout(layout, quality=quality),
-                samples_per_shard=samples_per_shard, workers=workers, overwrite=overwrite,
+                samples_per_shard=samples_per_shard, workers=workers, overwrite=overwrite, storage_options=options,
                 progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
             )
     if summary.already_complete:

@@ -48,6 +48,33 @@ class Interrupted(click.ClickException):
     """Ctrl-C: one line, and the shell's exit code for SIGINT (128 + 2)."""
 
     exit_code = 130
+def storage_option(function: F) -> F:
+    """``--storage-option KEY=VALUE`` (repeatable): object storage settings for URL stores."""
+    return click.option(
+        "--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+        help="Object storage setting for s3:// gs:// az:// stores (obstore keys: endpoint, access_key_id, "
+        "secret_access_key, region, allow_http, ...); AWS_* variables are read too. Repeatable.",
+    )(function)
+
+
+def parsed_storage_options(pairs: tuple[str, ...]) -> dict[str, str]:
+    from prepkit.store.storage import parse_storage_options
+
+    return parse_storage_options(pairs)
+
+
+class StoreLocation(click.ParamType):
+    """A store: an existing local folder, or an object storage URL (checked when opened)."""
+
+    name = "store"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from prepkit.store.storage import is_url
+
+        text = str(value)
+        if is_url(text):
+            return text
+        return str(click.Path(exists=True, file_okay=False).convert(value, param, ctx))
 
 
 @contextmanager

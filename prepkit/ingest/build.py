@@ -12,6 +12,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from prepkit import __version__
 from prepkit.errors import IngestError, PrepkitError
@@ -19,7 +20,9 @@ from prepkit.ingest.images import ImageOptions, load_image, load_mask, probe_siz
 from prepkit.ingest.sources import SourceItem, list_source
 from prepkit.layouts import Layout, LosslessLayout, RawLayout
 from prepkit.parallel import run_ordered
-from prepkit.store.writer import EncodedSample, SampleFailure, WriteSummary, plan_store, write_all
+from prepkit.store.publish import write_through_staging
+from prepkit.store.storage import is_url
+from prepkit.store.writer import EncodedSample, SampleFailure, ShardExecutor, WriteSummary, plan_store, write_all
 
 
 def mask_layout() -> Layout:
@@ -104,9 +107,21 @@ def build_store(
     overwrite: bool = False,
     progress: Callable[[int], None] = lambda n: None,
     on_total: Callable[[int], None] = lambda n: None,
+    executor: ShardExecutor | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> tuple[WriteSummary, list[tuple[str, str]]]:
     """Shard ``src`` into a store at ``dest``. Returns the summary and the files that
-    were ignored because they are not images."""
+    were ignored because they are not images.
+
+    ``dest`` may be an object storage URL (``s3://bucket/prefix``): the store is built in a
+    local staging folder and uploaded, complete marker last (see :mod:`prepkit.store.publish`).
+    ``executor`` runs the per-shard encode elsewhere (:mod:`prepkit.ingest.executors`).
+    """
+    if is_url(dest):
+        return write_through_staging(dest, storage_options, overwrite, lambda local, again: build_store(
+            src, local, layout=layout, options=options, samples_per_shard=samples_per_shard, workers=workers,
+            on_error=on_error, overwrite=again, progress=progress, on_total=on_total, executor=executor,
+        ))
     listing = list_source(src)
     items = listing.items
     layouts: dict[str, Layout] = {"image": layout}
@@ -133,6 +148,7 @@ def build_store(
     on_total(len(items))
     job = ShardJob(items=tuple(items), options=options, layouts=tuple(layouts.items()))
     summary = write_all(
-        dest, plan, job, workers=workers, on_error=on_error, overwrite=overwrite, ignored=listing.ignored, progress=progress
+        dest, plan, job, workers=workers, on_error=on_error, overwrite=overwrite, ignored=listing.ignored,
+        progress=progress, executor=executor,
     )
     return summary, listing.ignored

@@ -185,6 +185,10 @@ class Reader:
         if self._next_batch >= len(plan):
             self._next_batch = 0  # a finished epoch iterated again starts over, like a DataLoader
         start = self._next_batch
+        fetcher = getattr(self.store, "fetcher", None)
+        if fetcher is not None:  # a remote store with a cache: it reads ahead along this order and the next epoch's
+            fetcher.schedule(np.concatenate([plan.indices[start * self.batch_size :], self.plan(self.epoch + 1).indices]),
+                             tuple(f for f in self.store.fields if f in self.fields))
         prefetcher: Prefetcher[Any] = Prefetcher(lambda n: self._make_batch(plan, n), range(start, len(plan)), depth=self.prefetch)
         self._active = prefetcher
         try:

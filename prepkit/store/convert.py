@@ -10,7 +10,9 @@ from typing import Any
 from prepkit import __version__
 from prepkit.errors import PrepkitError
 from prepkit.layouts import Layout
+from prepkit.store.publish import write_through_staging
 from prepkit.store.reader import Store
+from prepkit.store.storage import is_url
 from prepkit.store.writer import EncodedSample, SampleFailure, WriteSummary, plan_store, write_all
 
 
@@ -20,17 +22,19 @@ class ConvertJob:
 
     source: str
     layouts: dict[str, Layout]
+    storage_options: dict[str, Any] | None = None
     _store: Store | None = field(default=None, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"source": self.source, "layouts": self.layouts}
+        return {"source": self.source, "layouts": self.layouts, "storage_options": self.storage_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.source, self.layouts, self._store = state["source"], state["layouts"], None
+        self.storage_options = state.get("storage_options")
 
     def __call__(self, index: int) -> EncodedSample | SampleFailure:
         if self._store is None:
-            self._store = Store(self.source)
+            self._store = Store(self.source, storage_options=self.storage_options)
         store = self._store
         try:
             fields = {}
@@ -55,9 +59,18 @@ def convert_store(
     overwrite: bool,
     progress: Callable[[int], None] = lambda n: None,
     on_total: Callable[[int], None] = lambda n: None,
+    storage_options: dict[str, Any] | None = None,
 ) -> WriteSummary:
-    """Write ``source``'s samples to a new store at ``dest`` with the image layout ``layout``."""
-    with Store(source) as store:
+    """Write ``source``'s samples to a new store at ``dest`` with the image layout ``layout``.
+
+    Either may be an object storage URL; ``storage_options`` apply to both.
+    """
+    if is_url(dest):
+        return write_through_staging(dest, storage_options, overwrite, lambda local, again: convert_store(
+            source, local, layout=layout, samples_per_shard=samples_per_shard, workers=workers, overwrite=again,
+            progress=progress, on_total=on_total, storage_options=storage_options,
+        ))
+    with Store(source, storage_options=storage_options) as store:
         per_shard = samples_per_shard or store.attributes.samples_per_shard
         layouts: dict[str, Layout] = {"image": layout}
         for name, arrays in store.field_arrays.items():
@@ -82,6 +95,6 @@ def convert_store(
             items_digest=digest,
         )
     on_total(plan.num_items)
-    job = ConvertJob(source=source, layouts=layouts)
+    job = ConvertJob(source=source, layouts=layouts, storage_options=storage_options)
     return write_all(dest, plan, job, workers=workers, overwrite=overwrite, progress=progress)
 

@@ -30,18 +30,27 @@ def _shard_file_sizes(folder: Path, num_shards: int) -> list[int]:
 def describe(store: Store) -> dict[str, Any]:
     """Layout, counts, shapes, shard files and sizes of ``store`` as a JSON-ready dict."""
     disk = 0
-    for folder, _, files in os.walk(store.path):
-        for name in files:
-            try:
-                disk += os.path.getsize(os.path.join(folder, name))
-            except OSError:
-                pass
+    objects: dict[str, int] | None = None
+    if store.remote is not None:  # object storage: one listing gives every size
+        objects = store.remote.listing()
+        disk = sum(objects.values())
+    else:
+        for folder, _, files in os.walk(str(store.path)):
+            for name in files:
+                try:
+                    disk += os.path.getsize(os.path.join(folder, name))
+                except OSError:
+                    pass
     fields = {}
     for name, arrays in store.field_arrays.items():
         shapes = arrays.shapes.astype(np.int64)
         stored = int((arrays.ranges[:, 1] - arrays.ranges[:, 0]).sum()) if len(store) else 0
         raw = int(np.prod(shapes, axis=1).sum()) if len(store) else 0
-        shard_sizes = _shard_file_sizes(shard_path(store.path, name, 0).parent, store.num_shards)
+        if objects is not None:
+            prefix = f"{name}/bytes/c/"
+            shard_sizes = [size for key, size in objects.items() if key.startswith(prefix) and key[len(prefix):].isdigit()]
+        else:
+            shard_sizes = _shard_file_sizes(shard_path(Path(str(store.path)), name, 0).parent, store.num_shards)
         sizes = np.array(shard_sizes, dtype=np.int64)
         fields[name] = {
             "layout": arrays.layout.to_dict(),

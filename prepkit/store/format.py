@@ -28,12 +28,19 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import crc32c as _crc32c
 import numpy as np
 
 from prepkit.errors import StoreCorruptError, StoreError
+
+
+class _Joinable(Protocol):
+    def __truediv__(self, part: str, /) -> Any: ...
+
+
+PathT = TypeVar("PathT", bound=_Joinable)  # a Path, or a storage.ObjectPath for remote stores
 
 FORMAT_VERSION = 1
 ATTRIBUTE_KEY = "prepkit"
@@ -227,16 +234,28 @@ def _valid_checksums(checksums: Any) -> bool:
 
 def read_group_attributes(root: Path) -> Attributes:
     """Read and check ``zarr.json`` of a store's root group."""
-    from prepkit.store.checksums import check_attributes, read_regular
+    from prepkit.store.checksums import read_regular
 
     meta_path = root / "zarr.json"
     if not root.exists():
         raise StoreError(f"store {str(root)!r} does not exist")
     try:
-        meta = json.loads(read_regular(meta_path, str(root)).decode())
+        text = read_regular(meta_path, str(root))
     except FileNotFoundError:
         raise StoreError(f"{root}: not a Zarr v3 store (no zarr.json)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError) as error:
+        raise StoreError(f"{meta_path}: cannot read group metadata ({error})") from None
+    return parse_group_attributes(text, str(root))
+
+
+def parse_group_attributes(text: str | bytes, root: str) -> Attributes:
+    """Check the text of a store's root ``zarr.json`` and return its prepkit attributes."""
+    from prepkit.store.checksums import check_attributes
+
+    meta_path = f"{root}/zarr.json"
+    try:
+        meta = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise StoreError(f"{meta_path}: cannot read group metadata ({error})") from None
     if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
         raise StoreError(f"{meta_path}: Expected a Zarr v3 group. Got something else.")
@@ -250,11 +269,11 @@ def read_group_attributes(root: Path) -> Attributes:
         unknown = sorted(set(meta) - GROUP_KEYS) + sorted(f"attributes.{k}" for k in set(attributes) - {ATTRIBUTE_KEY})
         if unknown:
             raise StoreCorruptError(f"{meta_path}: Expected only the keys a prepkit store writes. Got {unknown}.")
-    check_attributes(values, str(root))
-    return Attributes.from_dict(values, str(root))
+    check_attributes(values, root)
+    return Attributes.from_dict(values, root)
 
 
-def shard_path(root: Path, field: str, shard: int) -> Path:
+def shard_path(root: PathT, field: str, shard: int) -> PathT:
     """The file holding shard ``shard`` of ``field``'s bytes array."""
     return root / field / "bytes" / "c" / str(shard)
 

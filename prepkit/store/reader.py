@@ -27,9 +27,11 @@ from prepkit.store.format import (
     ShardGeometry,
     crc32c,
     decode_shard_index,
+    parse_group_attributes,
     read_group_attributes,
     shard_path,
 )
+from prepkit.store.storage import ObjectPath, ObjectRoot, is_url
 
 PATH_BYTES_PER_SAMPLE = 4096  # PATH_MAX on Linux: the longest source path a store can record
 
@@ -120,12 +122,76 @@ class _ShardFile:
             position += take
         return out
 
+    def physical(self, start: int, stop: int) -> np.ndarray:
+        """Bytes [start, stop) of the shard file itself."""
+        return self.array[start:stop]
+
     def close(self) -> None:
         self.array = None  # type: ignore[assignment]
         try:
             self.map.close()
         except BufferError:
             pass  # a caller still holds a view; the map closes when it is released
+
+
+class _RemoteShardFile:
+    """One shard object in object storage: its index read once, sample bytes by ranged GETs.
+
+    The same interface as :class:`_ShardFile`; a truncated object fails here with its URL.
+    """
+
+    def __init__(self, root: ObjectRoot, key: str, geometry: ShardGeometry, where: str, fetcher: Any = None) -> None:
+        self.root, self.key, self.fetcher = root, key, fetcher
+        self.path = root.path(key)
+        self.chunk = geometry.chunk
+        try:
+            size = root.size(key)
+        except StoreError as error:
+            if "does not exist" in str(error):
+                raise StoreCorruptError(f"{where}: shard file {self.path} is missing") from None
+            raise
+        if size < geometry.index_nbytes:
+            raise StoreCorruptError(
+                f"{where}: shard file {self.path} is {size} bytes, shorter than its index "
+                f"({geometry.index_nbytes} bytes): truncated"
+            )
+        self.size = size
+        tail = root.get_range(key, size - geometry.index_nbytes, size)
+        self.index = decode_shard_index(tail, geometry, size, f"{where}: {self.path}")
+        offsets = self.index[:, 0]
+        present = offsets != EMPTY_CHUNK
+        used = int(np.argmin(present)) if not present.all() else len(present)
+        expected = offsets[0] + np.arange(used, dtype=np.uint64) * self.chunk if used else offsets[:0]
+        self.contiguous = bool(np.all(offsets[:used] == expected)) and not present[used:].any()
+        self.base = int(offsets[0]) if used else 0
+        self.used_bytes = used * self.chunk
+
+    def physical(self, start: int, stop: int) -> np.ndarray:
+        """Bytes [start, stop) of the shard object itself (one ranged GET, or cached blocks)."""
+        stop = min(stop, self.size)
+        if self.fetcher is not None and stop > start:
+            return np.frombuffer(self.fetcher.read(self.key, start, stop), dtype=np.uint8)
+        return np.frombuffer(self.root.get_range(self.key, start, stop), dtype=np.uint8)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Bytes [start, stop) of this shard's logical range."""
+        if self.contiguous:
+            if stop > self.used_bytes:
+                raise StoreCorruptError(f"{self.path}: sample bytes [{start}, {stop}) lie beyond the stored chunks")
+            return self.physical(self.base + start, self.base + stop)
+        out = np.zeros(stop - start, dtype=np.uint8)
+        position = start
+        while position < stop:
+            chunk, within = divmod(position, self.chunk)
+            take = min(self.chunk - within, stop - position)
+            offset = int(self.index[chunk, 0])
+            if offset != EMPTY_CHUNK:
+                out[position - start : position - start + take] = self.physical(offset + within, offset + within + take)
+            position += take
+        return out
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -146,16 +212,33 @@ class Store:
     Thread-safe for reading; open many in as many processes as you like.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, check_crc: bool = False) -> None:
-        self.path = Path(path)
-        self.attributes: Attributes = read_group_attributes(self.path)
+    def __init__(
+        self, path: str | os.PathLike[str], *, check_crc: bool = False, storage_options: dict[str, Any] | None = None
+    ) -> None:
+        self.storage_options = dict(storage_options or {})
+        self.remote: ObjectRoot | None = None
+        self.path: Path | ObjectPath
+        if is_url(path):
+            self.remote = ObjectRoot(str(path), self.storage_options)
+            self.path = self.remote.path()
+            try:
+                text = self.remote.get("zarr.json")
+            except StoreError as error:
+                if "does not exist" in str(error):
+                    raise StoreError(f"{self.path}: not a Zarr v3 store (no zarr.json)") from None
+                raise
+            self.attributes: Attributes = parse_group_attributes(text, str(self.path))
+        else:
+            self.path = Path(path)
+            self.attributes = read_group_attributes(self.path)
         if not self.attributes.complete:
             raise StoreError(
                 f"{self.path}: store is incomplete (still being written, or its writer was "
                 "interrupted; run the same prepkit command again to finish it)"
             )
         self.check_crc = check_crc
-        self._shards: dict[tuple[str, int], _ShardFile] = {}
+        self.fetcher: Any = None  # a prepkit.reader.remote.BlockFetcher once a cache is attached
+        self._shards: dict[tuple[str, int], _ShardFile | _RemoteShardFile] = {}
         self._lock = threading.Lock()
         self._bound_sizes()
         self._load_arrays()
@@ -163,7 +246,12 @@ class Store:
 
     def _bound_sizes(self) -> None:
         """Check every size the metadata states against what is on disk, before any of them
-        decides an allocation or a loop; refuse non-regular files (a FIFO would block)."""
+        decides an allocation or a loop; refuse non-regular files (a FIFO would block).
+
+        Remote stores have no FIFOs, and their array contents are checked against the
+        recorded checksums once loaded (``_check_values``)."""
+        if not isinstance(self.path, Path):
+            return
         where = str(self.path)
         check_store_files(self.path, where, skip_shards=True)
         checksums = self.attributes.checksums
@@ -228,7 +316,8 @@ class Store:
             return np.asarray(array[...], dtype=dtype)
 
         try:
-            root = zarr.open_group(self.path, mode="r")
+            location = self.remote.zarr_store() if self.remote is not None else self.path
+            root = zarr.open_group(location, mode="r")
             self.labels: np.ndarray = load(root, "labels", (count,), np.int64)
             self._paths = load(root, "paths", None, np.uint8)
             self._path_ranges = load(root, "path_ranges", (count, 2), np.uint64)
@@ -320,21 +409,27 @@ class Store:
         return start // self.field_arrays[field].geometry.capacity
 
     # -- bytes and samples ------------------------------------------------------------
-    def _shard(self, field: FieldArrays, shard: int) -> _ShardFile:
+    def _shard(self, field: FieldArrays, shard: int) -> _ShardFile | _RemoteShardFile:
         key = (field.name, shard)
         handle = self._shards.get(key)
         if handle is None:
             with self._lock:
                 handle = self._shards.get(key)
                 if handle is None:
-                    self._check_generation()
-                    handle = _ShardFile(shard_path(self.path, field.name, shard), field.geometry, str(self.path))
+                    if self.remote is not None:
+                        name = f"{field.name}/bytes/c/{shard}"
+                        handle = _RemoteShardFile(self.remote, name, field.geometry, str(self.path), self.fetcher)
+                    else:
+                        assert isinstance(self.path, Path)
+                        self._check_generation()
+                        handle = _ShardFile(shard_path(self.path, field.name, shard), field.geometry, str(self.path))
                     self._shards[key] = handle
         return handle
 
     def _check_generation(self) -> None:
         """Refuse to mix stores: the store on disk must still be the one this handle opened
         (``prepkit shard --overwrite`` may have replaced it). Checked at each shard open."""
+        assert isinstance(self.path, Path)
         try:
             current = read_group_attributes(self.path)
         except StoreError as error:
@@ -391,6 +486,24 @@ class Store:
         for index in range(len(self)):
             yield self[index]
 
+    def attach_cache(
+        self, cache_dir: str | os.PathLike[str], cache_limit: int, *, block_size: int = 8 << 20,
+        policy: str = "next-use", ahead: int = 8,
+    ) -> None:
+        """Read this remote store in blocks through an on-disk cache, ahead of a Reader's order.
+
+        ``cache_dir`` may be shared by the processes of a node; ``cache_limit`` bounds it in
+        bytes; ``policy`` "next-use" evicts along the Reader's known schedule ("lru" for
+        comparison). See :mod:`prepkit.reader.remote`.
+        """
+        from prepkit.reader.remote import BlockFetcher
+        from prepkit.store.cache import BlockCache
+
+        if self.remote is None:
+            raise StoreError(f"{self.path}: a cache is for stores in object storage. Got a local store.")
+        self.close()
+        self.fetcher = BlockFetcher(self, BlockCache(cache_dir, cache_limit, policy), block_size=block_size, ahead=ahead)
+
     def close(self) -> None:
         with self._lock:
             for handle in self._shards.values():
@@ -405,17 +518,32 @@ class Store:
 
     def __getstate__(self) -> dict[str, Any]:
         # Picklable for DataLoader workers: they reopen the shard files themselves.
-        return {"path": str(self.path), "check_crc": self.check_crc}
+        return {"path": str(self.path), "check_crc": self.check_crc, "storage_options": self.storage_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], check_crc=state["check_crc"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["path"], check_crc=state["check_crc"], storage_options=state.get("storage_options")
+        )
 
 
-def open_store(path: str | os.PathLike[str], *, check_crc: bool = False) -> Store:
+def open_store(
+    path: str | os.PathLike[str], *, check_crc: bool = False, storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None, cache_policy: str = "next-use",
+    block_size: int = 8 << 20,
+) -> Store:
     """Open the prepkit store at ``path`` for reading.
 
     ``store[i]`` returns ``{"image": HxWxC uint8, "label": int | None}`` (plus ``"mask"``
     when the store has masks). With ``check_crc=True`` every read is checked against the
     sample's CRC32C.
+
+    ``path`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, ``http(s)://``):
+    credentials and endpoint come from the environment (``AWS_*``) and ``storage_options``
+    (obstore keys such as ``endpoint``, ``access_key_id``, ``secret_access_key``, ``region``).
+    With ``cache_dir`` (and ``cache_limit`` in bytes, default 10 GiB) a remote store is read in
+    ``block_size`` blocks through a per-node on-disk cache, prefetched along a Reader's order.
     """
-    return Store(path, check_crc=check_crc)
+    store = Store(path, check_crc=check_crc, storage_options=storage_options)
+    if cache_dir is not None:
+        store.attach_cache(cache_dir, cache_limit or (10 << 30), block_size=block_size, policy=cache_policy)
+    return store

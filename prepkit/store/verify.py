@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,11 +53,12 @@ class VerifyReport:
 
 
 def verify_store(path: str | Path, *, decode: bool = False, progress: Callable[[int], None] = lambda n: None,
-                 on_total: Callable[[int], None] = lambda n: None) -> VerifyReport:
-    """Check the store at ``path``; see the module docstring."""
+                 on_total: Callable[[int], None] = lambda n: None,
+                 storage_options: dict[str, Any] | None = None) -> VerifyReport:
+    """Check the store at ``path`` (a folder or an object storage URL); see the module docstring."""
     report = VerifyReport()
     try:
-        store = Store(path)
+        store = Store(path, storage_options=storage_options)
     except PrepkitError as error:
         report.problems.append(Problem(str(error)))
         return report
@@ -79,7 +81,7 @@ def verify_store(path: str | Path, *, decode: bool = False, progress: Callable[[
                     report.shard_files += 1
                     # prepkit pads a shard's last chunk with zeros: anything else there is damage.
                     end = int(stops[shard_of == shard].max()) - shard * arrays.geometry.capacity
-                    if handle.contiguous and handle.array[handle.base + end : handle.base + handle.used_bytes].any():
+                    if handle.contiguous and handle.physical(handle.base + end, handle.base + handle.used_bytes).any():
                         report.problems.append(Problem("non-zero bytes in the padding after the last sample", field=name, shard_file=str(file)))
                 except PrepkitError as error:
                     broken_shards.add(shard)

@@ -20,10 +20,10 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -537,6 +537,18 @@ class StoreWriter:
 SampleJob = Callable[[int], "EncodedSample | SampleFailure"]
 
 
+class ShardExecutor(Protocol):
+    """Encodes whole shards elsewhere (a Dask cluster: :mod:`prepkit.ingest.executors`).
+
+    ``map_shards(job, [(shard, items), ...])`` yields ``(shard, results)`` in the order
+    given, ``results`` holding ``job(i)`` for the shard's items in order.
+    """
+
+    def map_shards(
+        self, job: SampleJob, shards: list[tuple[int, list[int]]]
+    ) -> Iterator[tuple[int, list[EncodedSample | SampleFailure]]]: ...
+
+
 def write_all(
     dest: str | os.PathLike[str],
     plan: StorePlan,
@@ -547,6 +559,7 @@ def write_all(
     overwrite: bool = False,
     ignored: Sequence[tuple[str, str]] = (),
     progress: Callable[[int], None] = lambda n: None,
+    executor: ShardExecutor | None = None,
 ) -> WriteSummary:
     """Write a whole store: ``job(i)`` encodes item ``i``; shards not done yet are encoded
     (in ``workers`` spawn processes when > 1; ``job`` must then be picklable) and written
@@ -554,11 +567,21 @@ def write_all(
 
     ``on_error="fail"`` stops at the first SampleFailure with an IngestError naming it;
     ``"skip"`` stores every good sample and reports the rest in ``skipped.jsonl``.
+    ``executor`` encodes whole shards elsewhere (e.g. a Dask cluster); this process still
+    writes every shard, in order, and commits.
     """
     with StoreWriter(dest, plan, overwrite=overwrite) as writer:
         todo = [shard for shard in range(plan.num_shards) if shard not in writer.resumed_shards]
         for shard in writer.resumed_shards:
             progress(len(plan.shard_items(shard)))
+        if executor is not None:
+            for shard, encoded in executor.map_shards(job, [(shard, list(plan.shard_items(shard))) for shard in todo]):
+                failure = next((r for r in encoded if isinstance(r, SampleFailure)), None)
+                if failure is not None and on_error == "fail":
+                    raise IngestError(f"{failure.path}: {failure.reason}")
+                writer.write_shard(shard, encoded)
+                progress(len(encoded))
+            return writer.finalize(list(ignored))
         indices = (index for shard in todo for index in plan.shard_items(shard))
         results = run_ordered(job, indices, workers)
         try:

@@ -298,7 +298,7 @@ def _check_channel_op(op: Op, spec: Spec) -> None:
     if spec.resampled is not None or spec.dtype != "uint8":
         after = spec.resampled or f"a conversion to {spec.dtype}"
         raise PipelineError(
-            f"{type(op).__name__}: expected channel ops before any resampling op and ToDtype "
+            f"{type(op).__name__}: Expected channel ops before any resampling op and ToDtype "
             f"(they run on the stored uint8 pixels). Got one after {after}."
         )
 

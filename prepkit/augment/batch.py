@@ -54,7 +54,7 @@ def one_hot(labels: Any, num_classes: int) -> np.ndarray:
     if bad.any():
         k = int(np.argmax(bad))
         raise PipelineError(
-            f"labels: expected values in [0, {num_classes}) for one-hot mixing. Got {int(labels[k])} at "
+            f"labels: Expected values in [0, {num_classes}) for one-hot mixing. Got {int(labels[k])} at "
             f"batch position {k} (-1 means the sample has no label)."
         )
     rows = np.zeros((labels.shape[0], num_classes), np.float32)
@@ -137,7 +137,7 @@ class MixUp(_MixBase):
         if isinstance(images, np.ndarray):
             if images.dtype not in (np.float32, np.float16):
                 raise PipelineError(
-                    f"MixUp: expected float32 or float16 images (torchvision mixes floats only). Got {images.dtype}; "
+                    f"MixUp: Expected float32 or float16 images (torchvision mixes floats only). Got {images.dtype}; "
                     "put ToDtype(float32, scale=True) in the pipeline."
                 )
             out = np.empty_like(images)
@@ -194,7 +194,7 @@ def split_batch_ops(transforms: Sequence[Any]) -> tuple[list[Any], list[BatchOp]
     for position, item in enumerate(tail, start=first):
         if not isinstance(item, BatchOp):
             raise PipelineError(
-                f"transforms[{position}] {type(item).__name__}: expected only batch ops (MixUp, CutMix) after the "
+                f"transforms[{position}] {type(item).__name__}: Expected only batch ops (MixUp, CutMix) after the "
                 "first batch op (they run on the whole augmented batch). Got a per-sample op."
             )
     return items[:first], tail

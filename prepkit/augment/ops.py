@@ -319,7 +319,7 @@ class Grayscale(Op):
     def __post_init__(self) -> None:
         if self.num_output_channels not in (1, 3) or isinstance(self.num_output_channels, bool):
             raise PipelineError(
-                f"Grayscale.num_output_channels: expected 1 or 3. Got {self.num_output_channels!r}."
+                f"Grayscale.num_output_channels: Expected 1 or 3. Got {self.num_output_channels!r}."
             )
 
     def output_spec(self, spec: Spec) -> Spec:
@@ -391,7 +391,7 @@ class RandomErasing(Op):
     def output_spec(self, spec: Spec) -> Spec:
         if self.value == "random" and spec.dtype not in FLOAT_DTYPES:
             raise PipelineError(
-                f"RandomErasing: expected float data for value='random' (torchvision draws normals). Got {spec.dtype}."
+                f"RandomErasing: Expected float data for value='random' (torchvision draws normals). Got {spec.dtype}."
             )
         return spec
 
@@ -400,7 +400,7 @@ class RandomErasing(Op):
         values = np.atleast_1d(np.asarray(self.value, dtype=np.float64))
         if len(values) not in (1, channels):
             raise PipelineError(
-                f"RandomErasing.value: expected 1 or {channels} values for {channels}-channel images. Got {len(values)}."
+                f"RandomErasing.value: Expected 1 or {channels} values for {channels}-channel images. Got {len(values)}."
             )
         return np.broadcast_to(values, (channels,)).copy()
 

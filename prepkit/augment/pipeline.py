@@ -77,7 +77,7 @@ class Pipeline:
         for position, op in enumerate(ops):
             if self.erasing is not None and isinstance(op, (RandomErasing, *GEOMETRIC_OPS)):
                 raise PipelineError(
-                    f"ops[{position}] {type(op).__name__}: expected no geometric op and no second RandomErasing "
+                    f"ops[{position}] {type(op).__name__}: Expected no geometric op and no second RandomErasing "
                     "after RandomErasing (it fills a box of the finished output). Got one; move it earlier."
                 )
             if isinstance(op, RandomErasing):

@@ -147,8 +147,12 @@ def read_header(data: object) -> Header:
     )
     if magic != MAGIC:
         raise CodecError(f"bad magic: expected {MAGIC!r}, found {magic!r}")
+    if version == 2:
+        from prepkit.lossless import format_v2  # imports this module: resolved lazily
+
+        return format_v2.read_header(buf)[0]
     if version != VERSION:
-        raise CodecError(f"unsupported version: expected {VERSION}, found {version}")
+        raise CodecError(f"unsupported codec version {version}: this decoder reads versions 1 and 2")
     if flags & ~KNOWN_FLAGS:
         raise CodecError(f"unknown flag bits: expected a subset of {KNOWN_FLAGS:#x}, found {flags:#x}")
     if reserved or reserved2:
@@ -173,6 +177,8 @@ def read_tile_table(data: object, header: Header | None = None) -> np.ndarray:
     buf = as_bytes(data)
     if header is None:
         header = read_header(buf)
+    if header.version != VERSION:
+        raise CodecError(f"read_tile_table reads version {VERSION} streams, got version {header.version}")
     n = header.n_tiles
     start = HEADER_SIZE + header.table_size
     if buf.size < start:

@@ -118,15 +118,18 @@ class LosslessLayout:
 
     name: ClassVar[str] = "lossless"
     tile: int = 64
+    version: int = 2  # bitstream version written (docs/LOSSLESS.md); stores record it
 
     def __post_init__(self) -> None:
         if self.tile not in (16, 32, 64):
             raise ValueError(f"lossless tile size must be 16, 32 or 64, got {self.tile!r}")
+        if self.version not in (1, 2):
+            raise ValueError(f"lossless bitstream version must be 1 or 2, got {self.version!r}")
 
     def encode(self, pixels: np.ndarray) -> bytes:
         from prepkit import lossless
 
-        return lossless.encode(pixels, tile=self.tile)
+        return lossless.encode(pixels, tile=self.tile, version=self.version)
 
     def decode(self, data: bytes | memoryview | np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
         from prepkit import lossless
@@ -141,7 +144,7 @@ class LosslessLayout:
     def max_stored_size(self, height: int, width: int, channels: int) -> int:
         from prepkit import lossless
 
-        return lossless.max_encoded_size(height, width, channels, tile=self.tile)
+        return lossless.max_encoded_size(height, width, channels, tile=self.tile, version=self.version)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **asdict(self)}
@@ -156,6 +159,8 @@ def layout_from_dict(config: dict[str, Any]) -> Layout:
     name = options.pop("name", None)
     if not isinstance(name, str) or name not in _LAYOUTS:
         raise ValueError(f"unknown layout {name!r}; expected one of {', '.join(LAYOUT_NAMES)}")
+    if name == "lossless":
+        options.setdefault("version", 1)  # stores written before v2 did not record it
     try:
         return _LAYOUTS[name](**options)  # type: ignore[no-any-return]
     except TypeError as error:

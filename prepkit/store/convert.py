@@ -10,7 +10,7 @@ from typing import Any
 from prepkit import __version__
 from prepkit.errors import PrepkitError
 from prepkit.ingest.build import write_in_shards
-from prepkit.layouts import Layout
+from prepkit.layouts import Layout, LosslessLayout
 from prepkit.store.format import ShardGeometry
 from prepkit.store.reader import Store
 from prepkit.store.writer import EncodedSample, SampleFailure, StorePlan, StoreWriter, WriteSummary
@@ -64,7 +64,7 @@ def convert_store(
         layouts: dict[str, Layout] = {"image": layout}
         for name, arrays in store.field_arrays.items():
             if name != "image":
-                layouts[name] = arrays.layout
+                layouts[name] = _upgraded(arrays.layout)
         fields = {}
         for name, chosen in layouts.items():
             shapes = store.field_arrays[name].shapes
@@ -94,3 +94,11 @@ def convert_store(
         write_in_shards(writer, job, workers, "fail", progress)
         return writer.finalize()
 
+
+def _upgraded(layout: Layout) -> Layout:
+    """Masks and other kept fields: a lossless layout moves to the current bitstream version."""
+    from prepkit.lossless import DEFAULT_VERSION
+
+    if isinstance(layout, LosslessLayout) and layout.version != DEFAULT_VERSION:
+        return LosslessLayout(tile=layout.tile, version=DEFAULT_VERSION)
+    return layout

@@ -8,6 +8,8 @@ decoding. The CUDA kernel replaces `decode_plan` below with the same signature.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import cuda
 
@@ -22,12 +24,13 @@ def decode_plan(
 
     del pinned  # the interim path copies decoded pixels, not the compressed batch
     host = cpu.decode_plan(plan)  # raises CodecError for corrupt tiles, before any upload
-    if out is None:
-        out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
+    target: Any = out
+    if target is None:
+        target = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
     else:
-        plan_mod.check_out(out, plan.total)
+        plan_mod.check_out(target, plan.total)
     if plan.total:
-        out[: plan.total].copy_to_device(host, stream=stream)
+        target[: plan.total].copy_to_device(host, stream=stream)
     offsets = cuda.to_device(plan.offsets, stream=stream)
     shapes = cuda.to_device(plan.shapes, stream=stream)
-    return out[: plan.total], offsets, shapes
+    return target[: plan.total], offsets, shapes

@@ -123,15 +123,18 @@ class LosslessLayout:
 
     name: ClassVar[str] = "lossless"
     tile: int = 64
+    version: int = 1  # bitstream version written (docs/LOSSLESS.md); stores record it
 
     def __post_init__(self) -> None:
         if self.tile not in (16, 32, 64):
             raise ValueError(f"Expected lossless tile size to be 16, 32 or 64. Got {self.tile!r}.")
+        if self.version not in (1, 2):
+            raise ValueError(f"Expected lossless bitstream version 1 or 2. Got {self.version!r}.")
 
     def encode(self, pixels: np.ndarray) -> bytes:
         from prepkit import lossless
 
-        return lossless.encode(pixels, tile=self.tile)
+        return lossless.encode(pixels, tile=self.tile, version=self.version)
 
     def decode(self, data: bytes | memoryview | np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
         from prepkit import lossless
@@ -146,7 +149,7 @@ class LosslessLayout:
     def max_stored_size(self, height: int, width: int, channels: int) -> int:
         from prepkit import lossless
 
-        return lossless.max_encoded_size(height, width, channels, tile=self.tile)
+        return lossless.max_encoded_size(height, width, channels, tile=self.tile, version=self.version)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **asdict(self)}
@@ -161,14 +164,18 @@ def layout_from_dict(config: dict[str, Any]) -> Layout:
     name = options.pop("name", None)
     if not isinstance(name, str) or name not in _LAYOUTS:
         raise ValueError(f"Expected a layout among {', '.join(LAYOUT_NAMES)}. Got {name!r}.")
+    if name == "lossless":
+        options.setdefault("version", 1)  # stores written before v2 did not record it
     try:
         return _LAYOUTS[name](**options)
     except TypeError as error:
         raise ValueError(f"layout {name!r}: bad options {options!r} ({error})") from None
 
 
-def make_layout(name: str, *, quality: int = 90) -> Layout:
+def make_layout(name: str, *, quality: int = 90, lossless_version: int = 1) -> Layout:
     """The layout called ``name`` with the command-line options that apply to it."""
     if name == "jpeg":
         return JpegLayout(quality=quality)
+    if name == "lossless":
+        return LosslessLayout(version=lossless_version)
     return layout_from_dict({"name": name})

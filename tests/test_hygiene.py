@@ -64,3 +64,14 @@ def test_cached_kernel_sees_an_edit_of_an_inlined_module(tmp_path: Path) -> None
     assert _run(call, tmp_path) == "20"  # from the cache
     (tmp_path / "dep_mod.py").write_text("def step(x):\n    return x + 2\n")
     assert _run(call, tmp_path) == "30"
+
+
+def test_v2_encoder_does_not_import_the_numpy_reference() -> None:
+    out = _run(
+        "import sys, numpy as np\n"
+        "from prepkit import lossless\n"
+        "image = (np.arange(30 * 40 * 3) % 251).astype(np.uint8).reshape(30, 40, 3)\n"
+        "assert (lossless.decode(lossless.encode(image, version=2)) == image).all()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('prepkit.lossless.reference')))"
+    )
+    assert out == "[]", f"the v2 encoder imported {out}"

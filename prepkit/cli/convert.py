@@ -21,7 +21,7 @@ from prepkit.cli.options import (
 @layout_option()
 @write_options
 @storage_option
-def convert(src_store: str, dest_store: str, layout: str, quality: int, samples_per_shard: int | None,
+def convert(src_store: str, dest_store: str, layout: str, quality: int, lossless_version: int, samples_per_shard: int | None,
             workers: int, overwrite: bool, storage_options: tuple[str, ...]) -> None:
     """Transcode the store SRC_STORE into DEST_STORE with another image layout.
 
@@ -40,7 +40,7 @@ def convert(src_store: str, dest_store: str, layout: str, quality: int, samples_
         check_any_destination(dest_store, overwrite, options)
         with progress_bar("convert") as bar:
             summary = convert_store(
-                src_store, dest_store, layout=make_layout(layout, quality=quality),
+                src_store, dest_store, layout=make_layout(layout, quality=quality, lossless_version=lossless_version),
                 samples_per_shard=samples_per_shard, workers=workers, overwrite=overwrite, storage_options=options,
                 progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
             )

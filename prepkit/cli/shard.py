@@ -39,7 +39,7 @@ from prepkit.cli.options import (
 )
 @storage_option
 def shard(
-    src: str, dest: str, layout: str, quality: int, samples_per_shard: int, workers: int,
+    src: str, dest: str, layout: str, quality: int, lossless_version: int, samples_per_shard: int, workers: int,
     overwrite: bool, max_side: int | None, mode: str, on_error: str, max_pixels: int | None,
     executor: str, scheduler: str | None, storage_options: tuple[str, ...],
 ) -> None:
@@ -66,7 +66,7 @@ def shard(
         options_for_storage = parsed_storage_options(storage_options)
         check_any_destination(dest, overwrite, options_for_storage)
         runner = make_executor(executor, scheduler, workers)
-        chosen = make_layout(layout, quality=quality)
+        chosen = make_layout(layout, quality=quality, lossless_version=lossless_version)
         options = ImageOptions(mode=mode, max_side=max_side, max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
         with progress_bar("shard") as bar:
             summary, _ = build_store(

@@ -31,7 +31,7 @@ def mask_layout() -> Layout:
         from prepkit import lossless
 
         if hasattr(lossless, "encode"):
-            return LosslessLayout()
+            return LosslessLayout(version=lossless.MASK_VERSION)
     except ImportError:
         pass
     return RawLayout()

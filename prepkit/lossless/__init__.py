@@ -1,5 +1,6 @@
-"""prepkit's lossless image codec: independent tiles, a gradient predictor, and a Rice
-entropy stage that decodes in parallel on CPU (numba) and GPU (numba CUDA).
+"""prepkit's lossless image codec: independent tiles, per-tile colour transforms and
+predictors, and an interleaved rANS entropy stage (bitstream v2; v1 used Rice codes and stays
+decodable) that decodes in parallel on CPU (numba) and GPU (numba CUDA).
 
 The bitstream is specified in docs/LOSSLESS.md.
 """
@@ -12,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from prepkit.lossless import cpu
+from prepkit.lossless import format as _fmt
+from prepkit.lossless import format_v2 as _fmt2
 from prepkit.lossless import plan as _plan
-from prepkit.lossless.format import Header, max_encoded_size, read_header
+from prepkit.lossless.format import Header, read_header
 
 __all__ = [
     "Header",
@@ -28,12 +31,36 @@ __all__ = [
 Roi = tuple[int, int, int, int]
 
 
-def encode(image: np.ndarray, tile: int = 64) -> bytes:
-    """Encode an HxW or HxWxC (C in 1, 3, 4) uint8 image; tile is 16, 32 or 64.
+VERSIONS = (1, 2)
+# Images default to v1: its CPU decoder is 4-5x faster than v2's today (docs/BENCHMARKS.md),
+# which is prepkit's point; v2 is smaller (10% on photos, 40% on rendered content) and is
+# what masks use, where v1 spends 5x PNG's size. Pass version=2 to opt in.
+DEFAULT_VERSION = 1
+MASK_VERSION = 2
 
-    Raises ValueError for any other dtype, shape or tile size.
+
+def encode(image: np.ndarray, tile: int = 64, version: int = DEFAULT_VERSION) -> bytes:
+    """Encode an HxW or HxWxC (C in 1, 3, 4) uint8 image; tile is 16, 32 or 64; version is
+    the bitstream version to write (2, the default, or 1).
+
+    Raises ValueError for any other dtype, shape, tile size or version.
     """
-    return cpu.encode(image, tile)
+    if version == 2:
+        from prepkit.lossless import cpu_v2
+
+        return cpu_v2.encode(image, tile)
+    if version == 1:
+        return cpu.encode(image, tile)
+    raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
+
+
+def max_encoded_size(height: int, width: int, channels: int, tile: int = 64, version: int = DEFAULT_VERSION) -> int:
+    """A guaranteed upper bound on len(encode(img, tile, version)) for any image of this shape."""
+    if version == 2:
+        return _fmt2.max_encoded_size(height, width, channels, tile)
+    if version == 1:
+        return _fmt.max_encoded_size(height, width, channels, tile)
+    raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
 
 
 def decode(data: object, roi: Roi | None = None) -> np.ndarray:

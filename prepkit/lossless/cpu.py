@@ -465,21 +465,36 @@ def use_parallel(n_tiles: int) -> bool:
 
 
 def decode_plan(plan: plan_mod.Plan, out: np.ndarray | None = None) -> np.ndarray:
-    """Run the CPU decoder over a validated plan; return the flat output buffer
-    (out[:plan.total] when out is given)."""
+    """Run the CPU decoders over a validated plan (v1 and v2 items, each with its kernel);
+    return the flat output buffer (out[:plan.total] when out is given)."""
     if out is None:
         out = np.empty(plan.total, np.uint8)
     else:
         plan_mod.check_out(out, plan.total)
         out = out[: plan.total]
     errors = np.zeros(plan.work.shape[0], np.int32)
-    if use_parallel(plan.work.shape[0]):
+    versions = plan.work[:, plan_mod.VERSION]
+    if (versions == 1).all():
+        _decode_v1(plan.src, plan.work, out, errors)
+    else:
+        from prepkit.lossless import cpu_v2
+
+        v1 = np.flatnonzero(versions == 1)
+        if v1.size:
+            sub = np.zeros(v1.size, np.int32)
+            _decode_v1(plan.src, np.ascontiguousarray(plan.work[v1]), out, sub)
+            errors[v1] = sub
+        cpu_v2.decode_items(plan, np.flatnonzero(versions == 2), out, errors)
+    plan_mod.raise_errors(plan, errors)
+    return out
+
+
+def _decode_v1(src: np.ndarray, work: np.ndarray, out: np.ndarray, errors: np.ndarray) -> None:
+    if use_parallel(work.shape[0]):
         chunks = numba.get_num_threads()
         scratch = _scratch(chunks)
         scratch = DecodeScratch(*(a[:chunks] for a in scratch))
-        _decode_items(plan.src, plan.work, out, errors, POPCOUNT, POSITIONS, POSITIONS.reshape(-1), scratch)
+        _decode_items(src, work, out, errors, POPCOUNT, POSITIONS, POSITIONS.reshape(-1), scratch)
     else:
         scratch = _scratch(1)
-        _decode_items_serial(plan.src, plan.work, out, errors, POPCOUNT, POSITIONS, POSITIONS.reshape(-1), scratch)
-    plan_mod.raise_errors(plan, errors)
-    return out
+        _decode_items_serial(src, work, out, errors, POPCOUNT, POSITIONS, POSITIONS.reshape(-1), scratch)

@@ -247,6 +247,10 @@ def decode_plan(
     Raises CodecError (after one small device-to-host copy of the error codes) if any tile
     payload is corrupt.
     """
+    if 2 in plan.versions:  # v2 streams (docs/LOSSLESS.md section A) have their own kernel module
+        from prepkit.lossless import cuda_v2
+
+        return cuda_v2.decode_plan(plan, stream=stream, out=out, pinned=pinned)
     source = plan.src
     if pinned is not None and pinned.size >= source.size:
         pinned[: source.size] = source

@@ -147,8 +147,12 @@ def read_header(data: object) -> Header:
     )
     if magic != MAGIC:
         raise CodecError(f"bad magic: Expected {MAGIC!r}. Got {magic!r}.")
+    if version == 2:
+        from prepkit.lossless import format_v2  # imports this module: resolved lazily
+
+        return format_v2.read_header(buf)[0]
     if version != VERSION:
-        raise CodecError(f"unsupported version: Expected {VERSION}. Got {version}.")
+        raise CodecError(f"unsupported codec version: Expected 1 or 2. Got {version}.")
     if flags & ~KNOWN_FLAGS:
         raise CodecError(f"unknown flag bits: Expected a subset of {KNOWN_FLAGS:#x}. Got {flags:#x}.")
     if reserved or reserved2:
@@ -173,6 +177,8 @@ def read_tile_table(data: object, header: Header | None = None) -> np.ndarray:
     buf = as_bytes(data)
     if header is None:
         header = read_header(buf)
+    if header.version != VERSION:
+        raise CodecError(f"read_tile_table reads version {VERSION} streams, got version {header.version}")
     n = header.n_tiles
     start = HEADER_SIZE + header.table_size
     if buf.size < start:

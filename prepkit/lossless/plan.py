@@ -14,10 +14,12 @@ import numpy as np
 
 from prepkit.errors import CodecError
 from prepkit.lossless import format as fmt
+from prepkit.lossless import format_v2
 
-# Columns of a work item (int64).
-SRC_START, SRC_END, TH, TW, CH, COLOUR, OUT_BASE, OUT_H, OUT_W, OY, OX = range(11)
-N_COLS = 11
+# Columns of a work item (int64). VERSION is the stream's bitstream version; TABLE_BASE
+# (version 2 only) is the row of the image's first frequency table in Plan.freq/cum/lut.
+SRC_START, SRC_END, TH, TW, CH, COLOUR, OUT_BASE, OUT_H, OUT_W, OY, OX, VERSION, TABLE_BASE = range(13)
+N_COLS = 13
 
 Roi = tuple[int, int, int, int]
 
@@ -33,6 +35,16 @@ class Plan:
     shapes: np.ndarray  # int32 (n_images, 3): (h, w, c) of each decoded region
     out_shapes: list[tuple[int, ...]]  # what decode returns per image (2-D or 3-D)
     total: int  # bytes of the flat output
+    # Version 2 frequency tables of every v2 image, back to back (TABLE_BASE points here).
+    freq: np.ndarray  # int32 (n_tables, 256)
+    cum: np.ndarray  # int32 (n_tables, 257)
+    lut: np.ndarray  # uint8 (n_tables, 4096): slot -> symbol
+    empty: np.ndarray  # int32 (n_tables,): 1 for an empty table (decoding from it is an error)
+
+    @property
+    def versions(self) -> set[int]:
+        """The bitstream versions present in the batch."""
+        return {int(v) for v in np.unique(self.work[:, VERSION])}
 
 
 def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -> Plan:
@@ -47,10 +59,17 @@ def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -
     out_shapes: list[tuple[int, ...]] = []
     src_base = 0
     out_base = 0
+    tables: list[format_v2.TablesV2] = []
+    n_tables = 0
     for index, buf in enumerate(arrays):
         try:
             header = fmt.read_header(buf)
-            table = fmt.read_tile_table(buf, header)
+            if header.version == format_v2.VERSION:
+                stream = format_v2.read_stream(buf)
+                table = stream.offsets
+                tables.append(stream.tables)
+            else:
+                table = fmt.read_tile_table(buf, header)
         except CodecError as exc:
             raise CodecError(f"image {index}: {exc}") from None
         y0, x0, y1, x1 = fmt.normalize_roi(header, None if rois is None else rois[index])
@@ -73,6 +92,11 @@ def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -
         block[:, OUT_W] = ow
         block[:, OY] = tyy.reshape(-1) * t - y0
         block[:, OX] = txx.reshape(-1) * t - x0
+        block[:, VERSION] = header.version
+        block[:, TABLE_BASE] = n_tables if header.version == format_v2.VERSION else 0
+        if header.version == format_v2.VERSION:
+            block[:, COLOUR] = 0
+            n_tables += tables[-1].n_tables
         items.append(block)
         owners.append(np.full(tiles.size, index, np.int64))
         shapes[index] = (oh, ow, c)
@@ -89,7 +113,15 @@ def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -
         src.flags.writeable = False  # one numba specialization: kernels see read-only input
     work = np.concatenate(items) if items else np.zeros((0, N_COLS), np.int64)
     owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
-    return Plan(src, np.ascontiguousarray(work), owner, out_offsets, shapes, out_shapes, out_base)
+    if tables:
+        freq = np.concatenate([t.freq for t in tables])
+        cum = np.concatenate([t.cum for t in tables])
+        lut = np.concatenate([t.lut() for t in tables])
+    else:
+        freq, cum, lut = np.zeros((0, 256), np.int32), np.zeros((0, 257), np.int32), np.zeros((0, 4096), np.uint8)
+    empty = (cum[:, 256] == 0).astype(np.int32)
+    return Plan(src, np.ascontiguousarray(work), owner, out_offsets, shapes, out_shapes, out_base,
+                freq, cum, lut, empty)
 
 
 # Error codes a kernel writes per work item (0 = fine).
@@ -97,12 +129,18 @@ ERR_K = 1
 ERR_LOW_BITS = 2
 ERR_UNARY = 3
 ERR_VALUE = 4
+ERR_STATE = 5
+ERR_WORDS = 6
+ERR_TABLE = 7
 
 ERROR_TEXT = {
     ERR_K: "a Rice parameter above 7",
     ERR_LOW_BITS: "low-bit section longer than the tile payload",
     ERR_UNARY: "unary section does not hold exactly one terminator per value",
     ERR_VALUE: "a decoded value above 255",
+    ERR_STATE: "a rANS lane state outside [2^16, 2^32) or not back at 2^16 at the end",
+    ERR_WORDS: "the rANS word stream ends early or has words left over",
+    ERR_TABLE: "a rANS symbol from an empty frequency table",
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from prepkit import __version__
 from prepkit.errors import PrepkitError
-from prepkit.layouts import Layout
+from prepkit.layouts import Layout, LosslessLayout
 from prepkit.store.publish import write_through_staging
 from prepkit.store.reader import Store
 from prepkit.store.storage import is_url
@@ -75,7 +75,7 @@ def convert_store(
         layouts: dict[str, Layout] = {"image": layout}
         for name, arrays in store.field_arrays.items():
             if name != "image":
-                layouts[name] = arrays.layout
+                layouts[name] = _upgraded(arrays.layout)
         shapes = {
             name: [(int(h), int(w), int(c)) for h, w, c in store.field_arrays[name].shapes] for name in layouts
         }
@@ -98,3 +98,11 @@ def convert_store(
     job = ConvertJob(source=source, layouts=layouts, storage_options=storage_options)
     return write_all(dest, plan, job, workers=workers, overwrite=overwrite, progress=progress)
 
+
+def _upgraded(layout: Layout) -> Layout:
+    """Masks: a lossless layout moves to the bitstream version masks are written with."""
+    from prepkit.lossless import MASK_VERSION
+
+    if isinstance(layout, LosslessLayout) and layout.version != MASK_VERSION:
+        return LosslessLayout(tile=layout.tile, version=MASK_VERSION)
+    return layout

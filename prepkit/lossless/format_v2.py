@@ -1,0 +1,312 @@
+"""Bitstream version 2: header, frequency tables, tile table and tile headers, all validated.
+
+docs/LOSSLESS.md (section "Version 2") is the normative description. Everything here is
+plain Python/numpy and runs before any unchecked kernel: after `read_stream` returns, every
+tile's mode bytes, lane count, table references and payload lengths are known to be
+consistent, so a kernel only has to bound its 16-bit word reads by the tile's payload end
+and check the rANS final states.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from prepkit.errors import CodecError
+from prepkit.lossless import format as fmt
+
+VERSION = 2
+HEADER_SIZE = 24
+# magic, version, flags, channels, table sets, W, H, tile, reserved, tables_size
+_HEADER = struct.Struct("<4sBBBBIIHHI")
+assert _HEADER.size == HEADER_SIZE
+
+FLAG_2D = fmt.FLAG_2D
+KNOWN_FLAGS = FLAG_2D
+
+PROB_BITS = 12
+PROB_SCALE = 1 << PROB_BITS  # frequencies of a table sum to this
+STATE_LOW = 1 << 16  # rANS states live in [STATE_LOW, 2^32); also every lane's initial state
+CONTEXTS = 4  # tables per set: chosen by the symbol 64 positions earlier (see context())
+CONTEXT_DISTANCE = 64
+MAX_LANES_LOG2 = 5
+MAX_SETS_PER_CHANNEL = 2  # table sets per image: 1 .. 2 * C (the reference encoder uses C)
+
+TILE_RAW = 0
+TILE_CODED = 1
+CH_CONST = 0
+CH_RANS = 1
+PREDICTORS = 4  # 0 none, 1 left, 2 up, 3 gradient
+COLOURS = 3  # 0 none, 1 subtract green, 2 YCoCg-R lifting
+
+
+@dataclass(frozen=True)
+class TablesV2:
+    """The frequency tables of one stream, (n_sets * CONTEXTS) tables of 256 symbols."""
+
+    freq: np.ndarray  # int32 (n_tables, 256); a row of zeros is an empty (unusable) table
+    cum: np.ndarray  # int32 (n_tables, 257): exclusive prefix sums of freq
+
+    @property
+    def n_tables(self) -> int:
+        return int(self.freq.shape[0])
+
+    def lut(self) -> np.ndarray:
+        """uint8 (n_tables, PROB_SCALE): slot -> symbol (0 for every slot of an empty table)."""
+        out = np.zeros((self.n_tables, PROB_SCALE), np.uint8)
+        for t in range(self.n_tables):
+            if self.cum[t, 256]:
+                out[t] = np.repeat(np.arange(256, dtype=np.uint8), self.freq[t])
+        return out
+
+
+def context(previous: np.ndarray) -> np.ndarray:
+    """Context (0..3) of a symbol from the zig-zag value 64 positions earlier (0 before that)."""
+    p = np.asarray(previous, np.int64)
+    return (p > 0).astype(np.int64) + (p > 2) + (p > 8)
+
+
+def pack_header(
+    height: int, width: int, channels: int, tile: int, flags: int, n_sets: int, tables_size: int
+) -> bytes:
+    return _HEADER.pack(fmt.MAGIC, VERSION, flags, channels, n_sets, width, height, tile, 0, tables_size)
+
+
+TABLE_EMPTY = 0
+TABLE_LIST = 1
+TABLE_BITMAP = 2
+LIST_MAX = 31  # the encoder lists up to this many symbols, and uses a bitmap beyond
+
+
+def pack_tables(freq: np.ndarray) -> bytes:
+    """Serialise tables. Per table a kind byte: 0 empty; 1 a list (a byte n - 1, then the n
+    present symbols in increasing order); 2 a 32-byte presence bitmap (symbol s is bit s % 8
+    of byte s // 8). Then f - 1 of each present symbol, in increasing symbol order, as 1 byte
+    (< 128) or 2 bytes (low 7 bits | 0x80, then the rest)."""
+    out = bytearray()
+    for row in np.asarray(freq):
+        present = np.flatnonzero(row > 0)
+        if present.size == 0:
+            out.append(TABLE_EMPTY)
+            continue
+        if present.size <= LIST_MAX:
+            out += bytes([TABLE_LIST, present.size - 1]) + bytes(int(s) for s in present)
+        else:
+            out.append(TABLE_BITMAP)
+            out += np.packbits(row > 0, bitorder="little").tobytes()
+        for f in row[present]:
+            v = int(f) - 1
+            out += bytes([v]) if v < 128 else bytes([0x80 | (v & 127), v >> 7])
+    return bytes(out)
+
+
+def parse_tables(raw: np.ndarray, n_tables: int) -> TablesV2:
+    """Parse and validate serialised tables that must fill `raw` exactly."""
+    freq = np.zeros((n_tables, 256), np.int32)
+    pos = 0
+    data = raw.tobytes()
+    for t in range(n_tables):
+        if pos >= len(data):
+            raise CodecError(f"frequency table {t}: expected a kind byte. Got the end of the table section.")
+        kind = data[pos]
+        pos += 1
+        if kind == TABLE_EMPTY:
+            continue
+        if kind == TABLE_LIST:
+            if pos >= len(data) or pos + 1 + data[pos] + 1 > len(data):
+                raise CodecError(f"frequency table {t}: truncated symbol list")
+            present = np.frombuffer(data[pos + 1 : pos + 2 + data[pos]], np.uint8).astype(np.int64)
+            pos += 1 + present.size
+            if (np.diff(present) <= 0).any():
+                raise CodecError(f"frequency table {t}: expected symbols in increasing order")
+        elif kind == TABLE_BITMAP:
+            if pos + 32 > len(data):
+                raise CodecError(f"frequency table {t}: truncated bitmap")
+            present = np.flatnonzero(np.unpackbits(raw[pos : pos + 32], bitorder="little"))
+            pos += 32
+        else:
+            raise CodecError(f"frequency table {t}: expected kind 0, 1 or 2. Got {kind}.")
+        # Varints without a loop: a byte with 0x80 starts a 2-byte value whose second byte
+        # is < 32 (f - 1 <= 4095), so every byte that does not follow a 0x80 byte starts one.
+        if present.size == 0:
+            raise CodecError(f"frequency table {t}: expected at least one symbol in a bitmap table")
+        window = raw[pos : pos + 2 * present.size].astype(np.int64)
+        follows = np.zeros(window.size, np.bool_)
+        follows[1:] = window[:-1] >= 0x80
+        starts = np.flatnonzero(~follows)[: present.size]
+        if starts.size < present.size or (starts[-1] + (window[starts[-1]] >= 0x80) >= window.size):
+            raise CodecError(f"frequency table {t}: truncated frequencies")
+        two = window[starts] >= 0x80
+        used = int(starts[-1]) + 1 + int(two[-1])
+        if (window[:used][follows[:used]] >= 32).any():
+            raise CodecError(f"frequency table {t}: expected frequencies of at most {PROB_SCALE}")
+        second = np.where(two, window[np.minimum(starts + 1, window.size - 1)], 0)
+        freq[t, present] = (window[starts] & 127) + np.where(two, second << 7, 0) + 1
+        pos += used
+        total = int(freq[t].sum())
+        if total != PROB_SCALE:
+            raise CodecError(f"frequency table {t}: expected frequencies summing to {PROB_SCALE}. Got {total}.")
+    if pos != len(data):
+        raise CodecError(f"table section: expected {pos} bytes for {n_tables} tables. Got {len(data)}.")
+    cum = np.zeros((n_tables, 257), np.int32)
+    cum[:, 1:] = np.cumsum(freq, axis=1)
+    return TablesV2(freq, cum)
+
+
+def max_tables_size(channels: int) -> int:
+    """Largest table section: MAX_SETS_PER_CHANNEL sets per channel, bitmap, 2 bytes per symbol."""
+    return MAX_SETS_PER_CHANNEL * channels * CONTEXTS * (1 + 32 + 2 * 256)
+
+
+def max_encoded_size(height: int, width: int, channels: int, tile: int = 64) -> int:
+    """Every tile may be stored raw (1 + th*tw*C bytes), so this bounds any v2 stream."""
+    fmt.check_shape(height, width, channels, tile)
+    header = fmt.Header(height, width, channels, tile, 0)
+    th, tw = fmt.tile_geometry(header)
+    raw = 1 + th * tw * channels
+    return HEADER_SIZE + max_tables_size(channels) + header.table_size + int(raw.sum())
+
+
+@dataclass(frozen=True)
+class StreamV2:
+    """A validated v2 stream: header, tables, tile offsets and the decoded tile headers."""
+
+    header: fmt.Header
+    tables: TablesV2
+    offsets: np.ndarray  # int64 (N + 1): absolute tile offsets
+    mode: np.ndarray  # int64 (N,): TILE_RAW or TILE_CODED
+    colour: np.ndarray  # int64 (N,)
+    lanes_log2: np.ndarray  # int64 (N,)
+    ch_mode: np.ndarray  # int64 (N, C)
+    predictor: np.ndarray  # int64 (N, C)
+    table_set: np.ndarray  # int64 (N, C)
+    words_start: np.ndarray  # int64 (N,): absolute offset of the 16-bit word stream (after the states)
+
+
+def read_header(buf: np.ndarray) -> tuple[fmt.Header, int, int]:
+    """Parse a v2 header: (header, n_sets, tables_size). The version byte was checked."""
+    if buf.size < HEADER_SIZE:
+        raise CodecError(f"stream too short for a v2 header: need {HEADER_SIZE} bytes, got {buf.size}")
+    magic, version, flags, channels, n_sets, width, height, tile, reserved, tables_size = _HEADER.unpack(
+        buf[:HEADER_SIZE].tobytes()
+    )
+    if flags & ~KNOWN_FLAGS:
+        raise CodecError(f"unknown flags 0x{flags:02x} (known: 0x{KNOWN_FLAGS:02x})")
+    if reserved:
+        raise CodecError(f"reserved header field is {reserved}, expected 0")
+    try:
+        fmt.check_shape(height, width, channels, tile)
+    except ValueError as exc:
+        raise CodecError(f"invalid header: {exc}") from None
+    if flags & FLAG_2D and channels != 1:
+        raise CodecError(f"2-D flag set with {channels} channels (expected 1)")
+    if not 1 <= n_sets <= MAX_SETS_PER_CHANNEL * channels:
+        raise CodecError(f"table sets: expected 1..{MAX_SETS_PER_CHANNEL * channels}. Got {n_sets}.")
+    if tables_size > max_tables_size(channels):
+        raise CodecError(f"table section: expected at most {max_tables_size(channels)} bytes. Got {tables_size}.")
+    return fmt.Header(height, width, channels, tile, flags, VERSION), n_sets, tables_size
+
+
+def read_stream(buf: np.ndarray) -> StreamV2:
+    """Validate a whole v2 stream except the rANS words themselves (vectorised over tiles)."""
+    header, n_sets, tables_size = read_header(buf)
+    c = header.channels
+    n = header.n_tiles
+    table_at = HEADER_SIZE + tables_size
+    start = table_at + header.table_size
+    if buf.size < start:
+        raise CodecError(f"stream too short for tables and tile table: need {start} bytes, got {buf.size}")
+    tables = parse_tables(buf[HEADER_SIZE:table_at], n_sets * CONTEXTS)
+    offsets = buf[table_at:start].view("<u4").astype(np.int64)
+    if offsets[0] != start:
+        raise CodecError(f"first tile offset: expected {start}, found {offsets[0]}")
+    if offsets[n] != buf.size:
+        raise CodecError(f"last tile offset: expected the stream length {buf.size}, found {offsets[n]}")
+    lengths = np.diff(offsets)
+    if (lengths < 1).any():
+        i = int(np.flatnonzero(lengths < 1)[0])
+        raise CodecError(f"tile {i}: expected a payload of at least 1 byte. Got {int(lengths[i])}.")
+    th, tw = fmt.tile_geometry(header)
+    first = offsets[:-1]
+    mode = buf[first].astype(np.int64)
+    _check(mode > TILE_CODED, mode, "tile mode", "0 (raw) or 1 (coded)")
+    raw = mode == TILE_RAW
+    raw_len = 1 + th * tw * c
+    _check(raw & (lengths != raw_len), lengths, "raw tile length", "1 + th*tw*C")
+    coded = ~raw
+    _check(coded & (lengths < 2 + c), lengths, "coded tile length", f"at least {2 + c}")
+
+    def byte(k: int) -> np.ndarray:  # byte k of every coded tile (0 for raw tiles)
+        return np.where(coded, buf[np.minimum(first + k, buf.size - 1)], 0).astype(np.int64)
+
+    info = byte(1)
+    colour = info & 15
+    lanes_log2 = info >> 4
+    _check(colour >= (COLOURS if c >= 3 else 1), colour, "colour transform", "0..2 (0 for 1 channel)")
+    _check(lanes_log2 > MAX_LANES_LOG2, lanes_log2, "lane count log2", f"0..{MAX_LANES_LOG2}")
+    chb = np.stack([byte(2 + k) for k in range(c)], axis=1)
+    ch_mode = chb & 3
+    predictor = (chb >> 2) & 3
+    table_set = chb >> 4
+    bad_ch = (ch_mode > CH_RANS) | ((ch_mode == CH_CONST) & (chb != CH_CONST)) | (table_set >= n_sets)
+    _check(bad_ch.any(axis=1), chb.max(axis=1), "channel byte", "mode 0 (no other bits) or 1 with a known table set")
+    n_const = (coded[:, None] & (ch_mode == CH_CONST)).sum(axis=1)
+    any_rans = coded & (ch_mode == CH_RANS).any(axis=1)
+    fixed = 2 + c + n_const + np.where(any_rans, 4 << lanes_log2, 0)
+    _check(coded & ~any_rans & (lengths != fixed), lengths, "constant tile length", "2 + 2C")
+    words = lengths - fixed
+    _check(any_rans & ((words < 0) | (words % 2 != 0)), lengths, "rANS tile length", "header + states + whole words")
+    return StreamV2(
+        header, tables, offsets, mode, colour, lanes_log2, ch_mode, predictor, table_set, first + fixed
+    )
+
+
+def _check(bad: np.ndarray, values: np.ndarray, what: str, expected: str) -> None:
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise CodecError(f"tile {i}: {what}: expected {expected}. Got {int(values[i])}.")
+
+
+# Shared by the reference encoder and the numba encoder (no numpy reference in production).
+def normalize(counts: np.ndarray) -> np.ndarray:
+    """Frequencies summing to PROB_SCALE, >= 1 for every counted symbol (all 0 if none).
+
+    Shared by both encoders: floor(count * 4096 / total) raised to 1, then the difference
+    to 4096 taken from or given to the largest entries (lowest symbol first on ties).
+    """
+    counts = counts.astype(np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(256, np.int32)
+    freq = np.where(counts > 0, np.maximum(1, counts * PROB_SCALE // total), 0)
+    diff = PROB_SCALE - int(freq.sum())
+    while diff != 0:
+        i = int(np.argmax(freq))
+        step = diff if diff > 0 else -min(-diff, int(freq[i]) - 1)
+        if step == 0:  # the largest entry is 1: spread the excess over the next largest ones
+            order = np.argsort(-freq, kind="stable")
+            i = int(order[np.argmax(freq[order] > 1)])
+            step = -min(-diff, int(freq[i]) - 1)
+        freq[i] += step
+        diff -= step
+    return freq.astype(np.int32)
+
+
+def cost_table(freq: np.ndarray) -> np.ndarray:
+    """Cost of each (table, symbol) in 1/16 bits, an integer (same in both encoders)."""
+    with np.errstate(divide="ignore"):
+        bits = -np.log2(np.maximum(freq, 1) / PROB_SCALE)
+    return np.round(bits * 16).astype(np.int64)
+
+
+def assemble(header: fmt.Header, freq: np.ndarray, payloads: list[bytes]) -> bytes:
+    """Header, tables, tile table and payloads (shared by both encoders)."""
+    tables = pack_tables(freq)
+    n_sets = freq.shape[0] // CONTEXTS
+    head = pack_header(header.height, header.width, header.channels, header.tile, header.flags,
+                          n_sets, len(tables))
+    first = HEADER_SIZE + len(tables) + header.table_size
+    offsets = np.cumsum([0] + [len(p) for p in payloads]) + first
+    return head + tables + offsets.astype("<u4").tobytes() + b"".join(payloads)

@@ -1,0 +1,328 @@
+"""Plain-numpy encoder and decoder for bitstream version 2: the oracle the kernels are tested against.
+
+Slow and short; every step follows docs/LOSSLESS.md (section "Version 2") the obvious way.
+The image-level steps that are not per tile (histograms, table normalisation, lane counts)
+are shared with the numba encoder in cpu_v2.py, which must produce the same bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prepkit.errors import CodecError
+from prepkit.lossless import format as fmt
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless.format import prepare
+from prepkit.lossless.format_v2 import assemble, cost_table, normalize
+
+# Bits of a zig-zag value as the encoder's cheap cost estimate: bit_length(v).
+BIT_LENGTH = np.array([int(v).bit_length() for v in range(256)], np.int64)
+
+
+def signed_half(v: np.ndarray) -> np.ndarray:
+    """floor(s / 2) of a mod-256 value read as int8 s (the lifting steps' shift)."""
+    s = v.astype(np.int64) & 255
+    return np.where(s >= 128, s - 256, s) >> 1
+
+
+def colour_forward(x: np.ndarray, mode: int) -> np.ndarray:
+    """Reversible colour transform of (..., C) int64 pixels, mod 256 (C >= 3 for modes 1, 2)."""
+    x = x.astype(np.int64).copy()
+    if mode == 1:  # subtract green
+        x[..., 0] = (x[..., 0] - x[..., 1]) & 255
+        x[..., 2] = (x[..., 2] - x[..., 1]) & 255
+    elif mode == 2:  # YCoCg-R lifting: planes become (Y, Cg, Co)
+        r, g, b = x[..., 0], x[..., 1], x[..., 2]
+        co = (r - b) & 255
+        t = (b + signed_half(co)) & 255
+        cg = (g - t) & 255
+        y = (t + signed_half(cg)) & 255
+        x[..., 0], x[..., 1], x[..., 2] = y, cg, co
+    return x
+
+
+def colour_inverse(x: np.ndarray, mode: int) -> np.ndarray:
+    x = x.astype(np.int64).copy()
+    if mode == 1:
+        x[..., 0] = (x[..., 0] + x[..., 1]) & 255
+        x[..., 2] = (x[..., 2] + x[..., 1]) & 255
+    elif mode == 2:
+        y, cg, co = x[..., 0].copy(), x[..., 1].copy(), x[..., 2].copy()
+        t = (y - signed_half(cg)) & 255
+        g = (cg + t) & 255
+        b = (t - signed_half(co)) & 255
+        r = (b + co) & 255
+        x[..., 0], x[..., 1], x[..., 2] = r, g, b
+    return x
+
+
+def predict(plane: np.ndarray, predictor: int) -> np.ndarray:
+    """Residuals mod 256 of a (th, tw) plane; neighbours outside the tile are 0."""
+    p = np.zeros((plane.shape[0] + 1, plane.shape[1] + 1), np.int64)
+    p[1:, 1:] = plane
+    left, up, upleft = p[1:, :-1], p[:-1, 1:], p[:-1, :-1]
+    guess = [0, left, up, left + up - upleft][predictor]
+    return (plane - guess) & 255
+
+
+def unpredict(res: np.ndarray, predictor: int) -> np.ndarray:
+    """Inverse of predict: prefix sums along rows (left), columns (up), or both (gradient)."""
+    out = res.astype(np.int64)
+    if predictor in (1, 3):
+        out = np.cumsum(out, axis=1)
+    if predictor in (2, 3):
+        out = np.cumsum(out, axis=0)
+    return out & 255
+
+
+def zigzag(r: np.ndarray) -> np.ndarray:
+    s = np.where(r >= 128, r - 256, r).astype(np.int64)
+    return np.where(s >= 0, 2 * s, -2 * s - 1)
+
+
+def unzigzag(z: np.ndarray) -> np.ndarray:
+    z = z.astype(np.int64)
+    return ((z >> 1) ^ -(z & 1)) & 255
+
+
+# ----------------------------------------------------------------------------- encoder
+
+
+class TileChoice:
+    """The encoder's decisions for one tile, before entropy coding."""
+
+    def __init__(self, colour: int, predictors: list[int], planes: np.ndarray, const: list[bool]) -> None:
+        self.colour = colour
+        self.predictors = predictors
+        self.planes = planes  # int64 (C, th, tw) colour-transformed pixels
+        self.const = const
+
+    def symbols(self) -> tuple[np.ndarray, np.ndarray]:
+        """(zig-zag residuals, channel of each) of the rANS-coded channels, in coded order."""
+        parts = [zigzag(predict(self.planes[k], self.predictors[k])).reshape(-1)
+                 for k in range(len(self.const)) if not self.const[k]]
+        chans = [np.full(self.planes[k].size, k, np.int64) for k in range(len(self.const)) if not self.const[k]]
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(parts), np.concatenate(chans)
+
+
+def choose(tile: np.ndarray) -> TileChoice:
+    """Colour transform and per-channel predictor with the smallest sum of bit lengths
+    (first minimum on ties: the lower mode number wins)."""
+    c = tile.shape[2]
+    best: TileChoice | None = None
+    best_cost = -1
+    for colour in range(f2.COLOURS if c >= 3 else 1):
+        planes = np.moveaxis(colour_forward(tile, colour), 2, 0)
+        total = 0
+        predictors = []
+        for k in range(c):
+            costs = [int(BIT_LENGTH[zigzag(predict(planes[k], p))].sum()) for p in range(f2.PREDICTORS)]
+            p = int(np.argmin(costs))
+            predictors.append(p)
+            total += costs[p]
+        if best is None or total < best_cost:
+            const = [bool((planes[k] == planes[k].flat[0]).all()) for k in range(c)]
+            best, best_cost = TileChoice(colour, predictors, planes, const), total
+    assert best is not None
+    return best
+
+
+def table_index(symbols: np.ndarray, channel_set: np.ndarray) -> np.ndarray:
+    """Table of each symbol: set * CONTEXTS + context of the symbol 64 positions earlier."""
+    previous = np.zeros(symbols.size, np.int64)
+    previous[f2.CONTEXT_DISTANCE :] = symbols[: -f2.CONTEXT_DISTANCE] if symbols.size > 64 else []
+    return channel_set * f2.CONTEXTS + f2.context(previous)
+
+
+def lanes_log2(estimate_16ths: int) -> int:
+    """Lane count from the estimated coded size: the 4-byte final state of each lane stays
+    under ~1/16 of the tile (4 lanes at least, 32 at most)."""
+    estimate_bytes = estimate_16ths // 128
+    log2 = 2
+    while log2 < f2.MAX_LANES_LOG2 and 64 << log2 < estimate_bytes:
+        log2 += 1
+    return log2
+
+
+def rans_encode(symbols: np.ndarray, tables: np.ndarray, freq: np.ndarray, cum: np.ndarray, lanes: int) -> bytes:
+    """Interleaved rANS: symbol i in lane i % lanes; returns the final states (u32 each) and
+    the 16-bit words in the order the decoder reads them."""
+    states = [f2.STATE_LOW] * lanes
+    words: list[int] = []
+    for i in range(symbols.size - 1, -1, -1):
+        t, s = int(tables[i]), int(symbols[i])
+        f, c = int(freq[t, s]), int(cum[t, s])
+        x = states[i % lanes]
+        if x >= f << (32 - f2.PROB_BITS):
+            words.append(x & 0xFFFF)
+            x >>= 16
+        states[i % lanes] = (x // f << f2.PROB_BITS) + x % f + c
+    return np.array(states, "<u4").tobytes() + np.array(words[::-1], "<u2").tobytes()
+
+
+def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.ndarray, n_sets: int) -> bytes:
+    c = tile.shape[2]
+    symbols, chans = choice.symbols()
+    out = bytearray([f2.TILE_CODED, 0])
+    body = b""
+    for k in range(c):
+        if choice.const[k]:
+            out.append(f2.CH_CONST)
+        else:
+            out.append(f2.CH_RANS | choice.predictors[k] << 2 | min(k, n_sets - 1) << 4)
+    out += bytes(int(choice.planes[k].flat[0]) for k in range(c) if choice.const[k])
+    log2 = 0
+    if symbols.size:
+        tables = table_index(symbols, np.minimum(chans, n_sets - 1))
+        log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()))
+        body = rans_encode(symbols, tables, freq, cum, 1 << log2)
+    out[1] = choice.colour | log2 << 4
+    coded = bytes(out) + body
+    if len(coded) >= 1 + tile.size:  # raw fallback: what bounds max_encoded_size
+        return raw_tile(tile)
+    return coded
+
+
+def raw_tile(tile: np.ndarray) -> bytes:
+    """Mode byte 0, then the pixels (th, tw, C) in C order."""
+    return bytes([f2.TILE_RAW]) + tile.astype(np.uint8).tobytes()
+
+
+def estimate(choice: TileChoice, freq: np.ndarray, n_sets: int) -> int:
+    """Estimated coded tile size in bytes: header, constants, states and the symbols' costs."""
+    c = len(choice.const)
+    symbols, chans = choice.symbols()
+    size = 2 + c + sum(choice.const)
+    if symbols.size:
+        tables = table_index(symbols, np.minimum(chans, n_sets - 1))
+        cost = int(cost_table(freq)[tables, symbols].sum())
+        size += (4 << lanes_log2(cost)) + cost // 128
+    return size
+
+
+def build_tables(choices: list[TileChoice], n_sets: int) -> np.ndarray:
+    """Frequencies (n_sets * CONTEXTS, 256) from every coded symbol of the image."""
+    counts = np.zeros((n_sets * f2.CONTEXTS, 256), np.int64)
+    for choice in choices:
+        symbols, chans = choice.symbols()
+        if symbols.size:
+            np.add.at(counts, (table_index(symbols, np.minimum(chans, n_sets - 1)), symbols), 1)
+    return np.stack([normalize(row) for row in counts])
+
+
+def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
+    h, w = image.shape[:2]
+    return [image[y : y + tile, x : x + tile] for y in range(0, h, tile) for x in range(0, w, tile)]
+
+
+def encode(image: np.ndarray, tile: int = 64) -> bytes:
+    """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation)."""
+    image, flags = prepare(image, tile)
+    flags &= f2.FLAG_2D
+    h, w, c = image.shape
+    header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
+    tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
+    choices = [choose(t) for t in tiles]
+    n_sets = c
+    freq = build_tables(choices, n_sets)
+    # Tiles whose estimated coded size reaches their raw size leave the tables: noise
+    # should not pay for tables no tile uses (one re-count, integer estimates: deterministic).
+    keep = [i for i, ch in enumerate(choices) if estimate(ch, freq, n_sets) < 1 + tiles[i].size]
+    if len(keep) < len(choices):
+        freq = build_tables([choices[i] for i in keep], n_sets)
+    cum = np.zeros((freq.shape[0], 257), np.int64)
+    cum[:, 1:] = np.cumsum(freq, axis=1)
+    kept = set(keep)
+    payloads = [
+        encode_tile(t, ch, freq, cum, n_sets) if i in kept else raw_tile(t)
+        for i, (t, ch) in enumerate(zip(tiles, choices, strict=True))
+    ]
+    return smaller_of(assemble(header, freq, payloads), header, tiles)
+
+
+def smaller_of(stream: bytes, header: fmt.Header, tiles: list[np.ndarray]) -> bytes:
+    """The stream, or every tile raw with empty tables when that is smaller (noise: tables
+    that fit it cost more than they save)."""
+    n_tables = header.channels * f2.CONTEXTS
+    all_raw = f2.HEADER_SIZE + n_tables + header.table_size + sum(1 + t.size for t in tiles)
+    if len(stream) <= all_raw:
+        return stream
+    return assemble(header, np.zeros((n_tables, 256), np.int32), [raw_tile(t) for t in tiles])
+
+
+# ----------------------------------------------------------------------------- decoder
+
+
+def rans_decode(
+    buf: np.ndarray, start: int, end: int, n: int, lanes: int, set_of: np.ndarray, tables: f2.TablesV2,
+    lut: np.ndarray,
+) -> np.ndarray:
+    """Decode n symbols from buf[start:end] (states then words); set_of[i] is symbol i's set."""
+    states = buf[start : start + 4 * lanes].view("<u4").astype(np.int64)
+    if (states < f2.STATE_LOW).any():
+        raise CodecError(f"rANS state below {f2.STATE_LOW}")
+    words = buf[start + 4 * lanes : end].view("<u2").astype(np.int64)
+    ptr = 0
+    out = np.zeros(n, np.int64)
+    for step in range(-(-n // lanes)):
+        i = np.arange(step * lanes, min(n, step * lanes + lanes))
+        x = states[: i.size]
+        previous = np.where(i >= f2.CONTEXT_DISTANCE, out[np.maximum(i - f2.CONTEXT_DISTANCE, 0)], 0)
+        t = set_of[i] * f2.CONTEXTS + f2.context(previous)
+        slot = x & (f2.PROB_SCALE - 1)
+        s = lut[t, slot].astype(np.int64)
+        f = tables.freq[t, s].astype(np.int64)
+        if (f == 0).any():
+            raise CodecError("rANS symbol from an empty frequency table")
+        x = f * (x >> f2.PROB_BITS) + slot - tables.cum[t, s]
+        need = np.flatnonzero(x < f2.STATE_LOW)
+        if ptr + need.size > words.size:
+            raise CodecError("rANS word stream ends early")
+        x[need] = (x[need] << 16) | words[ptr : ptr + need.size]
+        ptr += need.size
+        states[: i.size] = x
+        out[i] = s
+    if ptr != words.size or (states != f2.STATE_LOW).any():
+        raise CodecError("rANS stream does not end in the initial states with every word read")
+    return out
+
+
+def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: np.ndarray) -> np.ndarray:
+    c = s.header.channels
+    start, end = int(s.offsets[i]), int(s.offsets[i + 1])
+    if s.mode[i] == f2.TILE_RAW:
+        return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
+    planes = np.zeros((c, th, tw), np.int64)
+    rans = [k for k in range(c) if s.ch_mode[i, k] == f2.CH_RANS]
+    consts = [k for k in range(c) if s.ch_mode[i, k] == f2.CH_CONST]
+    for j, k in enumerate(consts):
+        planes[k] = buf[start + 2 + c + j]
+    if rans:
+        set_of = np.repeat(s.table_set[i, rans], th * tw)
+        lanes = 1 << int(s.lanes_log2[i])
+        state_at = int(s.words_start[i]) - 4 * lanes
+        symbols = rans_decode(buf, state_at, end, set_of.size, lanes, set_of, s.tables, lut)
+        for j, k in enumerate(rans):
+            res = unzigzag(symbols[j * th * tw : (j + 1) * th * tw].reshape(th, tw))
+            planes[k] = unpredict(res, int(s.predictor[i, k]))
+    return colour_inverse(np.moveaxis(planes, 0, 2), int(s.colour[i]))
+
+
+def decode(data: bytes, roi: tuple[int, int, int, int] | None = None) -> np.ndarray:
+    """Decode a v2 stream (reference implementation); roi = (y0, x0, y1, x1) crops the result."""
+    buf = fmt.as_bytes(data)
+    s = f2.read_stream(buf)
+    header = s.header
+    lut = s.tables.lut()
+    t = header.tile
+    out = np.zeros((header.height, header.width, header.channels), np.uint8)
+    th_all, tw_all = fmt.tile_geometry(header)
+    for i in range(header.n_tiles):
+        ty, tx = divmod(i, header.tiles_x)
+        tile = decode_tile(buf, s, i, int(th_all[i]), int(tw_all[i]), lut)
+        out[ty * t : ty * t + tile.shape[0], tx * t : tx * t + tile.shape[1]] = tile
+    y0, x0, y1, x1 = fmt.normalize_roi(header, roi)
+    out = out[y0:y1, x0:x1]
+    return out[:, :, 0] if header.is_2d else out

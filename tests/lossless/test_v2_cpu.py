@@ -1,0 +1,129 @@
+"""Version 2, numba CPU kernels: byte-identical encoding, pixel-identical decoding, batches
+mixing v1 and v2, ROIs, and corrupt streams refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prepkit import lossless
+from prepkit.errors import CodecError
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import reference_v2 as r2
+
+from .images import images, make_image
+
+TILES = st.sampled_from([16, 32, 64])
+
+
+@settings(max_examples=40, deadline=None)
+@given(image=images(max_side=90), tile=TILES)
+def test_numba_matches_reference(image: np.ndarray, tile: int) -> None:
+    data = lossless.encode(image, tile, version=2)
+    assert data == r2.encode(image, tile)  # byte-identical twins
+    out = lossless.decode(data)
+    assert out.shape == image.shape and out.dtype == np.uint8
+    np.testing.assert_array_equal(out, image)
+
+
+@settings(max_examples=30, deadline=None)
+@given(image=images(max_side=130), tile=TILES, data=st.data())
+def test_roi_equals_slice(image: np.ndarray, tile: int, data: st.DataObject) -> None:
+    h, w = image.shape[:2]
+    y0 = data.draw(st.integers(0, h - 1))
+    y1 = data.draw(st.integers(y0 + 1, h))
+    x0 = data.draw(st.integers(0, w - 1))
+    x1 = data.draw(st.integers(x0 + 1, w))
+    stream = lossless.encode(image, tile, version=2)
+    np.testing.assert_array_equal(lossless.decode(stream, roi=(y0, x0, y1, x1)), image[y0:y1, x0:x1])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 1, 3), (1, 300, 4), (300, 1), (129, 65, 3), (64, 64, 1), (65, 63)])
+@pytest.mark.parametrize("kind", ["noise", "constant", "smooth", "gradient"])
+def test_shapes_and_kinds(shape: tuple[int, ...], kind: str) -> None:
+    c = shape[2] if len(shape) == 3 else None
+    image = make_image(kind, shape[0], shape[1], c, seed=1)
+    data = lossless.encode(image, version=2)
+    assert data[4] == 2 and data == r2.encode(image)
+    np.testing.assert_array_equal(lossless.decode(data), image)
+    channels = 1 if c is None else c
+    assert len(data) <= lossless.max_encoded_size(shape[0], shape[1], channels, version=2)
+
+
+def test_header_and_version_choice() -> None:
+    header = lossless.read_header(lossless.encode(np.zeros((5, 7), np.uint8), tile=32, version=2))
+    assert header.version == 2 and header.is_2d and header.shape == (5, 7)
+    assert lossless.read_header(lossless.encode(np.zeros((5, 7), np.uint8))).version == lossless.DEFAULT_VERSION == 1
+    with pytest.raises(ValueError, match="version"):
+        lossless.encode(np.zeros((5, 7), np.uint8), version=3)
+    with pytest.raises(ValueError, match="version"):
+        lossless.max_encoded_size(5, 7, 1, version=0)
+
+
+def test_unknown_version_is_named() -> None:
+    data = bytearray(lossless.encode(np.zeros((5, 7), np.uint8), version=2))
+    data[4] = 9
+    with pytest.raises(CodecError, match="version 9"):
+        lossless.decode(bytes(data))
+
+
+def test_batch_mixes_versions_and_matches_single_decodes() -> None:
+    imgs = [make_image(k, 40 + 7 * i, 33 + 5 * i, c, seed=i)
+            for i, (k, c) in enumerate([("smooth", 3), ("noise", None), ("gradient", 4), ("constant", 1)])]
+    streams = [lossless.encode(im, 16, version=1 + i % 2) for i, im in enumerate(imgs)]
+    assert [s[4] for s in streams] == [1, 2, 1, 2]
+    for got, image in zip(lossless.decode_batch(streams), imgs, strict=True):
+        np.testing.assert_array_equal(got, image)
+    rois = [(1, 2, 20, 30), None, (0, 0, 5, 5), (3, 3, 4, 4)]
+    flat, offsets, shapes = lossless.decode_batch_packed(streams, rois=rois, out=np.zeros(100000, np.uint8))
+    for i, image in enumerate(imgs):
+        h, w, c = shapes[i]
+        region = image if rois[i] is None else image[rois[i][0] : rois[i][2], rois[i][1] : rois[i][3]]
+        np.testing.assert_array_equal(flat[offsets[i] : offsets[i] + h * w * c].reshape(region.shape), region)
+
+
+def _coded_stream() -> tuple[bytes, f2.StreamV2]:
+    image = make_image("smooth", 64, 64, 3, seed=7)
+    image = (image + np.random.default_rng(1).integers(0, 30, image.shape)).astype(np.uint8)
+    data = lossless.encode(image, version=2)
+    stream = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert stream.mode[0] == f2.TILE_CODED and stream.lanes_log2[0] == 5
+    return data, stream
+
+
+def test_kernel_checks_states_and_words() -> None:
+    data, s = _coded_stream()
+    words = int(s.words_start[0])
+    states = words - 4 * 32
+    bad = bytearray(data)
+    bad[states : states + 4] = (5).to_bytes(4, "little")  # a lane state below 2^16
+    with pytest.raises(CodecError, match="rANS lane state"):
+        lossless.decode(bytes(bad))
+    bad = bytearray(data)
+    bad[states + 4 * 31 : states + 4 * 32] = (1 << 20).to_bytes(4, "little")
+    with pytest.raises(CodecError, match="image 0: corrupt tile payload"):
+        lossless.decode(bytes(bad))
+
+
+def test_every_byte_change_is_refused_or_agrees_with_reference() -> None:
+    data, _ = _coded_stream()
+    rng = np.random.default_rng(0)
+    for at in rng.integers(0, len(data), 300):
+        bad = bytearray(data)
+        bad[int(at)] ^= int(rng.integers(1, 256))
+        try:
+            expected = r2.decode(bytes(bad))
+        except CodecError:
+            with pytest.raises(CodecError):
+                lossless.decode(bytes(bad))
+            continue
+        np.testing.assert_array_equal(lossless.decode(bytes(bad)), expected)
+
+
+def test_truncated_streams_are_refused() -> None:
+    data, _ = _coded_stream()
+    for cut in (0, 3, 23, 30, len(data) // 2, len(data) - 1):
+        with pytest.raises(CodecError):
+            lossless.decode(data[:cut])

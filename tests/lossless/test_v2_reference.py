@@ -1,0 +1,146 @@
+"""Version 2, numpy reference: round trips, stream structure, and refusal of bad streams."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prepkit.errors import CodecError
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import reference_v2 as r2
+
+from .images import images, make_image
+
+TILES = st.sampled_from([16, 32, 64])
+
+
+@settings(max_examples=25, deadline=None)
+@given(image=images(max_side=70), tile=TILES)
+def test_reference_roundtrip(image: np.ndarray, tile: int) -> None:
+    data = r2.encode(image, tile)
+    assert data[4] == f2.VERSION
+    out = r2.decode(data)
+    assert out.shape == image.shape and out.dtype == np.uint8
+    np.testing.assert_array_equal(out, image)
+    assert len(data) <= f2.max_encoded_size(image.shape[0], image.shape[1], 1 if image.ndim == 2 else image.shape[2], tile)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_colour_transforms_invert_on_every_pixel(mode: int) -> None:
+    grid = np.stack(np.meshgrid(np.arange(256), np.arange(256), indexing="ij"), -1).reshape(-1, 2)
+    pixels = np.stack([grid[:, 0], grid[:, 1], (grid[:, 0] * 7 + grid[:, 1]) & 255], 1)
+    forward = r2.colour_forward(pixels, mode)
+    assert forward.min() >= 0 and forward.max() <= 255
+    np.testing.assert_array_equal(r2.colour_inverse(forward, mode), pixels)
+
+
+@pytest.mark.parametrize("predictor", range(4))
+def test_predictors_invert(predictor: int) -> None:
+    plane = np.random.default_rng(predictor).integers(0, 256, (9, 13))
+    np.testing.assert_array_equal(r2.unpredict(r2.predict(plane, predictor), predictor), plane)
+
+
+def test_normalize_sums_to_scale_and_keeps_every_symbol() -> None:
+    rng = np.random.default_rng(3)
+    for counts in [rng.integers(0, 5, 256), np.eye(256, dtype=np.int64)[7] * 10**6,
+                   np.r_[np.ones(255, np.int64), [10**9]], np.zeros(256, np.int64)]:
+        freq = r2.normalize(counts)
+        assert int(freq.sum()) in (0, f2.PROB_SCALE)
+        assert ((freq > 0) == (counts > 0)).all()
+
+
+def test_tables_serialise_both_kinds() -> None:
+    freq = np.zeros((3, 256), np.int32)
+    freq[0, [1, 5]] = [4000, 96]
+    freq[2] = 16
+    data = f2.pack_tables(freq)
+    assert data[0] == f2.TABLE_LIST and data[7] == f2.TABLE_EMPTY and data[8] == f2.TABLE_BITMAP
+    parsed = f2.parse_tables(np.frombuffer(data, np.uint8), 3)
+    np.testing.assert_array_equal(parsed.freq, freq)
+
+
+def test_constant_and_noise_use_their_cheap_modes() -> None:
+    const = np.full((64, 64, 3), 9, np.uint8)
+    data = r2.encode(const)
+    assert len(data) == f2.HEADER_SIZE + 12 + 8 + (2 + 6)  # empty tables, one constant tile
+    noise = make_image("noise", 40, 40, 3, seed=1)
+    s = f2.read_stream(np.frombuffer(r2.encode(noise), np.uint8))
+    assert (s.mode == f2.TILE_RAW).all()
+
+
+def test_masks_use_few_lanes_and_photos_all_32() -> None:
+    mask = np.zeros((64, 64), np.uint8)
+    mask[20:40, 10:50] = 3
+    s = f2.read_stream(np.frombuffer(r2.encode(mask), np.uint8))
+    assert s.mode[0] == f2.TILE_CODED and s.lanes_log2[0] == 2
+    smooth = make_image("smooth", 64, 64, 3, seed=2) + np.random.default_rng(0).integers(0, 40, (64, 64, 3)).astype(np.uint8)
+    s = f2.read_stream(np.frombuffer(r2.encode(smooth), np.uint8))
+    assert s.mode[0] == f2.TILE_CODED and s.lanes_log2[0] == 5
+
+
+def test_roi() -> None:
+    image = make_image("smooth", 50, 70, 4, seed=5)
+    data = r2.encode(image, 16)
+    np.testing.assert_array_equal(r2.decode(data, (3, 17, 40, 33)), image[3:40, 17:33])
+
+
+def _stream() -> bytes:
+    return r2.encode(make_image("smooth", 20, 30, 3, seed=4), 16)
+
+
+def _with(data: bytes, at: int, value: bytes) -> bytes:
+    return data[:at] + value + data[at + len(value) :]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: _with(d, 4, b"\x03"), "unsupported codec version 3"),
+        (lambda d: _with(d, 5, b"\x02"), "unknown flags"),
+        (lambda d: _with(d, 7, b"\x07"), "table sets"),
+        (lambda d: _with(d, 18, b"\x01"), "reserved"),
+        (lambda d: d[:-1], "last tile offset"),
+        (lambda d: d[:30], "too short"),
+    ],
+)
+def test_bad_headers_are_refused(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    from prepkit.lossless import format as fmt
+
+    bad = mutate(_stream())
+    with pytest.raises(CodecError, match=message):
+        fmt.read_header(bad)
+        r2.decode(bad)
+
+
+def test_bad_table_and_tile_fields_are_refused() -> None:
+    data = _stream()
+    z = struct.unpack_from("<I", data, 20)[0]
+    with pytest.raises(CodecError, match="frequency table 0"):
+        r2.decode(_with(data, 24, b"\x05"))  # unknown table kind
+    first = struct.unpack_from("<I", data, 24 + z)[0]
+    with pytest.raises(CodecError, match="first tile offset"):
+        r2.decode(_with(data, 24 + z, struct.pack("<I", first + 1)))
+    with pytest.raises(CodecError, match="tile mode"):
+        r2.decode(_with(data, first, b"\x07"))
+    with pytest.raises(CodecError, match="lane count"):
+        r2.decode(_with(data, first + 1, b"\x70"))
+    with pytest.raises(CodecError, match="channel byte"):
+        r2.decode(_with(data, first + 2, b"\x03"))
+    with pytest.raises(CodecError, match="rANS"):
+        r2.decode(_with(data, first + 5, b"\x00\x00\x00\x00"))  # first lane state below 2^16
+
+
+def test_every_single_byte_change_is_refused_or_decodes() -> None:
+    data = _stream()
+    rng = np.random.default_rng(0)
+    for at in rng.integers(0, len(data), 150):
+        bad = _with(data, int(at), bytes([(data[int(at)] + int(rng.integers(1, 256))) & 255]))
+        try:
+            out = r2.decode(bad)
+        except CodecError:
+            continue
+        assert out.shape == (20, 30, 3)

@@ -65,7 +65,7 @@ def test_header_and_version_choice() -> None:
 def test_unknown_version_is_named() -> None:
     data = bytearray(lossless.encode(np.zeros((5, 7), np.uint8), version=2))
     data[4] = 9
-    with pytest.raises(CodecError, match="version 9"):
+    with pytest.raises(CodecError, match="version: Expected 1 or 2. Got 9"):
         lossless.decode(bytes(data))
 
 

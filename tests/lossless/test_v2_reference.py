@@ -99,7 +99,7 @@ def _with(data: bytes, at: int, value: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: _with(d, 4, b"\x03"), "unsupported codec version 3"),
+        (lambda d: _with(d, 4, b"\x03"), "unsupported codec version: Expected 1 or 2. Got 3"),
         (lambda d: _with(d, 5, b"\x02"), "unknown flags"),
         (lambda d: _with(d, 7, b"\x07"), "table sets"),
         (lambda d: _with(d, 18, b"\x01"), "reserved"),

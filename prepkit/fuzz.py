@@ -91,14 +91,23 @@ def fuzz_lossless(seconds: float, seed: int = 0) -> FuzzReport:
         y, x = np.mgrid[0:h, 0:w]
         smooth = ((y * 3 + x * 2)[:, :, None] + np.arange(c)[None, None, :] * 40) % 256
         noisy = np.clip(smooth + np_rng.normal(0, 6, size=(h, w, c)), 0, 255)
-        seeds.append(lossless.encode(noisy.astype(np.uint8)))
+        for version in (1, 2):
+            seeds.append(lossless.encode(noisy.astype(np.uint8), version=version))
+    # v2's cheap modes: constant tiles, few-lane mask tiles, raw (noise) tiles.
+    mask = np.zeros((70, 90), np.uint8)
+    mask[10:50, 20:80] = 3
+    mask[30:40, 5:60] = 7
+    seeds.append(lossless.encode(mask, tile=32))
+    seeds.append(lossless.encode(np_rng.integers(0, 256, (20, 40, 3), dtype=np.uint8), tile=16))
     report = FuzzReport("lossless")
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         data = mutate(rng.choice(seeds), rng)
-        kind = rng.randrange(3)
+        kind = rng.randrange(4)
         if kind == 0:
             _run_case(report, lambda data=data: lossless.decode(data))
+        elif kind == 3:
+            _run_case(report, lambda data=data: _agree_with_reference(data))
         elif kind == 1:
             def decode_region(data: bytes = data) -> object:
                 header = lossless.read_header(data)  # a damaged header is rejected here
@@ -110,6 +119,29 @@ def fuzz_lossless(seconds: float, seed: int = 0) -> FuzzReport:
         else:
             _run_case(report, lambda data=data: lossless.decode_batch([rng.choice(seeds), data]))
     return report
+
+
+def _agree_with_reference(data: bytes) -> object:
+    """Decode with the numba kernels and the numpy reference of the stream's version: both
+    must reject (CodecError) or both return the same pixels; a disagreement is a finding."""
+    from prepkit import lossless
+    from prepkit.errors import CodecError
+    from prepkit.lossless import reference, reference_v2
+
+    header = lossless.read_header(data)  # damaged headers are rejected here, by both
+    oracle = reference_v2.decode if header.version == 2 else reference.decode
+    outcomes = []
+    for decoder in (lossless.decode, oracle):
+        try:
+            outcomes.append(decoder(data))
+        except CodecError:
+            outcomes.append(None)
+    kernel, expected = outcomes
+    if kernel is None and expected is None:
+        raise CodecError("rejected by both decoders")
+    if kernel is None or expected is None or not np.array_equal(kernel, expected):
+        raise AssertionError(f"kernel and reference disagree on a version {header.version} stream")
+    return kernel
 
 
 def _make_store(folder: Path) -> Path:

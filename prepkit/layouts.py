@@ -171,4 +171,6 @@ def make_layout(name: str, *, quality: int = 90) -> Layout:
     """The layout called ``name`` with the command-line options that apply to it."""
     if name == "jpeg":
         return JpegLayout(quality=quality)
+    if name == "lossless":
+        return LosslessLayout()  # the current bitstream version (layout_from_dict reads old stores as v1)
     return layout_from_dict({"name": name})

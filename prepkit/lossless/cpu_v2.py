@@ -391,9 +391,69 @@ def _tables(image: np.ndarray, tile: int, choices: np.ndarray, keep: np.ndarray,
 
 # ----------------------------------------------------------------------------- decoder
 
+# Context of a symbol from the symbol 64 positions earlier: (u > 0) + (u > 2) + (u > 8).
+CONTEXT_OF = np.array([(u > 0) + (u > 2) + (u > 8) for u in range(256)], np.int64)
+
+
+def decode_table(plan: plan_mod.Plan) -> np.ndarray:
+    """uint32 (n_tables, 4096): slot -> symbol | (f - 1) << 8 | (slot - cum) << 20, one load
+    per decoded symbol (empty tables: all 0, flagged through plan.empty)."""
+    lut = plan.lut.astype(np.int64)
+    f = np.take_along_axis(plan.freq.astype(np.int64), lut, axis=1)
+    cum = np.take_along_axis(plan.cum.astype(np.int64), lut, axis=1)
+    bias = np.arange(f2.PROB_SCALE, dtype=np.int64)[None, :] - cum
+    packed = lut | (np.maximum(f - 1, 0) << 8) | (np.where(f > 0, bias, 0) << 20)
+    return packed.astype(np.uint32)
+
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_item(src, item, out, freq, cum, lut, empty, symbols, planes):
+def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states):
+    """Decode the tile's n_rans * plane symbols into symbols[]; return an error code.
+
+    Branch-free renormalisation: every step loads the next word (clamped inside the tile's
+    payload, which has at least 2 + C bytes) and keeps it only when the state needs it.
+    """
+    mask = lanes - 1
+    bad = 0
+    over = 0
+    i = 0
+    last = end - 2
+    for k in range(c):
+        chb = np.int64(src[start + 2 + k])
+        if chb == 0:
+            continue
+        tset = base + (chb >> 4) * 4
+        for _ in range(plane):
+            u = symbols[i - 64] if i >= 64 else 0
+            t = tset + ctx_of[u]
+            bad |= empty[t]
+            j = i & mask
+            x = states[j]
+            e = np.int64(dec[t, x & 4095])
+            x = ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
+            need = np.int64(x < STATE_LOW)
+            at = min(pos, last)
+            word = np.int64(src[at]) | (np.int64(src[at + 1]) << 8)
+            over |= need & np.int64(pos > last)
+            x = ((x << (16 * need)) | (word * need))
+            pos += 2 * need
+            states[j] = x
+            symbols[i] = e & 255
+            i += 1
+    if over:
+        return plan_mod.ERR_WORDS
+    if bad:
+        return plan_mod.ERR_TABLE
+    if pos != end:
+        return plan_mod.ERR_WORDS
+    for j in range(lanes):
+        if states[j] != STATE_LOW:
+            return plan_mod.ERR_STATE
+    return 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
     """Decode one v2 work item (plan.py columns) into the flat output; return an error code."""
     start, end = item[0], item[1]
     th, tw, c = item[2], item[3], item[4]
@@ -406,8 +466,10 @@ def _decode_item(src, item, out, freq, cum, lut, empty, symbols, planes):
         for y in range(ya, yb):
             s0 = start + 1 + (y * tw + xa) * c
             d0 = out_base + ((oy + y) * out_w + ox + xa) * c
+            line = out[d0 : d0 + (xb - xa) * c]
+            raw = src[s0 : s0 + (xb - xa) * c]
             for j in range((xb - xa) * c):
-                out[d0 + j] = src[s0 + j]
+                line[j] = raw[j]
         return 0
     info = np.int64(src[start + 1])
     colour = info & 15
@@ -418,12 +480,12 @@ def _decode_item(src, item, out, freq, cum, lut, empty, symbols, planes):
         if src[start + 2 + k] == 0:
             v = src[pos]
             pos += 1
-            for i in range(plane):
-                planes[k, i] = v
+            row = planes[k, :plane]
+            for q in range(plane):
+                row[q] = v
         else:
             n_rans += 1
     if n_rans:
-        n = n_rans * plane
         states = np.empty(MAX_LANES, np.int64)
         for j in range(lanes):
             x = np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8) | (np.int64(src[pos + 2]) << 16) | (
@@ -432,106 +494,96 @@ def _decode_item(src, item, out, freq, cum, lut, empty, symbols, planes):
                 return plan_mod.ERR_STATE
             states[j] = x
             pos += 4
-        bad_table = 0
-        i = 0
-        mask = lanes - 1
-        for k in range(c):
-            chb = np.int64(src[start + 2 + k])
-            if chb == 0:
-                continue
-            tset = base + (chb >> 4) * 4
-            for _ in range(plane):
-                u = symbols[i - 64] if i >= 64 else 0
-                t = tset + (1 if u > 0 else 0) + (1 if u > 2 else 0) + (1 if u > 8 else 0)
-                bad_table |= empty[t]
-                j = i & mask
-                x = states[j]
-                slot = x & 4095
-                s = lut[t, slot]
-                x = freq[t, s] * (x >> PROB_BITS) + slot - cum[t, s]
-                if x < STATE_LOW:
-                    if pos + 2 > end:
-                        return plan_mod.ERR_WORDS
-                    x = (x << 16) | np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8)
-                    pos += 2
-                states[j] = x
-                symbols[i] = s
-                i += 1
-        if bad_table:
-            return plan_mod.ERR_TABLE
-        if pos != end:
-            return plan_mod.ERR_WORDS
-        for j in range(lanes):
-            if states[j] != STATE_LOW:
-                return plan_mod.ERR_STATE
-        # Residuals -> planes: undo zig-zag, then the predictor's prefix sums (mod 256).
+        err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states)
+        if err:
+            return err
+        # Residuals -> planes: undo zig-zag, then the predictor's prefix sums (uint8 wraps mod 256).
         i = 0
         for k in range(c):
             chb = np.int64(src[start + 2 + k])
             if chb == 0:
                 continue
             p = (chb >> 2) & 3
-            row = planes[k]
+            row = planes[k, :plane]
+            zs = symbols[i : i + plane]
             for q in range(plane):
-                z = symbols[i + q]
-                row[q] = ((z >> 1) ^ -(z & 1)) & 255
+                z = zs[q]
+                row[q] = (z >> 1) ^ -(z & 1)
             i += plane
             if p == 1 or p == 3:
                 for y in range(th):
-                    run = 0
+                    line = row[y * tw : y * tw + tw]
+                    run = np.uint8(0)
                     for x in range(tw):
-                        run = (run + row[y * tw + x]) & 255
-                        row[y * tw + x] = run
+                        run += line[x]
+                        line[x] = run
             if p == 2 or p == 3:
                 for y in range(1, th):
+                    cur = row[y * tw : y * tw + tw]
+                    above = row[(y - 1) * tw : y * tw]
                     for x in range(tw):
-                        row[y * tw + x] = (row[y * tw + x] + row[(y - 1) * tw + x]) & 255
+                        cur[x] += above[x]
     # Inverse colour transform and the interleaved copy of the requested region.
+    width = xb - xa
     for y in range(ya, yb):
         d = out_base + ((oy + y) * out_w + ox + xa) * c
-        for x in range(xa, xb):
-            q = y * tw + x
-            if colour == 0:
-                for k in range(c):
-                    out[d + k] = planes[k, q]
-            else:
-                a, b2, e = planes[0, q], planes[1, q], planes[2, q]
-                if colour == 1:
-                    r, g, b = (a + b2) & 255, b2, (e + b2) & 255
-                else:
-                    t = (a - _half(b2)) & 255
-                    g = (b2 + t) & 255
-                    b = (t - _half(e)) & 255
-                    r = (b + e) & 255
-                out[d] = r
-                out[d + 1] = g
-                out[d + 2] = b
-                if c == 4:
-                    out[d + 3] = planes[3, q]
-            d += c
+        line = out[d : d + width * c]
+        q0 = y * tw + xa
+        p0 = planes[0, q0 : q0 + width]
+        if c == 1:
+            for x in range(width):
+                line[x] = p0[x]
+            continue
+        p1 = planes[1, q0 : q0 + width]
+        p2 = planes[2, q0 : q0 + width]
+        p3 = planes[3, q0 : q0 + width]
+        if colour == 0:
+            for x in range(width):
+                line[c * x] = p0[x]
+                line[c * x + 1] = p1[x]
+                line[c * x + 2] = p2[x]
+        elif colour == 1:
+            for x in range(width):
+                g = p1[x]
+                line[c * x] = p0[x] + g
+                line[c * x + 1] = g
+                line[c * x + 2] = p2[x] + g
+        else:
+            for x in range(width):
+                cg = p1[x]
+                co = p2[x]
+                t = np.uint8(p0[x] - np.uint8(np.int8(cg) >> 1))
+                g = np.uint8(cg + t)
+                b = np.uint8(t - np.uint8(np.int8(co) >> 1))
+                line[c * x] = b + co
+                line[c * x + 1] = g
+                line[c * x + 2] = b
+        if c == 4:
+            for x in range(width):
+                line[4 * x + 3] = p3[x]
     return 0
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _decode_items(src, work, items, out, errors, freq, cum, lut, empty, symbols, planes):
+def _decode_items(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes):
     chunks = symbols.shape[0]
     for chunk in prange(chunks):
         for j in range(chunk, items.shape[0], chunks):
             i = items[j]
-            errors[i] = _decode_item(src, work[i], out, freq, cum, lut, empty, symbols[chunk], planes[chunk])
+            errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[chunk], planes[chunk])
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_items_serial(src, work, items, out, errors, freq, cum, lut, empty, symbols, planes):
+def _decode_items_serial(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes):
     for j in range(items.shape[0]):
         i = items[j]
-        errors[i] = _decode_item(src, work[i], out, freq, cum, lut, empty, symbols[0], planes[0])
+        errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[0], planes[0])
 
 
 def _decode_scratch(chunks: int) -> tuple[np.ndarray, np.ndarray]:
     rows = getattr(_local, "decode_v2", None)
     if rows is None or rows[0].shape[0] < chunks:
-        rows = (np.zeros((chunks, MAX_VALUES), np.int64), np.zeros((chunks, 4, MAX_PLANE), np.int64))
+        rows = (np.zeros((chunks, MAX_VALUES), np.int64), np.zeros((chunks, 4, MAX_PLANE), np.uint8))
         _local.decode_v2 = rows
     return rows[0][:chunks], rows[1][:chunks]
 
@@ -542,12 +594,11 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
 
     if items.size == 0:
         return
-    freq = plan.freq.astype(np.int64)
-    cum = plan.cum.astype(np.int64)
+    dec = decode_table(plan)
     empty = plan.empty.astype(np.int64)
     if cpu.use_parallel(items.size):
         symbols, planes = _decode_scratch(numba.get_num_threads())
-        _decode_items(plan.src, plan.work, items, out, errors, freq, cum, plan.lut, empty, symbols, planes)
+        _decode_items(plan.src, plan.work, items, out, errors, dec, empty, CONTEXT_OF, symbols, planes)
     else:
         symbols, planes = _decode_scratch(1)
-        _decode_items_serial(plan.src, plan.work, items, out, errors, freq, cum, plan.lut, empty, symbols, planes)
+        _decode_items_serial(plan.src, plan.work, items, out, errors, dec, empty, CONTEXT_OF, symbols, planes)

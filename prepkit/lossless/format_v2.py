@@ -128,17 +128,23 @@ def parse_tables(raw: np.ndarray, n_tables: int) -> TablesV2:
             pos += 32
         else:
             raise CodecError(f"frequency table {t}: expected kind 0, 1 or 2. Got {kind}.")
-        for s in present:
-            if pos >= len(data):
-                raise CodecError(f"frequency table {t}: truncated at symbol {int(s)}")
-            v = data[pos]
-            pos += 1
-            if v & 0x80:
-                if pos >= len(data):
-                    raise CodecError(f"frequency table {t}: truncated at symbol {int(s)}")
-                v = (v & 127) | (data[pos] << 7)
-                pos += 1
-            freq[t, s] = v + 1
+        # Varints without a loop: a byte with 0x80 starts a 2-byte value whose second byte
+        # is < 32 (f - 1 <= 4095), so every byte that does not follow a 0x80 byte starts one.
+        if present.size == 0:
+            raise CodecError(f"frequency table {t}: expected at least one symbol in a bitmap table")
+        window = raw[pos : pos + 2 * present.size].astype(np.int64)
+        follows = np.zeros(window.size, np.bool_)
+        follows[1:] = window[:-1] >= 0x80
+        starts = np.flatnonzero(~follows)[: present.size]
+        if starts.size < present.size or (starts[-1] + (window[starts[-1]] >= 0x80) >= window.size):
+            raise CodecError(f"frequency table {t}: truncated frequencies")
+        two = window[starts] >= 0x80
+        used = int(starts[-1]) + 1 + int(two[-1])
+        if (window[:used][follows[:used]] >= 32).any():
+            raise CodecError(f"frequency table {t}: expected frequencies of at most {PROB_SCALE}")
+        second = np.where(two, window[np.minimum(starts + 1, window.size - 1)], 0)
+        freq[t, present] = (window[starts] & 127) + np.where(two, second << 7, 0) + 1
+        pos += used
         total = int(freq[t].sum())
         if total != PROB_SCALE:
             raise CodecError(f"frequency table {t}: expected frequencies summing to {PROB_SCALE}. Got {total}.")

@@ -12,17 +12,32 @@ import pytest
 from prepkit import lossless
 from prepkit.errors import CodecError
 from prepkit.lossless import format as fmt
+from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference
 
 from .images import make_image
 
 
 def _streams() -> list[bytes]:
+    mask = np.zeros((50, 70), np.uint8)
+    mask[5:30, 10:60] = 4
     return [
-        lossless.encode(make_image("smooth", 70, 90, 3, seed=1), tile=32),
+        lossless.encode(make_image("smooth", 70, 90, 3, seed=1), tile=32, version=version)
+        for version in (1, 2)
+    ] + [
+        lossless.encode(make_image("noise", 20, 33, 4, seed=2), tile=16, version=1),
         lossless.encode(make_image("noise", 20, 33, 4, seed=2), tile=16),
+        lossless.encode(make_image("gradient", 40, 17, None, seed=3), tile=16, version=1),
         lossless.encode(make_image("gradient", 40, 17, None, seed=3), tile=16),
+        lossless.encode(mask, tile=32),
     ]
+
+
+def _table_at(stream: bytes) -> int:
+    """Where the tile offset table starts (after the v2 frequency tables)."""
+    if stream[4] == 2:
+        return f2.HEADER_SIZE + struct.unpack_from("<I", stream, 20)[0]
+    return fmt.HEADER_SIZE
 
 
 def _check(data: bytes) -> None:
@@ -47,19 +62,19 @@ def _mutations(stream: bytes, rng: np.random.Generator):
         cut = int(rng.integers(len(buf)))
         buf = buf[:cut] if rng.integers(2) else buf + bytes(int(rng.integers(1, 50)))
     elif kind == 2:  # a random header field
-        i = int(rng.integers(fmt.HEADER_SIZE))
+        i = int(rng.integers(_table_at(stream)))
         buf[i] = int(rng.integers(256))
     elif kind == 3:  # a random tile offset
         i = int(rng.integers(n_tiles + 1))
-        pos = fmt.HEADER_SIZE + 4 * i
+        pos = _table_at(stream) + 4 * i
         buf[pos : pos + 4] = struct.pack("<I", int(rng.integers(0, 2**32)))
     elif kind == 4:  # small shifts of an offset (stay plausible, break the payload split)
         i = int(rng.integers(1, n_tiles + 1))
-        pos = fmt.HEADER_SIZE + 4 * i
+        pos = _table_at(stream) + 4 * i
         value = struct.unpack("<I", bytes(buf[pos : pos + 4]))[0] + int(rng.integers(-3, 4))
         buf[pos : pos + 4] = struct.pack("<I", value % 2**32)
     else:  # random bytes inside one payload
-        start = fmt.HEADER_SIZE + 4 * (n_tiles + 1)
+        start = _table_at(stream) + 4 * (n_tiles + 1)
         for _ in range(int(rng.integers(1, 8))):
             buf[int(rng.integers(start, len(buf)))] = int(rng.integers(256))
     return bytes(buf)
@@ -99,7 +114,7 @@ def test_oversized_header_rejected_without_allocating() -> None:
 def test_reference_agrees_on_corrupt_payloads() -> None:
     # The oracle and the kernel must reject (or accept) the same corrupt payload bytes.
     rng = np.random.default_rng(9)
-    stream = lossless.encode(make_image("smooth", 40, 40, 3, seed=4), tile=16)
+    stream = lossless.encode(make_image("smooth", 40, 40, 3, seed=4), tile=16, version=1)
     start = fmt.HEADER_SIZE + lossless.read_header(stream).n_tiles * 4 + 4
     for _ in range(150):
         buf = bytearray(stream)
@@ -114,6 +129,14 @@ def test_reference_agrees_on_corrupt_payloads() -> None:
             assert outcomes[0] is None and outcomes[1] is None
         else:
             np.testing.assert_array_equal(outcomes[0], outcomes[1])
+
+
+def test_fuzz_harness_covers_v2_and_finds_nothing() -> None:
+    from prepkit.fuzz import fuzz_lossless
+
+    report = fuzz_lossless(seconds=3.0, seed=1)
+    assert report.cases > 50 and report.rejected > 0 and report.accepted > 0
+    assert report.findings == []
 
 
 @pytest.mark.parametrize("data", ["text", 5, None, np.zeros(100, np.uint8)[::2]])

@@ -40,6 +40,7 @@ from prepkit.lossless import plan as plan_mod
 
 i32 = np.int32
 u32 = np.uint32
+u64 = np.uint64
 WARP = 32
 FULL_MASK = 0xFFFFFFFF
 PITCH_LOG2 = 6  # shared-memory row pitch: 64 bytes = 16 words, the largest tile side
@@ -47,6 +48,8 @@ WORDS_PER_ROW = 16
 LOW7 = 0x7F7F7F7F
 HIGH1 = 0x80808080
 ONES = 0x01010101
+# Context of a symbol from the symbol u 64 places earlier, for u <= 8 (3 above): 2 bits each.
+CONTEXT_BITS = sum(min(3, (u > 0) + (u > 2) + (u > 8)) << (2 * u) for u in range(9))
 
 
 if config.ENABLE_CUDASIM:
@@ -129,6 +132,10 @@ def decode_kernel(src, work, dec, empty, out, errors):
     src: uint8 batch; work: int64 plan rows; dec: uint32 (n_tables * 4096) packed decode
     table; empty: int32 (n_tables,) 1 for an empty table. Dynamic shared memory: at least
     C * th * 64 bytes for every item (set by the launch).
+
+    Index discipline: tile-local values are int32 (i32) and every array index is unsigned
+    (u32 inside the tile, u64 for global byte offsets), so numba emits neither 64-bit
+    index math nor its negative-index wraparound.
     """
     item = cuda.blockIdx.x
     lane = i32(cuda.threadIdx.x)
@@ -136,12 +143,12 @@ def decode_kernel(src, work, dec, empty, out, errors):
     words = smem.view(np.uint32)
     scratch = cuda.shared.array(WARP, types.int64)  # used by the simulator's warp intrinsics only
 
-    start = work[item, plan_mod.SRC_START]
-    end = work[item, plan_mod.SRC_END]
+    start = u64(work[item, plan_mod.SRC_START])
+    end = u64(work[item, plan_mod.SRC_END])
     th = i32(work[item, plan_mod.TH])
     tw = i32(work[item, plan_mod.TW])
     c = i32(work[item, plan_mod.CH])
-    out_base = work[item, plan_mod.OUT_BASE]
+    out_base = u64(work[item, plan_mod.OUT_BASE])
     out_h = i32(work[item, plan_mod.OUT_H])
     out_w = i32(work[item, plan_mod.OUT_W])
     oy = i32(work[item, plan_mod.OY])
@@ -155,88 +162,90 @@ def decode_kernel(src, work, dec, empty, out, errors):
     if src[start] == f2.TILE_RAW:
         row_len = i32((xb - xa) * c)
         for y in range(ya, yb):
-            s0 = start + 1 + i32((y * tw + xa) * c)
-            d0 = out_base + i32((i32(oy + y) * out_w + ox + xa) * c)
+            s0 = start + u64(u32(i32(i32(y * tw + xa) * c) + i32(1)))
+            d0 = out_base + u64(u32(i32(i32(i32(oy + y) * out_w) + ox + xa) * c))
             for j in range(lane, row_len, WARP):
-                out[d0 + j] = src[s0 + j]
+                out[d0 + u64(u32(j))] = src[s0 + u64(u32(j))]
         if lane == 0:
             errors[item] = 0
         return
 
-    info = i32(src[start + 1])
-    colour = info & i32(15)
-    lanes_log2 = info >> i32(4)
-    lanes = i32(1) << lanes_log2
+    info = i32(src[start + u64(1)])
+    colour = i32(info & i32(15))
+    lanes_log2 = i32(info >> i32(4))
+    lanes = i32(i32(1) << lanes_log2)
     # Per channel: its shared-memory slot (rANS planes first, in channel order, then the
-    # constant ones); per rANS plane r: table-set base and predictor, packed in registers.
+    # constant ones); per rANS plane r: table set and predictor, packed in registers.
     n_rans = i32(0)
     for k in range(c):
-        if src[start + 2 + k] != 0:
-            n_rans += i32(1)
+        if src[start + u64(u32(k + 2))] != 0:
+            n_rans = i32(n_rans + i32(1))
     slots = i32(0)
     r_sets = i32(0)
     r_preds = i32(0)
     rans_i = i32(0)
     const_i = n_rans
-    pos = start + 2 + c
+    pos = start + u64(u32(c + 2))
     for k in range(c):
-        chb = i32(src[start + 2 + k])
+        chb = i32(src[start + u64(u32(k + 2))])
         if chb != 0:
-            slots |= rans_i << i32(2 * k)
-            r_sets |= (chb >> i32(4)) << i32(4 * rans_i)
-            r_preds |= ((chb >> i32(2)) & i32(3)) << i32(2 * rans_i)
-            rans_i += i32(1)
+            slots = i32(slots | (rans_i << i32(2 * k)))
+            r_sets = i32(r_sets | ((chb >> i32(4)) << i32(4 * rans_i)))
+            r_preds = i32(r_preds | (((chb >> i32(2)) & i32(3)) << i32(2 * rans_i)))
+            rans_i = i32(rans_i + i32(1))
         else:
-            slots |= const_i << i32(2 * k)
+            slots = i32(slots | (const_i << i32(2 * k)))
             fill = u32(u32(src[pos]) * u32(ONES))
-            pos += 1
+            pos += u64(1)
             row0 = i32(const_i * th)
             for j in range(lane, i32(th << i32(4)), WARP):
-                words[i32(row0 << i32(4)) + j] = fill
-            const_i += i32(1)
+                words[u32(i32(row0 << i32(4)) + j)] = fill
+            const_i = i32(const_i + i32(1))
 
     code = i32(0)
     if n_rans > 0:
-        n = i32(n_rans * th * tw)
-        ws = pos + i32(lanes << i32(2))  # the 16-bit words follow the lane states
-        n_words = end - ws
-        n_words >>= 1
-        if n_words > n:  # each symbol reads at most one word: such a tile cannot end right
+        n = i32(i32(n_rans * th) * tw)
+        ws = pos + u64(u32(lanes << i32(2)))  # the 16-bit words follow the lane states
+        n_words = (end - ws) >> u64(1)
+        if n_words > u64(n):  # each symbol reads at most one word: such a tile cannot end right
             code = i32(plan_mod.ERR_WORDS)
-            n_words = n
+            n_words = u64(n)
         nw = i32(n_words)
         active = lane < lanes
         x = u32(f2.STATE_LOW)
         if active:
-            at = pos + i32(lane << i32(2))
-            x = u32(src[at]) | (u32(src[at + 1]) << u32(8)) | (u32(src[at + 2]) << u32(16)) | (
-                u32(src[at + 3]) << u32(24))
+            at = pos + u64(u32(lane << i32(2)))
+            x = u32(u32(src[at]) | (u32(src[at + u64(1)]) << u32(8)) | (u32(src[at + u64(2)]) << u32(16))
+                    | (u32(src[at + u64(3)]) << u32(24)))
             if x < u32(f2.STATE_LOW):
                 code = i32(plan_mod.ERR_STATE)
-        # Cursor of symbol i = lane: row yy (over all rANS planes) and column xx.
+        # Cursor of symbol i = lane: row yy (over all rANS planes, which are back to back)
+        # and column xx.
         yy = i32(0)
         xx = lane
         while xx >= tw:
-            xx -= tw
-            yy += i32(1)
+            xx = i32(xx - tw)
+            yy = i32(yy + i32(1))
         # The context symbol i - 64 sits at row yy - back_rows, column xx - back_cols
         # (one row further up when xx < back_cols): 64 = back_rows * tw + back_cols.
-        back_rows = i32(64 // tw)
-        back_cols = i32(64 - back_rows * tw)
-        back = i32((back_rows << i32(PITCH_LOG2)) + back_cols)
-        wrap = i32(64 - tw)
+        back_rows = i32(64 // tw)  # once per tile
+        back_cols = i32(i32(64) - i32(back_rows * tw))
+        back = i32(i32(back_rows << i32(PITCH_LOG2)) + back_cols)
+        wrap = i32(i32(64) - tw)
         plane = i32(0)
         plane_end = th
         while yy >= plane_end:
-            plane += i32(1)
-            plane_end += th
-        tbase = i32(base + (((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
-        emask = i32(empty[tbase] | (empty[tbase + 1] << 1) | (empty[tbase + 2] << 2) | (empty[tbase + 3] << 3))
+            plane = i32(plane + i32(1))
+            plane_end = i32(plane_end + th)
+        tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
+        emask = i32(empty[u32(tbase)] | (empty[u32(tbase + 1)] << 1) | (empty[u32(tbase + 2)] << 2)
+                    | (empty[u32(tbase + 3)] << 3))
+        empty_hit = i32(0)
         lane_below = u32((u32(1) << u32(lane)) - u32(1))
         ptr = i32(0)
-        steps = i32((n + lanes - i32(1)) >> lanes_log2)
+        steps = i32(i32(n + lanes - i32(1)) >> lanes_log2)
         i = lane
-        for _ in range(steps):
+        for _ in range(steps):  # sass: rans (one symbol per lane per step)
             live = active and i < n
             need = False
             if live:
@@ -246,42 +255,44 @@ def decode_kernel(src, work, dec, empty, out, errors):
                     ua = i32(addr - back)
                     if xx < back_cols:
                         ua = i32(ua - wrap)
-                    u = i32(smem[ua])
-                ctx = i32(i32(u > 0) + i32(u > 2) + i32(u > 8))
-                if (emask >> ctx) & i32(1):
-                    code = i32(plan_mod.ERR_TABLE)
-                e = dec[i32(((tbase + ctx) << i32(12)) | i32(x & u32(4095)))]
-                x = u32(u32(((e >> u32(8)) & u32(4095)) + u32(1)) * (x >> u32(12)) + (e >> u32(20)))
-                smem[addr] = e & u32(255)
+                    u = i32(smem[u32(ua)])
+                # ctx = (u > 0) + (u > 2) + (u > 8): 2-bit fields of CONTEXT_BITS for u <= 8
+                ctx = i32(3) if u > i32(8) else i32((i32(CONTEXT_BITS) >> i32(u << i32(1))) & i32(3))
+                empty_hit = i32(empty_hit | (emask >> ctx))
+                e = dec[u32(i32(i32(tbase + ctx) << i32(12)) | i32(x & u32(4095)))]
+                x = u32(u32(u32((e >> u32(8)) & u32(4095)) + u32(1)) * (x >> u32(12)) + (e >> u32(20)))
+                smem[u32(addr)] = e & u32(255)
                 need = x < u32(f2.STATE_LOW)
             mask = u32(_ballot(scratch, need))
             if need:
-                idx = i32(ptr + cuda.popc(mask & lane_below))
+                idx = i32(ptr + i32(cuda.popc(mask & lane_below)))
                 if idx < nw:
-                    at = ws + i32(idx << i32(1))
-                    x = u32((x << u32(16)) | u32(src[at]) | (u32(src[at + 1]) << u32(8)))
+                    at = ws + u64(u32(idx << i32(1)))
+                    x = u32((x << u32(16)) | u32(src[at]) | (u32(src[at + u64(1)]) << u32(8)))
                 else:
                     code = i32(plan_mod.ERR_WORDS)
-            ptr = i32(ptr + cuda.popc(mask))
+            ptr = i32(ptr + i32(cuda.popc(mask)))
             i = i32(i + lanes)
             xx = i32(xx + lanes)
-            while xx >= tw:
-                xx -= tw
-                yy += i32(1)
-            while yy >= plane_end:  # the next rANS plane: its table set
-                plane += i32(1)
-                plane_end += th
+            while xx >= tw:  # once per row at most when lanes <= tw
+                xx = i32(xx - tw)
+                yy = i32(yy + i32(1))
+            while yy >= plane_end:  # sass: rare (the next rANS plane: its table set)
+                plane = i32(plane + i32(1))
+                plane_end = i32(plane_end + th)
                 if plane < n_rans:
-                    tbase = i32(base + (((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
-                    emask = i32(empty[tbase] | (empty[tbase + 1] << 1) | (empty[tbase + 2] << 2)
-                                | (empty[tbase + 3] << 3))
+                    tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
+                    emask = i32(empty[u32(tbase)] | (empty[u32(tbase + 1)] << 1) | (empty[u32(tbase + 2)] << 2)
+                                | (empty[u32(tbase + 3)] << 3))
+        if empty_hit & i32(1):
+            code = i32(plan_mod.ERR_TABLE)
         if active and x != u32(f2.STATE_LOW):
             code = i32(plan_mod.ERR_STATE)
         if ptr != nw and code == 0:
             code = i32(plan_mod.ERR_WORDS)
     # One code for the tile: the largest of the lanes' (any non-zero one rejects the tile).
     for d in (16, 8, 4, 2, 1):
-        code = i32(max(code, _shfl_xor(scratch, code, d)))
+        code = i32(max(code, i32(_shfl_xor(scratch, code, d))))
     if code != 0:
         if lane == 0:
             errors[item] = code
@@ -290,13 +301,13 @@ def decode_kernel(src, work, dec, empty, out, errors):
 
     # Row pass: zig-zag inverse and, for left/gradient, the prefix sum along each row.
     # Lanes 0-15 take one row and lanes 16-31 the next; lane & 15 is the word column.
-    half = lane >> i32(4)
-    col = lane & i32(15)
+    half = i32(lane >> i32(4))
+    col = i32(lane & i32(15))
     for r in range(n_rans):
-        pred = (r_preds >> i32(2 * r)) & i32(3)
-        for y0 in range(0, th, 2):
+        pred = i32((r_preds >> i32(2 * r)) & i32(3))
+        for y0 in range(0, th, 2):  # sass: rows (4 pixel-channels per lane)
             y = i32(y0 + half)
-            a = i32(((i32(r * th) + y) << i32(4)) + col)
+            a = u32(i32(i32(i32(r * th) + y) << i32(4)) + col)
             w = u32(0)
             if y < th:
                 w = _unzigzag8(words[a])
@@ -306,76 +317,77 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 total = i32(w >> u32(24))
                 run = total
                 for d in (1, 2, 4, 8):
-                    other = _shfl_up(scratch, run, d)
+                    other = i32(_shfl_up(scratch, run, d))
                     if col >= d:
                         run = i32(run + other)
                 carry = u32(i32(run - total) & i32(255))
-                w = _add8(w, carry * u32(ONES))
+                w = _add8(w, u32(carry * u32(ONES)))
             if y < th:
                 words[a] = w
     cuda.syncthreads()
 
     # Column pass (up, gradient): a lane walks down one word column of one plane.
     for unit in range(lane, i32(n_rans << i32(4)), WARP):
-        r = unit >> i32(4)
+        r = i32(unit >> i32(4))
         if (r_preds >> i32(2 * r)) & i32(2):
-            a = i32(((r * th) << i32(4)) + (unit & i32(15)))
+            a = u32(i32(i32(r * th) << i32(4)) + i32(unit & i32(15)))
             run = u32(0)
-            for _ in range(th):
+            for _ in range(th):  # sass: columns (4 pixel-channels per lane)
                 run = _add8(run, words[a])
                 words[a] = run
-                a = i32(a + WORDS_PER_ROW)
+                a = u32(a + u32(WORDS_PER_ROW))
     cuda.syncthreads()
 
     # Colour inverse (4 pixels per word) and the interleaved write of the requested region.
-    s0 = i32(slots & 3)
-    s1 = i32((slots >> 2) & 3)
-    s2 = i32((slots >> 4) & 3)
-    s3 = i32((slots >> 6) & 3)
-    # Lanes form rows of `width` word columns (a power of two >= the words the region
-    # spans in a row), 32 / width rows per pass: no division by the span.
-    x_lo = xa >> i32(2)
-    x_hi = i32((xb + 3) >> 2)
+    # Lanes form rows of 2^width_log2 word columns (>= the words the region spans in a
+    # row), 32 >> width_log2 rows per pass: no division by the span.
+    p_off0 = u32(i32(i32(slots & i32(3)) * th) << i32(4))
+    p_off1 = u32(i32(i32((slots >> i32(2)) & i32(3)) * th) << i32(4))
+    p_off2 = u32(i32(i32((slots >> i32(4)) & i32(3)) * th) << i32(4))
+    p_off3 = u32(i32(i32((slots >> i32(6)) & i32(3)) * th) << i32(4))
+    x_lo = i32(xa >> i32(2))
+    x_hi = i32(i32(xb + i32(3)) >> i32(2))
     width_log2 = i32(0)
     while (i32(1) << width_log2) < i32(x_hi - x_lo):
-        width_log2 += i32(1)
-    wc = i32(x_lo + (lane & i32((i32(1) << width_log2) - i32(1))))
-    for y in range(i32(ya + (lane >> width_log2)), yb, i32(WARP >> width_log2)):
-        if wc >= x_hi:
-            continue
-        row = i32((y << i32(4)) + wc)
-        p0 = words[i32(((s0 * th) << i32(4)) + row)]
-        p1 = u32(0)
-        p2 = u32(0)
-        p3 = u32(0)
-        if c >= 3:
-            p1 = words[i32(((s1 * th) << i32(4)) + row)]
-            p2 = words[i32(((s2 * th) << i32(4)) + row)]
-            if c == 4:
-                p3 = words[i32(((s3 * th) << i32(4)) + row)]
-            if colour == 1:
-                p0 = _add8(p0, p1)
-                p2 = _add8(p2, p1)
-            elif colour == 2:
-                t = _sub8(p0, _half8(p1))
-                g = _add8(p1, t)
-                b = _sub8(t, _half8(p2))
-                p0 = _add8(b, p2)
-                p1 = g
-                p2 = b
+        width_log2 = i32(width_log2 + i32(1))
+    wc = i32(x_lo + i32(lane & i32(i32(i32(1) << width_log2) - i32(1))))
+    if wc < x_hi:
         x0 = i32(wc << i32(2))
-        d = out_base + i32((i32(oy + y) * out_w + ox + x0) * c)
-        for j in range(4):
-            x = i32(x0 + j)
-            sh = u32(8 * j)
-            if x >= xa and x < xb:
-                out[d] = (p0 >> sh) & u32(255)
-                if c >= 3:
-                    out[d + 1] = (p1 >> sh) & u32(255)
-                    out[d + 2] = (p2 >> sh) & u32(255)
-                    if c == 4:
-                        out[d + 3] = (p3 >> sh) & u32(255)
-            d += c
+        for y in range(i32(ya + i32(lane >> width_log2)), yb, i32(WARP >> width_log2)):  # sass: output
+            row = u32(i32(y << i32(4)) + wc)
+            p0 = words[p_off0 + row]
+            p1 = u32(0)
+            p2 = u32(0)
+            p3 = u32(0)
+            if c >= 3:
+                p1 = words[p_off1 + row]
+                p2 = words[p_off2 + row]
+                if c == 4:
+                    p3 = words[p_off3 + row]
+                if colour == 1:
+                    p0 = _add8(p0, p1)
+                    p2 = _add8(p2, p1)
+                elif colour == 2:
+                    t = _sub8(p0, _half8(p1))
+                    g = _add8(p1, t)
+                    b = _sub8(t, _half8(p2))
+                    p0 = _add8(b, p2)
+                    p1 = g
+                    p2 = b
+            # Pixel x0 + j goes to out_base + ((oy + y) * out_w + ox + x0 + j) * c; the
+            # term in brackets is >= 0 for every pixel inside the region.
+            line = i32(i32(i32(oy + y) * out_w) + ox + x0)
+            for j in range(4):
+                x = i32(x0 + j)
+                if x >= xa and x < xb:
+                    sh = u32(8 * j)
+                    d = out_base + u64(u32(i32(line + j) * c))
+                    out[d] = (p0 >> sh) & u32(255)
+                    if c >= 3:
+                        out[d + u64(1)] = (p1 >> sh) & u32(255)
+                        out[d + u64(2)] = (p2 >> sh) & u32(255)
+                        if c == 4:
+                            out[d + u64(3)] = (p3 >> sh) & u32(255)
     if lane == 0:
         errors[item] = 0
 

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 PER_ITERATION = {"rans": 1, "rows": 4, "columns": 4}
 # An instruction each source iteration runs exactly `count` times (in the C = 4 path for the
 # output): ptxas unrolls loops, and this tells by how much.
-SIGNATURE = {"rans": ("STS.U8", 1), "rows": ("STS", 1), "columns": ("STS", 1), "output": ("LDS", 4), "rare": ("", 1)}
+SIGNATURE = {
+    "rans": ("STS.U8", 1), "rows": ("STS", 1), "columns": ("STS", 1), "output": ("LDS", 4), "rare": ("", 1),
+}
 
 
 @dataclass
@@ -155,7 +157,9 @@ def loop_for(loops: list[Loop], first: int, last: int, kernel: tuple[int, int]) 
         ours = sum(1 for ln in loop.lines if first <= ln <= last or not kernel[0] < ln <= kernel[1])
         return ours / loop.size
 
-    candidates = [loop for loop in loops if share(loop) >= 0.9 and any(first <= ln <= last for ln in loop.lines)]
+    candidates = [
+        loop for loop in loops if share(loop) >= 0.9 and any(first <= ln <= last for ln in loop.lines)
+    ]
     if not candidates:
         raise SystemExit(f"Expected a SASS loop for source lines {first}-{last}. Got none.")
     return max(candidates, key=lambda loop: loop.size)
@@ -179,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     nvdisasm = find_tool("nvdisasm")
     folder = args.keep or tempfile.mkdtemp(prefix="ptxas_report_")
     os.makedirs(folder, exist_ok=True)
-    version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout.strip()
+    version = version.splitlines()[-1]
     import numba
 
     print(f"ptxas: {version}; numba {numba.__version__}")

@@ -125,6 +125,13 @@ def _unzigzag8(w):
     return u32(((w >> u32(1)) & u32(LOW7)) ^ u32(low * u32(255)))
 
 
+@cuda.jit(device=True, inline=True)
+def _empty_mask(empty, tbase):
+    """Bit x set when context x of the table set starting at row tbase is an empty table."""
+    return i32(empty[u32(tbase)] | (empty[u32(tbase + 1)] << 1) | (empty[u32(tbase + 2)] << 2)
+               | (empty[u32(tbase + 3)] << 3))
+
+
 @cuda.jit
 def decode_kernel(src, work, dec, empty, out, errors):
     """Decode v2 work item blockIdx.x (one tile) into out; errors[item] gets a code or 0.
@@ -238,8 +245,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
             plane = i32(plane + i32(1))
             plane_end = i32(plane_end + th)
         tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
-        emask = i32(empty[u32(tbase)] | (empty[u32(tbase + 1)] << 1) | (empty[u32(tbase + 2)] << 2)
-                    | (empty[u32(tbase + 3)] << 3))
+        emask = _empty_mask(empty, tbase)
         empty_hit = i32(0)
         lane_below = u32((u32(1) << u32(lane)) - u32(1))
         ptr = i32(0)
@@ -282,8 +288,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 plane_end = i32(plane_end + th)
                 if plane < n_rans:
                     tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
-                    emask = i32(empty[u32(tbase)] | (empty[u32(tbase + 1)] << 1) | (empty[u32(tbase + 2)] << 2)
-                                | (empty[u32(tbase + 3)] << 3))
+                    emask = _empty_mask(empty, tbase)
         if empty_hit & i32(1):
             code = i32(plan_mod.ERR_TABLE)
         if active and x != u32(f2.STATE_LOW):

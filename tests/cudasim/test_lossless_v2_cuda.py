@@ -16,7 +16,7 @@ def _images() -> list[np.ndarray]:
     """Small images whose tiles, together, use every tile mode, plane mode, predictor,
     colour transform and several lane counts (checked by test_images_cover_every_mode)."""
     rng = np.random.default_rng(3)
-    yy, xx = np.mgrid[0:37, 0:35]
+    yy, xx = np.mgrid[0:21, 0:19]
     ramp_x = (xx * 7 % 256).astype(np.uint8)  # left predictor
     ramp_y = (yy * 9 % 256).astype(np.uint8)  # up predictor
     plane = ((yy * 3 + xx * 5) % 256).astype(np.uint8)  # gradient predictor
@@ -24,25 +24,26 @@ def _images() -> list[np.ndarray]:
     rgb_grey = np.stack([grey, grey, grey], 2).astype(np.uint8)  # subtract green: constant-free, cheap planes
     g = grey.astype(np.int64)
     ycc = np.stack([(g + 40) % 256, g, (g // 2 + 7) % 256], 2).astype(np.uint8)
-    noise = rng.integers(0, 256, (20, 18, 3), dtype=np.uint8)  # raw tiles
-    mask = np.zeros((33, 40), np.uint8)
-    mask[5:20, 8:30] = 3
+    noise = rng.integers(0, 256, (17, 18, 3), dtype=np.uint8)  # raw tiles
+    mask = np.zeros((23, 26), np.uint8)
+    mask[5:20, 8:22] = 3
     mask[22:, :11] = 7
     rgba = np.dstack([rgb_grey[:17, :19], np.full((17, 19), 255, np.uint8)])  # constant alpha
-    small = rng.integers(0, 4, (30, 31), dtype=np.uint8)  # predictor none
-    big = (plane[:, :, None] + rng.integers(0, 24, (37, 35, 1))).astype(np.uint8)[:, :, 0]
-    dots = np.zeros((30, 31), np.uint8)  # sparse impulses: predictor none
-    dots[rng.random((30, 31)) < 0.05] = 1
+    small = rng.integers(0, 4, (18, 17), dtype=np.uint8)  # predictor none
+    big = (plane[:, :, None] + rng.integers(0, 24, (21, 19, 1))).astype(np.uint8)[:, :, 0]
+    dots = np.zeros((20, 17), np.uint8)  # sparse impulses: predictor none
+    dots[rng.random((20, 17)) < 0.05] = 1
 
     def walk() -> np.ndarray:
-        return np.cumsum(np.cumsum(rng.integers(-1, 2, (37, 35)), 0), 1)
+        return np.cumsum(np.cumsum(rng.integers(-1, 2, (21, 19)), 0), 1)
 
     r, g2, b = walk(), walk(), walk()  # correlated colour fields: YCoCg-R
     photo = (np.stack([100 + r + g2, 120 + g2, 90 + b + g2 // 2 + r], 2) % 256).astype(np.uint8)
+    stripes = np.repeat(np.random.default_rng(3).integers(0, 256, (1, 19)), 21, 0).astype(np.uint8)  # up
     return [
         dots, photo, ramp_x, ramp_y, plane, rgb_grey, ycc, noise, mask, rgba, small,
         np.full((1, 1, 1), 200, np.uint8), np.full((5, 7, 3), 9, np.uint8),
-        np.stack([ramp_x, ramp_y, plane, grey], 2)[:21, :23], big,
+        np.stack([ramp_x, ramp_y, plane, grey], 2)[:21, :23], big, stripes,
     ]
 
 
@@ -94,7 +95,8 @@ def test_cuda_v2_rois_packed_and_mixed_versions() -> None:
     images = _images()[2:10]
     streams = _streams()[2:10]
     streams[1] = lossless.encode(images[1], tile=16, version=1)  # a v1 stream in the batch
-    rois = [(1, 2, 7, 8), (5, 3, 37, 30), None, (16, 0, 20, 21), (0, 17, 37, 35), (3, 3, 4, 4), None, (2, 5, 15, 19)]
+    rois = [(1, 2, 7, 8), (5, 3, 21, 18), None, (16, 0, 20, 19), (0, 17, 21, 19), (3, 3, 4, 4), None,
+            (2, 5, 15, 19)]
     flat, offsets, shapes = lossless.decode_batch_packed(streams, "cuda", rois)
     cpu_flat, cpu_offsets, cpu_shapes = lossless.decode_batch_packed(streams, "cpu", rois)
     np.testing.assert_array_equal(flat.copy_to_host(), cpu_flat)

@@ -35,7 +35,8 @@ def test_v2_kernel_compiles_without_spills() -> None:
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    command = [sys.executable, "-c", SCRIPT]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     line = [ln for ln in result.stdout.splitlines() if ln.startswith("resources")]
     assert line, result.stdout  # ptxas ships with numba-cuda[cu12] (the test extra)

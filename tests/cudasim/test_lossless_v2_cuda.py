@@ -182,3 +182,11 @@ def test_cuda_and_cpu_agree_on_mutated_v2_payloads() -> None:
                 assert outcomes[0] is None and outcomes[1] is None
             else:
                 np.testing.assert_array_equal(outcomes[0], outcomes[1])
+
+
+def test_differential_fuzz_runs_clean() -> None:
+    from prepkit.fuzz_cuda import fuzz_lossless_cuda
+
+    report = fuzz_lossless_cuda(seconds=3.0, seed=7)
+    assert report.cases > 0
+    assert report.findings == [], report.findings[:2]

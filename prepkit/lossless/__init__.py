@@ -7,14 +7,14 @@ The bitstream is specified in docs/LOSSLESS.md.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from prepkit.lossless import cpu
-from prepkit.lossless import plan as _plan
 from prepkit.lossless import format as _fmt
 from prepkit.lossless import format_v2 as _fmt2
+from prepkit.lossless import plan as _plan
 from prepkit.lossless.format import Header, read_header
 
 __all__ = [

@@ -414,8 +414,8 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
     payload, which has at least 2 + C bytes) and keeps it only when the state needs it.
     """
     mask = lanes - 1
-    bad = 0
-    over = 0
+    bad = np.int64(0)
+    over = np.int64(0)
     i = 0
     last = end - 2
     for k in range(c):
@@ -488,11 +488,11 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
     if n_rans:
         states = np.empty(MAX_LANES, np.int64)
         for j in range(lanes):
-            x = np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8) | (np.int64(src[pos + 2]) << 16) | (
+            value = np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8) | (np.int64(src[pos + 2]) << 16) | (
                 np.int64(src[pos + 3]) << 24)
-            if x < STATE_LOW:
+            if value < STATE_LOW:
                 return plan_mod.ERR_STATE
-            states[j] = x
+            states[j] = value
             pos += 4
         err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states)
         if err:

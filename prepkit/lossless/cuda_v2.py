@@ -32,6 +32,8 @@ Imported only when device="cuda" is asked for and the batch holds a v2 stream.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import config, cuda, types
 
@@ -438,10 +440,11 @@ def decode_plan(
         pinned[: source.size] = source
         source = pinned[: source.size]
     src = cuda.to_device(source if source.size else np.zeros(1, np.uint8), stream=stream)
-    if out is None:
-        out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
+    target: Any = out
+    if target is None:
+        target = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
     else:
-        plan_mod.check_out(out, plan.total)
+        plan_mod.check_out(target, plan.total)
     n_items = plan.work.shape[0]
     is_v2 = plan.work[:, plan_mod.VERSION] == f2.VERSION
     v2_items = np.flatnonzero(is_v2)
@@ -453,20 +456,20 @@ def decode_plan(
         empty = cuda.to_device(np.ascontiguousarray(plan.empty, np.int32), stream=stream)
         codes = cuda.device_array(v2_items.size, np.int32, stream=stream)
         decode_kernel[v2_items.size, WARP, stream, shared_bytes(work)](
-            src, cuda.to_device(work, stream=stream), dec, empty, out, codes
+            src, cuda.to_device(work, stream=stream), dec, empty, target, codes
         )
         errors[v2_items] = codes.copy_to_host(stream=stream)
     if v1_items.size:
         work = np.ascontiguousarray(plan.work[v1_items])
         codes = cuda.device_array(v1_items.size, np.int32, stream=stream)
         cuda_v1.decode_kernel[v1_items.size, cuda_v1.THREADS, stream](
-            src, cuda.to_device(work, stream=stream), out, codes
+            src, cuda.to_device(work, stream=stream), target, codes
         )
         errors[v1_items] = codes.copy_to_host(stream=stream)
     plan_mod.raise_errors(plan, errors[:n_items])
     offsets = cuda.to_device(plan.offsets, stream=stream)
     shapes = cuda.to_device(plan.shapes, stream=stream)
-    return out[: plan.total], offsets, shapes
+    return target[: plan.total], offsets, shapes
 
 
 def kernel_signatures() -> list[tuple]:

@@ -400,20 +400,14 @@ def decode_kernel(src, work, dec, empty, out, errors):
 
 
 def decode_table(plan: plan_mod.Plan) -> np.ndarray:
-    """uint32 (n_tables * 4096): symbol | (f - 1) << 8 | (slot - cum) << 20 per (table, slot).
+    """uint32 (n_tables * 4096): symbol | (f - 1) << 8 | (slot - cum) << 20 per (table, slot),
+    the CPU decoder's packed table (cpu_v2.decode_table), flat. One load per decoded symbol
+    instead of three (lut, freq, cum); empty tables are 0 and flagged through plan.empty."""
+    from prepkit.lossless import cpu_v2
 
-    One load per decoded symbol instead of three (lut, freq, cum). Rows of empty tables are
-    0 (decoding from them is flagged through plan.empty).
-    """
     if plan.lut.shape[0] == 0:
         return np.zeros(1, np.uint32)
-    sym = plan.lut.astype(np.int64)
-    f = np.take_along_axis(plan.freq.astype(np.int64), sym, axis=1)
-    cum = np.take_along_axis(plan.cum[:, :256].astype(np.int64), sym, axis=1)
-    slot = np.arange(f2.PROB_SCALE, dtype=np.int64)[None, :]
-    packed = sym | ((f - 1) & 4095) << 8 | ((slot - cum) & 4095) << 20
-    packed[plan.empty.astype(bool)] = 0
-    return np.ascontiguousarray(packed.astype(np.uint32).reshape(-1))
+    return np.ascontiguousarray(cpu_v2.decode_table(plan).reshape(-1))
 
 
 def shared_bytes(work: np.ndarray) -> int:

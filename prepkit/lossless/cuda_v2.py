@@ -1,9 +1,33 @@
-"""CUDA decoding of bitstream version 2 (docs/LOSSLESS.md, section A).
+"""numba CUDA decoder for bitstream version 2 (docs/LOSSLESS.md, section A).
 
-cuda.decode_plan routes every batch holding a v2 stream here. Until the v2 kernel lands,
-this decodes the batch with the CPU kernels (which also handle v1 items) and uploads the
-result, so device="cuda" returns correct device arrays for v2 streams, only without GPU
-decoding. The CUDA kernel replaces `decode_plan` below with the same signature.
+One launch decodes every v2 tile of a batch; one block of one warp (32 threads) per tile.
+Inside a tile:
+
+1. rANS: lane j of the warp is rANS lane j (docs A6); it decodes symbols j, j + L, ... in
+   order. The lanes that need a 16-bit word in a step take them in lane order: a ballot and
+   a popcount of the lower lanes give each its word index. One 32-bit load per symbol from a
+   packed decode table (symbol | (f - 1) << 8 | (slot - cum) << 20, built on the host) gives
+   symbol, frequency and bias. The symbol 64 positions earlier (the context) was written by
+   the same lane, so no synchronisation is needed.
+2. Symbols land in shared memory at a fixed row pitch of 64 bytes (the largest tile side),
+   the rANS planes first (back to back, so symbol i is at row i // tw), then the constant
+   planes. Rows are word aligned, so the passes below work on 32-bit words of 4 columns.
+3. Row pass: each lane owns one word (4 columns) of a row: zig-zag undone on the 4 bytes at
+   once, a running sum inside the word, then a segmented warp scan (16 lanes per row) of the
+   word totals for the left and gradient predictors.
+4. Column pass (up and gradient): a lane owns a word column and walks down it, adding with a
+   carry-free byte-wise add (no bank conflicts: consecutive lanes, consecutive words).
+5. Colour inverse on 4 pixels at once (byte-wise add/sub/half on words) and the interleaved
+   write of the part of the tile inside the requested region.
+
+All tile-local arithmetic is 32-bit (np.int32 / np.uint32 wrapped explicitly: numba widens
+int32 op int32 to int64) and uses shifts and masks instead of division. Safety: plan.build
+ran format_v2.read_stream on every stream (modes, lane counts, channel bytes and lengths are
+consistent); inside the kernel every 16-bit word read is bounded by the tile's word count,
+lane states are checked on entry and exit, and an error code per tile is checked after the
+launch. v1 items of a mixed batch go to the v1 kernel (cuda.py) in a second launch.
+
+Imported only when device="cuda" is asked for and the batch holds a v2 stream.
 """
 
 from __future__ import annotations
@@ -11,26 +35,441 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import cuda
+from numba import config, cuda, types
 
+from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
+
+i32 = np.int32
+u32 = np.uint32
+u64 = np.uint64
+WARP = 32
+FULL_MASK = 0xFFFFFFFF
+PITCH_LOG2 = 6  # shared-memory row pitch: 64 bytes = 16 words, the largest tile side
+WORDS_PER_ROW = 16
+LOW7 = 0x7F7F7F7F
+HIGH1 = 0x80808080
+ONES = 0x01010101
+# Context of a symbol from the symbol u 64 places earlier, for u <= 8 (3 above): 2 bits each.
+CONTEXT_BITS = sum(min(3, (u > 0) + (u > 2) + (u > 8)) << (2 * u) for u in range(9))
+
+
+if config.ENABLE_CUDASIM:
+    # numba's simulator has no warp intrinsics. A block is one warp here, so shared memory
+    # and barriers give the same results (tests only; the GPU build uses the intrinsics).
+
+    @cuda.jit(device=True)
+    def _ballot(scratch, pred):
+        lane = cuda.threadIdx.x
+        scratch[lane] = 1 if pred else 0
+        cuda.syncthreads()
+        mask = 0
+        for j in range(WARP):
+            mask |= scratch[j] << j
+        cuda.syncthreads()
+        return mask
+
+    @cuda.jit(device=True)
+    def _shfl_up(scratch, value, delta):
+        lane = cuda.threadIdx.x
+        scratch[lane] = value
+        cuda.syncthreads()
+        got = scratch[lane - delta] if lane >= delta else value
+        cuda.syncthreads()
+        return got
+
+    @cuda.jit(device=True)
+    def _shfl_xor(scratch, value, mask):
+        lane = cuda.threadIdx.x
+        scratch[lane] = value
+        cuda.syncthreads()
+        got = scratch[lane ^ mask]
+        cuda.syncthreads()
+        return got
+
+else:
+
+    @cuda.jit(device=True, inline=True)
+    def _ballot(scratch, pred):
+        return cuda.ballot_sync(FULL_MASK, pred)
+
+    @cuda.jit(device=True, inline=True)
+    def _shfl_up(scratch, value, delta):
+        return cuda.shfl_up_sync(FULL_MASK, value, delta)
+
+    @cuda.jit(device=True, inline=True)
+    def _shfl_xor(scratch, value, mask):
+        return cuda.shfl_xor_sync(FULL_MASK, value, mask)
+
+
+@cuda.jit(device=True, inline=True)
+def _add8(a, b):
+    """Byte-wise a + b mod 256 of 4 packed bytes (no carry between bytes)."""
+    return u32(((a & u32(LOW7)) + (b & u32(LOW7))) ^ ((a ^ b) & u32(HIGH1)))
+
+
+@cuda.jit(device=True, inline=True)
+def _sub8(a, b):
+    """Byte-wise a - b mod 256 of 4 packed bytes (no borrow between bytes)."""
+    return u32(((a | u32(HIGH1)) - (b & u32(LOW7))) ^ ((a ^ ~b) & u32(HIGH1)))
+
+
+@cuda.jit(device=True, inline=True)
+def _half8(a):
+    """Byte-wise floor(s / 2) of each byte read as a signed byte (docs A5's h)."""
+    return u32(((a >> u32(1)) & u32(LOW7)) | (a & u32(HIGH1)))
+
+
+@cuda.jit(device=True, inline=True)
+def _unzigzag8(w):
+    """Byte-wise zig-zag inverse: (z >> 1) ^ -(z & 1) of each byte, mod 256."""
+    low = w & u32(ONES)
+    return u32(((w >> u32(1)) & u32(LOW7)) ^ u32(low * u32(255)))
+
+
+@cuda.jit(device=True, inline=True)
+def _empty_mask(empty, tbase):
+    """Bit x set when context x of the table set starting at row tbase is an empty table."""
+    return i32(empty[u32(tbase)] | (empty[u32(tbase + 1)] << 1) | (empty[u32(tbase + 2)] << 2)
+               | (empty[u32(tbase + 3)] << 3))
+
+
+@cuda.jit
+def decode_kernel(src, work, dec, empty, out, errors):
+    """Decode v2 work item blockIdx.x (one tile) into out; errors[item] gets a code or 0.
+
+    src: uint8 batch; work: int64 plan rows; dec: uint32 (n_tables * 4096) packed decode
+    table; empty: int32 (n_tables,) 1 for an empty table. Dynamic shared memory: at least
+    C * th * 64 bytes for every item (set by the launch).
+
+    Index discipline: tile-local values are int32 (i32) and every array index is unsigned
+    (u32 inside the tile, u64 for global byte offsets), so numba emits neither 64-bit
+    index math nor its negative-index wraparound.
+    """
+    item = cuda.blockIdx.x
+    lane = i32(cuda.threadIdx.x)
+    smem = cuda.shared.array(0, types.uint8)  # a numba type: the simulator needs one here
+    words = smem.view(np.uint32)
+    scratch = cuda.shared.array(WARP, types.int64)  # used by the simulator's warp intrinsics only
+
+    start = u64(work[item, plan_mod.SRC_START])
+    end = u64(work[item, plan_mod.SRC_END])
+    th = i32(work[item, plan_mod.TH])
+    tw = i32(work[item, plan_mod.TW])
+    c = i32(work[item, plan_mod.CH])
+    out_base = u64(work[item, plan_mod.OUT_BASE])
+    out_h = i32(work[item, plan_mod.OUT_H])
+    out_w = i32(work[item, plan_mod.OUT_W])
+    oy = i32(work[item, plan_mod.OY])
+    ox = i32(work[item, plan_mod.OX])
+    base = i32(work[item, plan_mod.TABLE_BASE])
+    ya = i32(max(i32(0), i32(-oy)))
+    yb = i32(min(th, i32(out_h - oy)))
+    xa = i32(max(i32(0), i32(-ox)))
+    xb = i32(min(tw, i32(out_w - ox)))
+
+    if src[start] == f2.TILE_RAW:
+        row_len = i32((xb - xa) * c)
+        for y in range(ya, yb):
+            s0 = start + u64(u32(i32(i32(y * tw + xa) * c) + i32(1)))
+            d0 = out_base + u64(u32(i32(i32(i32(oy + y) * out_w) + ox + xa) * c))
+            for j in range(lane, row_len, WARP):
+                out[d0 + u64(u32(j))] = src[s0 + u64(u32(j))]
+        if lane == 0:
+            errors[item] = 0
+        return
+
+    info = i32(src[start + u64(1)])
+    colour = i32(info & i32(15))
+    lanes_log2 = i32(info >> i32(4))
+    lanes = i32(i32(1) << lanes_log2)
+    # Per channel: its shared-memory slot (rANS planes first, in channel order, then the
+    # constant ones); per rANS plane r: table set and predictor, packed in registers.
+    n_rans = i32(0)
+    for k in range(c):
+        if src[start + u64(u32(k + 2))] != 0:
+            n_rans = i32(n_rans + i32(1))
+    slots = i32(0)
+    r_sets = i32(0)
+    r_preds = i32(0)
+    rans_i = i32(0)
+    const_i = n_rans
+    pos = start + u64(u32(c + 2))
+    for k in range(c):
+        chb = i32(src[start + u64(u32(k + 2))])
+        if chb != 0:
+            slots = i32(slots | (rans_i << i32(2 * k)))
+            r_sets = i32(r_sets | ((chb >> i32(4)) << i32(4 * rans_i)))
+            r_preds = i32(r_preds | (((chb >> i32(2)) & i32(3)) << i32(2 * rans_i)))
+            rans_i = i32(rans_i + i32(1))
+        else:
+            slots = i32(slots | (const_i << i32(2 * k)))
+            fill = u32(u32(src[pos]) * u32(ONES))
+            pos += u64(1)
+            row0 = i32(const_i * th)
+            for j in range(lane, i32(th << i32(4)), WARP):
+                words[u32(i32(row0 << i32(4)) + j)] = fill
+            const_i = i32(const_i + i32(1))
+
+    code = i32(0)
+    if n_rans > 0:
+        n = i32(i32(n_rans * th) * tw)
+        ws = pos + u64(u32(lanes << i32(2)))  # the 16-bit words follow the lane states
+        n_words = (end - ws) >> u64(1)
+        if n_words > u64(n):  # each symbol reads at most one word: such a tile cannot end right
+            code = i32(plan_mod.ERR_WORDS)
+            n_words = u64(n)
+        nw = i32(n_words)
+        active = lane < lanes
+        x = u32(f2.STATE_LOW)
+        if active:
+            at = pos + u64(u32(lane << i32(2)))
+            x = u32(u32(src[at]) | (u32(src[at + u64(1)]) << u32(8)) | (u32(src[at + u64(2)]) << u32(16))
+                    | (u32(src[at + u64(3)]) << u32(24)))
+            if x < u32(f2.STATE_LOW):
+                code = i32(plan_mod.ERR_STATE)
+        # Cursor of symbol i = lane: row yy (over all rANS planes, which are back to back)
+        # and column xx.
+        yy = i32(0)
+        xx = lane
+        while xx >= tw:
+            xx = i32(xx - tw)
+            yy = i32(yy + i32(1))
+        # The context symbol i - 64 sits at row yy - back_rows, column xx - back_cols
+        # (one row further up when xx < back_cols): 64 = back_rows * tw + back_cols.
+        back_rows = i32(64 // tw)  # once per tile
+        back_cols = i32(i32(64) - i32(back_rows * tw))
+        back = i32(i32(back_rows << i32(PITCH_LOG2)) + back_cols)
+        wrap = i32(i32(64) - tw)
+        plane = i32(0)
+        plane_end = th
+        while yy >= plane_end:
+            plane = i32(plane + i32(1))
+            plane_end = i32(plane_end + th)
+        tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
+        emask = _empty_mask(empty, tbase)
+        empty_hit = i32(0)
+        lane_below = u32((u32(1) << u32(lane)) - u32(1))
+        ptr = i32(0)
+        steps = i32(i32(n + lanes - i32(1)) >> lanes_log2)
+        i = lane
+        for _ in range(steps):  # sass: rans (one symbol per lane per step)
+            live = active and i < n
+            need = False
+            if live:
+                addr = i32((yy << i32(PITCH_LOG2)) + xx)
+                u = i32(0)
+                if i >= i32(64):
+                    ua = i32(addr - back)
+                    if xx < back_cols:
+                        ua = i32(ua - wrap)
+                    u = i32(smem[u32(ua)])
+                # ctx = (u > 0) + (u > 2) + (u > 8): 2-bit fields of CONTEXT_BITS for u <= 8
+                ctx = i32(3) if u > i32(8) else i32((i32(CONTEXT_BITS) >> i32(u << i32(1))) & i32(3))
+                empty_hit = i32(empty_hit | (emask >> ctx))
+                e = dec[u32(i32(i32(tbase + ctx) << i32(12)) | i32(x & u32(4095)))]
+                x = u32(u32(u32((e >> u32(8)) & u32(4095)) + u32(1)) * (x >> u32(12)) + (e >> u32(20)))
+                smem[u32(addr)] = e & u32(255)
+                need = x < u32(f2.STATE_LOW)
+            mask = u32(_ballot(scratch, need))
+            if need:
+                idx = i32(ptr + i32(cuda.popc(mask & lane_below)))
+                if idx < nw:
+                    at = ws + u64(u32(idx << i32(1)))
+                    x = u32((x << u32(16)) | u32(src[at]) | (u32(src[at + u64(1)]) << u32(8)))
+                else:
+                    code = i32(plan_mod.ERR_WORDS)
+            ptr = i32(ptr + i32(cuda.popc(mask)))
+            i = i32(i + lanes)
+            xx = i32(xx + lanes)
+            while xx >= tw:  # once per row at most when lanes <= tw
+                xx = i32(xx - tw)
+                yy = i32(yy + i32(1))
+            while yy >= plane_end:  # sass: rare (the next rANS plane: its table set)
+                plane = i32(plane + i32(1))
+                plane_end = i32(plane_end + th)
+                if plane < n_rans:
+                    tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
+                    emask = _empty_mask(empty, tbase)
+        if empty_hit & i32(1):
+            code = i32(plan_mod.ERR_TABLE)
+        if active and x != u32(f2.STATE_LOW):
+            code = i32(plan_mod.ERR_STATE)
+        if ptr != nw and code == 0:
+            code = i32(plan_mod.ERR_WORDS)
+    # One code for the tile: the largest of the lanes' (any non-zero one rejects the tile).
+    for d in (16, 8, 4, 2, 1):
+        code = i32(max(code, i32(_shfl_xor(scratch, code, d))))
+    if code != 0:
+        if lane == 0:
+            errors[item] = code
+        return
+    cuda.syncthreads()
+
+    # Row pass: zig-zag inverse and, for left/gradient, the prefix sum along each row.
+    # Lanes 0-15 take one row and lanes 16-31 the next; lane & 15 is the word column.
+    half = i32(lane >> i32(4))
+    col = i32(lane & i32(15))
+    for r in range(n_rans):
+        pred = i32((r_preds >> i32(2 * r)) & i32(3))
+        for y0 in range(0, th, 2):  # sass: rows (4 pixel-channels per lane)
+            y = i32(y0 + half)
+            a = u32(i32(i32(i32(r * th) + y) << i32(4)) + col)
+            w = u32(0)
+            if y < th:
+                w = _unzigzag8(words[a])
+            if pred & i32(1):
+                w = _add8(w, w << u32(8))
+                w = _add8(w, w << u32(16))
+                total = i32(w >> u32(24))
+                run = total
+                for d in (1, 2, 4, 8):
+                    other = i32(_shfl_up(scratch, run, d))
+                    if col >= d:
+                        run = i32(run + other)
+                carry = u32(i32(run - total) & i32(255))
+                w = _add8(w, u32(carry * u32(ONES)))
+            if y < th:
+                words[a] = w
+    cuda.syncthreads()
+
+    # Column pass (up, gradient): a lane walks down one word column of one plane.
+    for unit in range(lane, i32(n_rans << i32(4)), WARP):
+        r = i32(unit >> i32(4))
+        if (r_preds >> i32(2 * r)) & i32(2):
+            a = u32(i32(i32(r * th) << i32(4)) + i32(unit & i32(15)))
+            run = u32(0)
+            for _ in range(th):  # sass: columns (4 pixel-channels per lane)
+                run = _add8(run, words[a])
+                words[a] = run
+                a = u32(a + u32(WORDS_PER_ROW))
+    cuda.syncthreads()
+
+    # Colour inverse (4 pixels per word) and the interleaved write of the requested region.
+    # Lanes form rows of 2^width_log2 word columns (>= the words the region spans in a
+    # row), 32 >> width_log2 rows per pass: no division by the span.
+    p_off0 = u32(i32(i32(slots & i32(3)) * th) << i32(4))
+    p_off1 = u32(i32(i32((slots >> i32(2)) & i32(3)) * th) << i32(4))
+    p_off2 = u32(i32(i32((slots >> i32(4)) & i32(3)) * th) << i32(4))
+    p_off3 = u32(i32(i32((slots >> i32(6)) & i32(3)) * th) << i32(4))
+    x_lo = i32(xa >> i32(2))
+    x_hi = i32(i32(xb + i32(3)) >> i32(2))
+    width_log2 = i32(0)
+    while (i32(1) << width_log2) < i32(x_hi - x_lo):
+        width_log2 = i32(width_log2 + i32(1))
+    wc = i32(x_lo + i32(lane & i32(i32(i32(1) << width_log2) - i32(1))))
+    if wc < x_hi:
+        x0 = i32(wc << i32(2))
+        for y in range(i32(ya + i32(lane >> width_log2)), yb, i32(WARP >> width_log2)):  # sass: output
+            row = u32(i32(y << i32(4)) + wc)
+            p0 = words[p_off0 + row]
+            p1 = u32(0)
+            p2 = u32(0)
+            p3 = u32(0)
+            if c >= 3:
+                p1 = words[p_off1 + row]
+                p2 = words[p_off2 + row]
+                if c == 4:
+                    p3 = words[p_off3 + row]
+                if colour == 1:
+                    p0 = _add8(p0, p1)
+                    p2 = _add8(p2, p1)
+                elif colour == 2:
+                    t = _sub8(p0, _half8(p1))
+                    g = _add8(p1, t)
+                    b = _sub8(t, _half8(p2))
+                    p0 = _add8(b, p2)
+                    p1 = g
+                    p2 = b
+            # Pixel x0 + j goes to out_base + ((oy + y) * out_w + ox + x0 + j) * c; the
+            # term in brackets is >= 0 for every pixel inside the region.
+            line = i32(i32(i32(oy + y) * out_w) + ox + x0)
+            for j in range(4):
+                x = i32(x0 + j)
+                if x >= xa and x < xb:
+                    sh = u32(8 * j)
+                    d = out_base + u64(u32(i32(line + j) * c))
+                    out[d] = (p0 >> sh) & u32(255)
+                    if c >= 3:
+                        out[d + u64(1)] = (p1 >> sh) & u32(255)
+                        out[d + u64(2)] = (p2 >> sh) & u32(255)
+                        if c == 4:
+                            out[d + u64(3)] = (p3 >> sh) & u32(255)
+    if lane == 0:
+        errors[item] = 0
+
+
+def decode_table(plan: plan_mod.Plan) -> np.ndarray:
+    """uint32 (n_tables * 4096): symbol | (f - 1) << 8 | (slot - cum) << 20 per (table, slot),
+    the CPU decoder's packed table (cpu_v2.decode_table), flat. One load per decoded symbol
+    instead of three (lut, freq, cum); empty tables are 0 and flagged through plan.empty."""
+    from prepkit.lossless import cpu_v2
+
+    if plan.lut.shape[0] == 0:
+        return np.zeros(1, np.uint32)
+    return np.ascontiguousarray(cpu_v2.decode_table(plan).reshape(-1))
+
+
+def shared_bytes(work: np.ndarray) -> int:
+    """Dynamic shared memory of a launch: C * th rows of 64 bytes for the largest item."""
+    if work.shape[0] == 0:
+        return 4
+    rows = int((work[:, plan_mod.CH] * work[:, plan_mod.TH]).max())
+    return max(4, rows << PITCH_LOG2)
 
 
 def decode_plan(
     plan: plan_mod.Plan, stream: object = 0, out: object | None = None, pinned: np.ndarray | None = None
 ) -> tuple[object, object, object]:
-    """Same contract as cuda.decode_plan: (flat device uint8, offsets, shapes) on the device."""
-    from prepkit.lossless import cpu
+    """Same contract as cuda.decode_plan: (flat device uint8, offsets, shapes) on the device.
 
-    del pinned  # the interim path copies decoded pixels, not the compressed batch
-    host = cpu.decode_plan(plan)  # raises CodecError for corrupt tiles, before any upload
+    v2 items run in one launch of decode_kernel; v1 items of a mixed batch in one launch of
+    the v1 kernel. Raises CodecError (after one small copy of the error codes) if any tile
+    payload is corrupt.
+    """
+    from prepkit.lossless import cuda as cuda_v1
+
+    source = plan.src
+    if pinned is not None and pinned.size >= source.size:
+        pinned[: source.size] = source
+        source = pinned[: source.size]
+    src = cuda.to_device(source if source.size else np.zeros(1, np.uint8), stream=stream)
     target: Any = out
     if target is None:
         target = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
     else:
         plan_mod.check_out(target, plan.total)
-    if plan.total:
-        target[: plan.total].copy_to_device(host, stream=stream)
+    n_items = plan.work.shape[0]
+    is_v2 = plan.work[:, plan_mod.VERSION] == f2.VERSION
+    v2_items = np.flatnonzero(is_v2)
+    v1_items = np.flatnonzero(~is_v2)
+    errors = np.zeros(max(n_items, 1), np.int32)
+    if v2_items.size:
+        work = np.ascontiguousarray(plan.work[v2_items])
+        dec = cuda.to_device(decode_table(plan), stream=stream)
+        empty = cuda.to_device(np.ascontiguousarray(plan.empty, np.int32), stream=stream)
+        codes = cuda.device_array(v2_items.size, np.int32, stream=stream)
+        decode_kernel[v2_items.size, WARP, stream, shared_bytes(work)](
+            src, cuda.to_device(work, stream=stream), dec, empty, target, codes
+        )
+        errors[v2_items] = codes.copy_to_host(stream=stream)
+    if v1_items.size:
+        work = np.ascontiguousarray(plan.work[v1_items])
+        codes = cuda.device_array(v1_items.size, np.int32, stream=stream)
+        cuda_v1.decode_kernel[v1_items.size, cuda_v1.THREADS, stream](
+            src, cuda.to_device(work, stream=stream), target, codes
+        )
+        errors[v1_items] = codes.copy_to_host(stream=stream)
+    plan_mod.raise_errors(plan, errors[:n_items])
     offsets = cuda.to_device(plan.offsets, stream=stream)
     shapes = cuda.to_device(plan.shapes, stream=stream)
     return target[: plan.total], offsets, shapes
+
+
+def kernel_signatures() -> list[tuple]:
+    """(python function, signature) of every v2 CUDA kernel, for compile_ptx checks."""
+    from numba import types
+
+    sig = (types.uint8[::1], types.int64[:, ::1], types.uint32[::1], types.int32[::1], types.uint8[::1],
+           types.int32[::1])
+    return [(decode_kernel.py_func, sig)]

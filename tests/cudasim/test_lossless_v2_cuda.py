@@ -1,0 +1,192 @@
+"""The v2 CUDA decoder (lossless/cuda_v2.py) under numba's simulator: bit-identical to the CPU
+decoder and the numpy reference on tiny images that exercise every mode of the format."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prepkit import lossless
+from prepkit.errors import CodecError
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import reference_v2
+
+
+def _images() -> list[np.ndarray]:
+    """Small images whose tiles, together, use every tile mode, plane mode, predictor,
+    colour transform and several lane counts (checked by test_images_cover_every_mode)."""
+    rng = np.random.default_rng(3)
+    yy, xx = np.mgrid[0:21, 0:19]
+    ramp_x = (xx * 7 % 256).astype(np.uint8)  # left predictor
+    ramp_y = (yy * 9 % 256).astype(np.uint8)  # up predictor
+    plane = ((yy * 3 + xx * 5) % 256).astype(np.uint8)  # gradient predictor
+    grey = (plane + rng.integers(0, 2, plane.shape)).astype(np.uint8)
+    rgb_grey = np.stack([grey, grey, grey], 2).astype(np.uint8)  # subtract green: constant-free, cheap planes
+    g = grey.astype(np.int64)
+    ycc = np.stack([(g + 40) % 256, g, (g // 2 + 7) % 256], 2).astype(np.uint8)
+    noise = rng.integers(0, 256, (17, 18, 3), dtype=np.uint8)  # raw tiles
+    mask = np.zeros((23, 26), np.uint8)
+    mask[5:20, 8:22] = 3
+    mask[22:, :11] = 7
+    rgba = np.dstack([rgb_grey[:17, :19], np.full((17, 19), 255, np.uint8)])  # constant alpha
+    small = rng.integers(0, 4, (18, 17), dtype=np.uint8)  # predictor none
+    big = (plane[:, :, None] + rng.integers(0, 24, (21, 19, 1))).astype(np.uint8)[:, :, 0]
+    dots = np.zeros((20, 17), np.uint8)  # sparse impulses: predictor none
+    dots[rng.random((20, 17)) < 0.05] = 1
+
+    def walk() -> np.ndarray:
+        return np.cumsum(np.cumsum(rng.integers(-1, 2, (21, 19)), 0), 1)
+
+    r, g2, b = walk(), walk(), walk()  # correlated colour fields: YCoCg-R
+    photo = (np.stack([100 + r + g2, 120 + g2, 90 + b + g2 // 2 + r], 2) % 256).astype(np.uint8)
+    stripes = np.repeat(np.random.default_rng(3).integers(0, 256, (1, 19)), 21, 0).astype(np.uint8)  # up
+    return [
+        dots, photo, ramp_x, ramp_y, plane, rgb_grey, ycc, noise, mask, rgba, small,
+        np.full((1, 1, 1), 200, np.uint8), np.full((5, 7, 3), 9, np.uint8),
+        np.stack([ramp_x, ramp_y, plane, grey], 2)[:21, :23], big, stripes,
+    ]
+
+
+def _noisy() -> np.ndarray:
+    """One 32x32x3 tile of mild noise: 32 rANS lanes at tile size 32."""
+    return (np.random.default_rng(4).integers(0, 8, (32, 32, 3)) + 100).astype(np.uint8)
+
+
+def _streams() -> list[bytes]:
+    return [lossless.encode(img, tile=16, version=2) for img in _images()] + [lossless.encode(_noisy(), tile=32, version=2)]
+
+
+def test_images_cover_every_mode() -> None:
+    seen = {"raw": False, "const": False, "colour": set(), "pred": set(), "lanes": set()}
+    for stream in _streams():
+        s = f2.read_stream(np.frombuffer(stream, np.uint8))
+        coded = s.mode == f2.TILE_CODED
+        seen["raw"] |= bool((~coded).any())
+        seen["const"] |= bool((coded[:, None] & (s.ch_mode == f2.CH_CONST)).any())
+        seen["colour"] |= set(s.colour[coded].tolist())
+        rans = coded[:, None] & (s.ch_mode == f2.CH_RANS)
+        seen["pred"] |= set(s.predictor[rans].tolist())
+        seen["lanes"] |= set(s.lanes_log2[coded & rans.any(axis=1)].tolist())
+    assert seen["raw"] and seen["const"]
+    assert seen["colour"] == {0, 1, 2}
+    assert seen["pred"] == {0, 1, 2, 3}
+    assert {2, 5} <= seen["lanes"]
+
+
+def test_cuda_v2_matches_cpu_and_reference() -> None:
+    images = _images() + [_noisy()]
+    streams = _streams()
+    got = lossless.decode_batch(streams, device="cuda")
+    for arr, img, stream in zip(got, images, streams, strict=True):
+        host = arr.copy_to_host()
+        np.testing.assert_array_equal(host, reference_v2.decode(stream))
+        np.testing.assert_array_equal(host, lossless.decode_batch([stream])[0])
+        np.testing.assert_array_equal(host, img)
+
+
+def test_cuda_v2_tile_sizes() -> None:
+    image = _images()[4][:, :33]
+    for tile in (32, 64):
+        stream = lossless.encode(image, tile=tile, version=2)
+        np.testing.assert_array_equal(lossless.decode_batch([stream], device="cuda")[0].copy_to_host(), image)
+
+
+def test_cuda_v2_rois_packed_and_mixed_versions() -> None:
+    images = _images()[2:10]
+    streams = _streams()[2:10]
+    streams[1] = lossless.encode(images[1], tile=16, version=1)  # a v1 stream in the batch
+    rois = [(1, 2, 7, 8), (5, 3, 21, 18), None, (16, 0, 20, 19), (0, 17, 21, 19), (3, 3, 4, 4), None,
+            (2, 5, 15, 19)]
+    flat, offsets, shapes = lossless.decode_batch_packed(streams, "cuda", rois)
+    cpu_flat, cpu_offsets, cpu_shapes = lossless.decode_batch_packed(streams, "cpu", rois)
+    np.testing.assert_array_equal(flat.copy_to_host(), cpu_flat)
+    np.testing.assert_array_equal(offsets.copy_to_host(), cpu_offsets)
+    np.testing.assert_array_equal(shapes.copy_to_host(), cpu_shapes)
+
+
+def _coded_tile(stream: bytes) -> tuple[int, int]:
+    """(start, end) of the first coded tile with rANS planes."""
+    s = f2.read_stream(np.frombuffer(stream, np.uint8))
+    i = int(np.flatnonzero((s.mode == f2.TILE_CODED) & (s.ch_mode == f2.CH_RANS).any(axis=1))[0])
+    return int(s.offsets[i]), int(s.offsets[i + 1])
+
+
+@pytest.mark.parametrize("what", ["state_low", "final_state", "words_short", "words_long"])
+def test_cuda_v2_rejects_corrupt_rans(what: str) -> None:
+    image = _images()[2][:16, :16]
+    stream = bytearray(lossless.encode(image, tile=16, version=2))
+    start, end = _coded_tile(bytes(stream))
+    s = f2.read_stream(np.frombuffer(bytes(stream), np.uint8))
+    states = int(s.words_start[0]) - (4 << int(s.lanes_log2[0]))
+    if what == "state_low":
+        stream[states + 2 : states + 4] = b"\0\0"  # a state below 2^16
+    elif what == "final_state":
+        stream[states] ^= 1
+    elif what == "words_short":
+        stream = stream[: end - 2]
+        stream[f2.HEADER_SIZE + lossless.read_header(bytes(stream)).table_size + 4 * 0 :]
+        _fix_last_offset(stream)
+    else:
+        stream += b"\0\0"
+        _fix_last_offset(stream)
+    for device in ("cpu", "cuda"):
+        with pytest.raises(CodecError):
+            lossless.decode_batch([bytes(stream)], device=device)
+
+
+def _fix_last_offset(stream: bytearray) -> None:
+    """Point the tile table's last entry at the (changed) stream end (one-tile stream)."""
+    head = f2.read_header(np.frombuffer(bytes(stream[: f2.HEADER_SIZE]), np.uint8))
+    at = f2.HEADER_SIZE + head[2] + 4
+    stream[at : at + 4] = len(stream).to_bytes(4, "little")
+
+
+def test_cuda_v2_rejects_empty_table() -> None:
+    image = _images()[2][:16, :16]
+    stream = lossless.encode(image, tile=16, version=2)
+    s = f2.read_stream(np.frombuffer(stream, np.uint8))
+    # Rebuild the stream with every table but one of set 0 emptied: decoding must hit one.
+    freq = s.tables.freq.copy()
+    used = int(np.argmax(freq.sum(axis=1)))
+    freq[[t for t in range(freq.shape[0]) if t != used]] = 0
+    tables = f2.pack_tables(freq)
+    n = s.header.n_tiles
+    old_tables = int(s.offsets[0]) - f2.HEADER_SIZE - 4 * (n + 1)
+    shift = len(tables) - old_tables
+    head = f2.pack_header(16, 16, 1, 16, s.header.flags, freq.shape[0] // f2.CONTEXTS, len(tables))
+    offsets = (s.offsets + shift).astype("<u4").tobytes()
+    bad = head + tables + offsets + stream[int(s.offsets[0]) :]
+    for device in ("cpu", "cuda"):
+        with pytest.raises(CodecError):
+            lossless.decode_batch([bad], device=device)
+
+
+def test_cuda_and_cpu_agree_on_mutated_v2_payloads() -> None:
+    # Random byte changes in the payloads: both decoders reject, or both return the same pixels.
+    rng = np.random.default_rng(5)
+    for image in (_images()[2][:16, :16], _images()[4][:12, :16]):
+        stream = lossless.encode(image, tile=16, version=2)
+        start = int(f2.read_stream(np.frombuffer(stream, np.uint8)).offsets[0])
+        for _ in range(6):
+            buf = bytearray(stream)
+            for _ in range(int(rng.integers(1, 3))):
+                buf[int(rng.integers(start, len(buf)))] = int(rng.integers(256))
+            outcomes = []
+            for device in ("cpu", "cuda"):
+                try:
+                    out = lossless.decode_batch([bytes(buf)], device=device)[0]
+                    outcomes.append(out if device == "cpu" else out.copy_to_host())
+                except CodecError:
+                    outcomes.append(None)
+            if outcomes[0] is None or outcomes[1] is None:
+                assert outcomes[0] is None and outcomes[1] is None
+            else:
+                np.testing.assert_array_equal(outcomes[0], outcomes[1])
+
+
+def test_differential_fuzz_runs_clean() -> None:
+    from prepkit.fuzz_cuda import fuzz_lossless_cuda
+
+    report = fuzz_lossless_cuda(seconds=3.0, seed=7)
+    assert report.cases > 0
+    assert report.findings == [], report.findings[:2]

@@ -59,6 +59,7 @@ bench: setup
 	$(PY) -m prepkit.bench.augment
 	$(PY) -m prepkit.bench.crop
 	$(PY) -m prepkit.bench.reader
+	$(PY) -m prepkit.bench.remote
 	$(PY) recipes/l3_comparison.py --out out/l3
 
 # The GPU machine (Python 3.12, CUDA 13, torch/numba/numba-cuda/CuPy installed; no zarr and no

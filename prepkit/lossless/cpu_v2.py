@@ -10,6 +10,7 @@ an empty table, and requires every state back at 2^16 with every word read.
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -25,6 +26,8 @@ MAX_PLANE = max(fmt.TILE_SIZES) ** 2
 MAX_VALUES = 4 * MAX_PLANE
 MAX_LANES = 1 << f2.MAX_LANES_LOG2
 _local = threading.local()
+# Context of a symbol from the symbol 64 positions earlier: (u > 0) + (u > 2) + (u > 8).
+CONTEXT_OF = np.array([(u > 0) + (u > 2) + (u > 8) for u in range(256)], np.int64)
 
 
 # ----------------------------------------------------------------------------- shared pieces
@@ -41,27 +44,32 @@ def _half(v):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _colour_forward(image, y0, x0, th, tw, colour, planes):
-    """Colour-transformed planes (c, th*tw) of one tile, int32 0..255."""
+    """Colour-transformed planes of one tile into planes[k, 1:th+1, 1:tw+1] (int32, 0..255).
+
+    Row 0 and column 0 of every plane stay 0, the value the predictors see outside the tile
+    (A4), so the residual loops need no edge cases.
+    """
     c = image.shape[2]
-    plane = th * tw
     for y in range(th):
-        for x in range(tw):
-            i = y * tw + x
-            for k in range(c):
-                planes[k, i] = np.int32(image[y0 + y, x0 + x, k])
-            if colour == 1:
-                g = planes[1, i]
-                planes[0, i] = (planes[0, i] - g) & 255
-                planes[2, i] = (planes[2, i] - g) & 255
-            elif colour == 2:
-                r, g, b = planes[0, i], planes[1, i], planes[2, i]
-                co = (r - b) & 255
-                t = (b + _half(co)) & 255
-                cg = (g - t) & 255
-                planes[0, i] = (t + _half(cg)) & 255
-                planes[1, i] = cg
-                planes[2, i] = co
-    return plane
+        src = image[y0 + y, x0 : x0 + tw]
+        for k in range(c):
+            row = planes[k, y + 1, 1 : tw + 1]
+            for x in range(tw):
+                row[x] = src[x, k]
+        if colour == 1:
+            r, g, b = planes[0, y + 1, 1 : tw + 1], planes[1, y + 1, 1 : tw + 1], planes[2, y + 1, 1 : tw + 1]
+            for x in range(tw):
+                r[x] = (r[x] - g[x]) & 255
+                b[x] = (b[x] - g[x]) & 255
+        elif colour == 2:
+            r, g, b = planes[0, y + 1, 1 : tw + 1], planes[1, y + 1, 1 : tw + 1], planes[2, y + 1, 1 : tw + 1]
+            for x in range(tw):
+                co = (r[x] - b[x]) & 255
+                t = (b[x] + _half(co)) & 255
+                cg = (g[x] - t) & 255
+                r[x] = (t + _half(cg)) & 255
+                g[x] = cg
+                b[x] = co
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -70,34 +78,30 @@ def _zigzag(r):
     return (s << 1) if s >= 0 else (-2 * s - 1)
 
 
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _residual(p, k, y, x, tw, predictor):
-    """Residual (0..255) of plane k at (y, x) under a predictor; 0 outside the tile."""
-    v = p[k, y * tw + x]
-    left = p[k, y * tw + x - 1] if x > 0 else 0
-    up = p[k, (y - 1) * tw + x] if y > 0 else 0
-    ul = p[k, (y - 1) * tw + x - 1] if x > 0 and y > 0 else 0
-    if predictor == 0:
-        g = 0
-    elif predictor == 1:
-        g = left
-    elif predictor == 2:
-        g = up
-    else:
-        g = left + up - ul
-    return (v - g) & 255
-
-
 # ----------------------------------------------------------------------------- encoder
 
 
+# Residual r (0..255) -> symbol (its zig-zag code, A4), and the symbol's bit length: the
+# encoder's cost model (A9). Tables, so the inner loops have no branches.
+ZIGZAG = np.array([_zigzag.py_func(r) for r in range(256)], np.int64)
+ZIGZAG_BITS = np.array([int(v).bit_length() for v in ZIGZAG], np.int64)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _bit_length(v):
-    n = 0
-    while v:
-        n += 1
-        v >>= 1
-    return n
+def _predictor_costs(padded, th, tw, costs):
+    """Sum of the symbols' bit lengths of one plane (padded as _colour_forward writes it)
+    under each of the 4 predictors."""
+    c0 = c1 = c2 = c3 = 0
+    for y in range(1, th + 1):
+        for x in range(1, tw + 1):
+            v = padded[y, x]
+            left = padded[y, x - 1]
+            up = padded[y - 1, x]
+            c0 += ZIGZAG_BITS[v]
+            c1 += ZIGZAG_BITS[(v - left) & 255]
+            c2 += ZIGZAG_BITS[(v - up) & 255]
+            c3 += ZIGZAG_BITS[(v - left - up + padded[y - 1, x - 1]) & 255]
+    costs[0], costs[1], costs[2], costs[3] = c0, c1, c2, c3
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -109,57 +113,78 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals):
     c = image.shape[2]
     n_colours = 3 if c >= 3 else 1
     best_cost = -1
+    costs = np.zeros(4, np.int64)
+    preds = np.zeros(4, np.int64)
     for colour in range(n_colours):
         _colour_forward(image, y0, x0, th, tw, colour, planes)
         total = 0
-        preds = np.zeros(4, np.int64)
         for k in range(c):
+            _predictor_costs(planes[k], th, tw, costs)
             best_p = 0
-            best_pc = -1
-            for p in range(4):
-                cost = 0
-                for y in range(th):
-                    for x in range(tw):
-                        cost += _bit_length(_zigzag(_residual(planes, k, y, x, tw, p)))
-                if best_pc < 0 or cost < best_pc:
-                    best_pc = cost
+            for p in range(1, 4):
+                if costs[p] < costs[best_p]:
                     best_p = p
             preds[k] = best_p
-            total += best_pc
+            total += costs[best_p]
         if best_cost < 0 or total < best_cost:
             best_cost = total
             choice_row[0] = colour
             for k in range(c):
                 choice_row[1 + k] = preds[k]
-                first = planes[k, 0]
+                first = planes[k, 1, 1]
                 same = 1
-                for i in range(th * tw):
-                    if planes[k, i] != first:
-                        same = 0
-                        break
+                for y in range(1, th + 1):
+                    for x in range(1, tw + 1):
+                        same &= planes[k, y, x] == first
                 choice_row[5 + k] = same
                 const_vals[k] = first
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _tile_box(i, tile, h, w):
+    """(y0, x0, th, tw) of tile i in row-major tile order."""
+    tiles_x = (w + tile - 1) // tile
+    ty = i // tiles_x
+    tx = i - ty * tiles_x
+    return ty * tile, tx * tile, min(tile, h - ty * tile), min(tile, w - tx * tile)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _symbols(image, y0, x0, th, tw, choice_row, n_sets, planes, symbols, tables):
-    """The tile's rANS symbols and their table indices; returns their count."""
+def _tile_symbols(image, y0, x0, th, tw, choice_row, planes, out, o):
+    """Write the tile's rANS symbols (its coded planes in order, row-major) at out[o:]; return
+    their count."""
     c = image.shape[2]
     _colour_forward(image, y0, x0, th, tw, choice_row[0], planes)
-    n = 0
+    n = o
     for k in range(c):
         if choice_row[5 + k]:
             continue
-        s = min(k, n_sets - 1)
-        for y in range(th):
-            for x in range(tw):
-                symbols[n] = _zigzag(_residual(planes, k, y, x, tw, choice_row[1 + k]))
+        padded = planes[k]
+        p = choice_row[1 + k]
+        # The predictor as 0/1 weights: pred = wl*left + wu*up - wl*wu*upleft (A4).
+        wl = np.int32(p & 1)
+        wu = np.int32(p >> 1)
+        wul = wl * wu
+        for y in range(1, th + 1):
+            for x in range(1, tw + 1):
+                pred = wl * padded[y, x - 1] + wu * padded[y - 1, x] - wul * padded[y - 1, x - 1]
+                out[n] = ZIGZAG[(padded[y, x] - pred) & 255]
                 n += 1
-        for i in range(n - th * tw, n):
-            u = symbols[i - 64] if i >= 64 else 0
-            ctx = (1 if u > 0 else 0) + (1 if u > 2 else 0) + (1 if u > 8 else 0)
-            tables[i] = s * 4 + ctx
-    return n
+    return n - o
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _tile_tables(syms, s0, n, choice_row, c, plane, n_sets, tables):
+    """Table index (A4: set * 4 + context of the symbol 64 earlier) of the tile's n symbols
+    syms[s0 : s0 + n], into tables[:n]."""
+    i = 0
+    for k in range(c):
+        if choice_row[5 + k]:
+            continue
+        s4 = min(k, n_sets - 1) * 4
+        for _ in range(plane):
+            tables[i] = s4 + (CONTEXT_OF[syms[s0 + i - 64]] if i >= 64 else 0)
+            i += 1
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -174,70 +199,69 @@ def _lanes_log2(estimate):
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _choose_all(image, tile, choices, const_vals, planes):
     h, w = image.shape[0], image.shape[1]
-    tiles_x = (w + tile - 1) // tile
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
-            ty = i // tiles_x
-            tx = i - ty * tiles_x
-            th = min(tile, h - ty * tile)
-            tw = min(tile, w - tx * tile)
-            _choose(image, ty * tile, tx * tile, th, tw, planes[chunk], choices[i], const_vals[i])
+            y0, x0, th, tw = _tile_box(i, tile, h, w)
+            _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i])
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _count_all(image, tile, choices, keep, n_sets, counts, planes, symbols, tables):
-    """Histograms per (table, symbol), one per chunk (summed by the caller)."""
+def _symbols_all(image, tile, choices, sym_start, syms, planes):
+    """Every tile's symbols, once: counting, estimating and encoding all read them from syms."""
     h, w = image.shape[0], image.shape[1]
-    tiles_x = (w + tile - 1) // tile
     chunks = planes.shape[0]
+    for chunk in prange(chunks):
+        for i in range(chunk, choices.shape[0], chunks):
+            y0, x0, th, tw = _tile_box(i, tile, h, w)
+            _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _count_all(h, w, c, tile, choices, keep, n_sets, sym_start, syms, counts, tables):
+    """Histograms per (table, symbol), one per chunk (summed by the caller)."""
+    chunks = tables.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             if not keep[i]:
                 continue
-            ty = i // tiles_x
-            tx = i - ty * tiles_x
-            th = min(tile, h - ty * tile)
-            tw = min(tile, w - tx * tile)
-            n = _symbols(image, ty * tile, tx * tile, th, tw, choices[i], n_sets,
-                         planes[chunk], symbols[chunk], tables[chunk])
+            _, _, th, tw = _tile_box(i, tile, h, w)
+            s0 = sym_start[i]
+            n = sym_start[i + 1] - s0
+            _tile_tables(syms, s0, n, choices[i], c, th * tw, n_sets, tables[chunk])
             for j in range(n):
-                counts[chunk, tables[chunk, j], symbols[chunk, j]] += 1
+                counts[chunk, tables[chunk, j], syms[s0 + j]] += 1
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_all(image, tile, choices, n_sets, cost, sizes, planes, symbols, tables):
+def _estimate_all(h, w, c, tile, choices, n_sets, cost, sizes, sym_start, syms, tables):
     """Estimated coded size in bytes of every tile (reference_v2.estimate)."""
-    h, w = image.shape[0], image.shape[1]
-    c = image.shape[2]
-    tiles_x = (w + tile - 1) // tile
-    chunks = planes.shape[0]
+    chunks = tables.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
-            ty = i // tiles_x
-            tx = i - ty * tiles_x
-            th = min(tile, h - ty * tile)
-            tw = min(tile, w - tx * tile)
-            n = _symbols(image, ty * tile, tx * tile, th, tw, choices[i], n_sets,
-                         planes[chunk], symbols[chunk], tables[chunk])
+            _, _, th, tw = _tile_box(i, tile, h, w)
+            s0 = sym_start[i]
+            n = sym_start[i + 1] - s0
             size = 2 + c
             for k in range(c):
                 size += choices[i, 5 + k]
             if n:
+                _tile_tables(syms, s0, n, choices[i], c, th * tw, n_sets, tables[chunk])
                 total = 0
                 for j in range(n):
-                    total += cost[tables[chunk, j], symbols[chunk, j]]
+                    total += cost[tables[chunk, j], syms[s0 + j]]
                 size += (4 << _lanes_log2(total)) + total // 128
             sizes[i] = size
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, freq, cum, cost, out, base,
-                 planes, symbols, tables, words):
-    """Write one tile's payload at out[base:]; return its length (raw when not smaller)."""
+def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, coder, cost, out, base,
+                 syms, s0, n, tables, words):
+    """Write one tile's payload at out[base:]; return its length (raw when not smaller).
+
+    coder[t, s] = f | cum << 16 (one load per symbol)."""
     c = image.shape[2]
     raw_len = 1 + th * tw * c
-    n = _symbols(image, y0, x0, th, tw, choice, n_sets, planes, symbols, tables)
     pos = base + 2
     for k in range(c):
         if choice[5 + k]:
@@ -251,9 +275,10 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, freq, cum, c
             pos += 1
     log2 = 0
     if n:
+        _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables)
         total = 0
         for j in range(n):
-            total += cost[tables[j], symbols[j]]
+            total += cost[tables[j], syms[s0 + j]]
         log2 = _lanes_log2(total)
         lanes = 1 << log2
         states = np.empty(MAX_LANES, np.int64)
@@ -261,16 +286,19 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, freq, cum, c
             states[j] = STATE_LOW
         n_words = 0
         for i in range(n - 1, -1, -1):
-            t = tables[i]
-            s = symbols[i]
-            f = np.int64(freq[t, s])
+            packed = coder[tables[i], syms[s0 + i]]
+            f = packed & 0xFFFF
             j = i & (lanes - 1)
             x = states[j]
-            if x >= (f << (32 - PROB_BITS)):
-                words[n_words] = x & 0xFFFF
-                n_words += 1
-                x >>= 16
-            states[j] = ((x // f) << PROB_BITS) + x % f + cum[t, s]
+            # Renormalise without a branch: the word is always written, kept when emitted.
+            emit = np.int64(x >= (f << (32 - PROB_BITS)))
+            words[n_words] = x & 0xFFFF
+            n_words += emit
+            x >>= 16 * emit
+            # x < 2^32 and f <= 4096: the float64 quotient is exact enough that its floor is
+            # x // f (a 64-bit integer division costs several times more).
+            q = np.int64(np.float64(x) / np.float64(f))
+            states[j] = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
         if pos + 4 * lanes + 2 * n_words - base >= raw_len:
             return _raw_tile(image, y0, x0, th, tw, out, base)
         for j in range(lanes):
@@ -303,36 +331,41 @@ def _raw_tile(image, y0, x0, th, tw, out, base):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_all(image, tile, choices, const_vals, keep, n_sets, freq, cum, cost, out, starts, lengths,
-                planes, symbols, tables, words):
+def _encode_all(image, tile, choices, const_vals, keep, n_sets, coder, cost, out, starts, lengths,
+                sym_start, syms, tables, words):
     h, w = image.shape[0], image.shape[1]
-    tiles_x = (w + tile - 1) // tile
-    chunks = planes.shape[0]
+    chunks = tables.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
-            ty = i // tiles_x
-            tx = i - ty * tiles_x
-            th = min(tile, h - ty * tile)
-            tw = min(tile, w - tx * tile)
+            y0, x0, th, tw = _tile_box(i, tile, h, w)
             if keep[i]:
-                lengths[i] = _encode_tile(image, ty * tile, tx * tile, th, tw, choices[i], const_vals[i],
-                                          n_sets, freq, cum, cost, out, starts[i], planes[chunk],
-                                          symbols[chunk], tables[chunk], words[chunk])
+                s0 = sym_start[i]
+                lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], n_sets, coder, cost,
+                                          out, starts[i], syms, s0, sym_start[i + 1] - s0, tables[chunk],
+                                          words[chunk])
             else:
-                lengths[i] = _raw_tile(image, ty * tile, tx * tile, th, tw, out, starts[i])
+                lengths[i] = _raw_tile(image, y0, x0, th, tw, out, starts[i])
 
 
-def _encode_scratch(chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+class _Scratch(NamedTuple):
+    """Per-chunk work arrays of the encoder (row `chunk` belongs to one thread)."""
+
+    planes: np.ndarray  # int32 (chunks, 4, 65, 65): colour-transformed planes of a tile, after a 0 row and column
+    tables: np.ndarray  # int64 (chunks, MAX_VALUES): table index of each symbol of a tile
+    words: np.ndarray  # int64 (chunks, MAX_VALUES): rANS words, in encoding order
+
+
+def _encode_scratch(chunks: int) -> _Scratch:
     rows = getattr(_local, "encode_v2", None)
-    if rows is None or rows[0].shape[0] < chunks:
-        rows = (
-            np.zeros((chunks, 4, MAX_PLANE), np.int32),
-            np.zeros((chunks, MAX_VALUES), np.int64),
+    if rows is None or rows.planes.shape[0] < chunks:
+        side = max(fmt.TILE_SIZES) + 1
+        rows = _Scratch(
+            np.zeros((chunks, 4, side, side), np.int32),
             np.zeros((chunks, MAX_VALUES), np.int64),
             np.zeros((chunks, MAX_VALUES), np.int64),
         )
         _local.encode_v2 = rows
-    return tuple(r[:chunks] for r in rows)  # type: ignore[return-value]
+    return _Scratch(*(r[:chunks] for r in rows))
 
 
 def encode(image: np.ndarray, tile: int = 64) -> bytes:
@@ -345,29 +378,36 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     n = header.n_tiles
     chunks = numba.get_num_threads() if cpu.use_parallel(n) else 1
-    planes, symbols, tables, words = _encode_scratch(chunks)
+    scr = _encode_scratch(chunks)
     choices = np.zeros((n, 9), np.int64)
     const_vals = np.zeros((n, 4), np.int64)
-    _choose_all(image, tile, choices, const_vals, planes)
+    _choose_all(image, tile, choices, const_vals, scr.planes)
+    th, tw = fmt.tile_geometry(header)
+    n_coded = c - choices[:, 5 : 5 + c].sum(axis=1)
+    sym_start = np.zeros(n + 1, np.int64)
+    np.cumsum(n_coded * th * tw, out=sym_start[1:])
+    syms = np.empty(int(sym_start[-1]), np.uint8)
+    _symbols_all(image, tile, choices, sym_start, syms, scr.planes)
     n_sets = c
     keep = np.ones(n, np.bool_)
-    freq = _tables(image, tile, choices, keep, n_sets, planes, symbols, tables)
+    freq = _tables(h, w, c, tile, choices, keep, n_sets, sym_start, syms, scr.tables)
     sizes = np.zeros(n, np.int64)
-    _estimate_all(image, tile, choices, n_sets, f2.cost_table(freq), sizes, planes, symbols, tables)
-    th, tw = fmt.tile_geometry(header)
+    _estimate_all(h, w, c, tile, choices, n_sets, f2.cost_table(freq), sizes, sym_start, syms, scr.tables)
     raw_len = 1 + th * tw * c
     keep = sizes < raw_len
     if not keep.all():
-        freq = _tables(image, tile, choices, keep, n_sets, planes, symbols, tables)
+        freq = _tables(h, w, c, tile, choices, keep, n_sets, sym_start, syms, scr.tables)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
+    coder = freq.astype(np.int64) | (cum[:, :256] << 16)
     # A coded tile is written only while smaller than raw: raw_len bounds every payload.
     # (the tile header is written first: tiny tiles get room for it too)
     starts = np.concatenate([[0], np.cumsum(np.maximum(raw_len, 3 + 2 * c))]).astype(np.int64)
     scratch = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(n, np.int64)
-    _encode_all(image, tile, choices, const_vals, keep, n_sets, freq.astype(np.int64), cum,
-                f2.cost_table(freq), scratch, starts, lengths, planes, symbols, tables, words)
+    cost = f2.cost_table(freq)
+    _encode_all(image, tile, choices, const_vals, keep, n_sets, coder, cost, scratch, starts, lengths,
+                sym_start, syms, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     stream = f2.assemble(header, freq, payloads)
     n_tables = c * f2.CONTEXTS
@@ -375,73 +415,116 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
     if len(stream) <= all_raw:
         return stream
     keep[:] = False
-    _encode_all(image, tile, choices, const_vals, keep, n_sets, freq.astype(np.int64), cum,
-                f2.cost_table(freq), scratch, starts, lengths, planes, symbols, tables, words)
+    _encode_all(image, tile, choices, const_vals, keep, n_sets, coder, cost, scratch, starts, lengths,
+                sym_start, syms, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
 
 
-def _tables(image: np.ndarray, tile: int, choices: np.ndarray, keep: np.ndarray, n_sets: int,
-            planes: np.ndarray, symbols: np.ndarray, tables: np.ndarray) -> np.ndarray:
-    counts = np.zeros((planes.shape[0], n_sets * f2.CONTEXTS, 256), np.int64)
-    _count_all(image, tile, choices, keep, n_sets, counts, planes, symbols, tables)
+def _tables(h: int, w: int, c: int, tile: int, choices: np.ndarray, keep: np.ndarray, n_sets: int,
+            sym_start: np.ndarray, syms: np.ndarray, tables: np.ndarray) -> np.ndarray:
+    counts = np.zeros((tables.shape[0], n_sets * f2.CONTEXTS, 256), np.int64)
+    _count_all(h, w, c, tile, choices, keep, n_sets, sym_start, syms, counts, tables)
     return np.stack([f2.normalize(row) for row in counts.sum(axis=0)])
 
 
 # ----------------------------------------------------------------------------- decoder
 
-# Context of a symbol from the symbol 64 positions earlier: (u > 0) + (u > 2) + (u > 8).
-CONTEXT_OF = np.array([(u > 0) + (u > 2) + (u > 8) for u in range(256)], np.int64)
 
 
 def decode_table(plan: plan_mod.Plan) -> np.ndarray:
     """uint32 (n_tables, 4096): slot -> symbol | (f - 1) << 8 | (slot - cum) << 20, one load
     per decoded symbol (empty tables: all 0, flagged through plan.empty)."""
-    lut = plan.lut.astype(np.int64)
-    f = np.take_along_axis(plan.freq.astype(np.int64), lut, axis=1)
-    cum = np.take_along_axis(plan.cum.astype(np.int64), lut, axis=1)
-    bias = np.arange(f2.PROB_SCALE, dtype=np.int64)[None, :] - cum
-    packed = lut | (np.maximum(f - 1, 0) << 8) | (np.where(f > 0, bias, 0) << 20)
-    return packed.astype(np.uint32)
+    packed = np.empty((plan.lut.shape[0], f2.PROB_SCALE), np.uint32)
+    _pack_tables(plan.lut, plan.freq, plan.cum, packed)
+    return packed
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _pack_tables(lut, freq, cum, packed):
+    for t in range(np.uint64(lut.shape[0])):
+        for slot in range(np.uint64(lut.shape[1])):
+            v = np.uint64(lut[t, slot])
+            f = np.int64(freq[t, v])
+            if f > 0:
+                packed[t, slot] = v | ((f - 1) << 8) | ((slot - cum[t, v]) << 20)
+            else:
+                packed[t, slot] = v
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states):
+    """One symbol (A6), renormalisation branch-free with the word read clamped inside the
+    payload: (new pos, error bits: 1 empty table, 2 words overrun)."""
+    t = tset + ctx_of[symbols[i]]
+    j = i & mask
+    x = states[j]
+    e = np.int64(dec[t, x & 4095])
+    x = ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
+    need = np.int64(x < STATE_LOW)
+    at = min(pos, last)
+    word = np.int64(src[at]) | (np.int64(src[at + 1]) << 8)
+    flags = empty[t] | (2 * (need & np.int64(pos > last)))
+    states[j] = (x << (16 * need)) | (word * need)
+    symbols[i + 64] = e & 255
+    return pos + 2 * need, flags
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states):
-    """Decode the tile's n_rans * plane symbols into symbols[]; return an error code.
+    """Decode the tile's n_rans * plane symbols into symbols[64:]; return an error code.
 
-    Branch-free renormalisation: every step loads the next word (clamped inside the tile's
-    payload, which has at least 2 + C bytes) and keeps it only when the state needs it.
+    symbols[0:64] is zero (the "symbol above" of the first row) and symbol i lands at
+    symbols[64 + i], so the context of symbol i is read from symbols[i] without a branch.
+    Whole rounds of `lanes` symbols go in two passes: every lane decodes its symbol (lanes
+    independent, so the CPU overlaps them), then the lanes that need a word take them in lane
+    order (A6); the partial rounds at plane boundaries take one symbol at a time.
     """
     mask = lanes - 1
-    bad = np.int64(0)
-    over = np.int64(0)
+    flags = np.int64(0)
     i = 0
     last = end - 2
+    flat = dec.reshape(-1)
     for k in range(c):
         chb = np.int64(src[start + 2 + k])
         if chb == 0:
             continue
         tset = base + (chb >> 4) * 4
-        for _ in range(plane):
-            u = symbols[i - 64] if i >= 64 else 0
-            t = tset + ctx_of[u]
-            bad |= empty[t]
-            j = i & mask
-            x = states[j]
-            e = np.int64(dec[t, x & 4095])
-            x = ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
-            need = np.int64(x < STATE_LOW)
-            at = min(pos, last)
-            word = np.int64(src[at]) | (np.int64(src[at + 1]) << 8)
-            over |= need & np.int64(pos > last)
-            x = ((x << (16 * need)) | (word * need))
-            pos += 2 * need
-            states[j] = x
-            symbols[i] = e & 255
+        stop = i + plane
+        while i < stop and (i & mask) != 0:
+            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states)
+            flags |= f
             i += 1
-    if over:
+        while i + lanes <= stop:
+            # Unsigned indices: numba adds no negative-index fix-up to these loads.
+            row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
+            need = 0
+            for j in range(np.uint64(lanes)):
+                t = np.uint64(tset + ctx_of[np.uint64(row[j])])
+                flags |= empty[t]
+                x = states[j]
+                e = np.int64(flat[t * np.uint64(4096) + np.uint64(x & 4095)])
+                x = ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
+                need += x < STATE_LOW
+                states[j] = x
+                row[j + np.uint64(64)] = e & 255
+            if pos + 2 * need > end:
+                return plan_mod.ERR_WORDS
+            for j in range(np.uint64(lanes)):
+                x = states[j]
+                take = np.int64(x < STATE_LOW)
+                p = np.uint64(min(pos, last))
+                word = np.int64(src[p]) | (np.int64(src[p + np.uint64(1)]) << 8)
+                states[j] = (x << (16 * take)) | (word * take)
+                pos += 2 * take
+            i += lanes
+        while i < stop:
+            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states)
+            flags |= f
+            i += 1
+    if flags & 2:
         return plan_mod.ERR_WORDS
-    if bad:
+    if flags & 1:
         return plan_mod.ERR_TABLE
     if pos != end:
         return plan_mod.ERR_WORDS
@@ -504,7 +587,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
                 continue
             p = (chb >> 2) & 3
             row = planes[k, :plane]
-            zs = symbols[i : i + plane]
+            zs = symbols[64 + i : 64 + i + plane]
             for q in range(plane):
                 z = zs[q]
                 row[q] = (z >> 1) ^ -(z & 1)
@@ -582,7 +665,7 @@ def _decode_items_serial(src, work, items, out, errors, dec, empty, ctx_of, symb
 def _decode_scratch(chunks: int) -> tuple[np.ndarray, np.ndarray]:
     rows = getattr(_local, "decode_v2", None)
     if rows is None or rows[0].shape[0] < chunks:
-        rows = (np.zeros((chunks, MAX_VALUES), np.int64), np.zeros((chunks, 4, MAX_PLANE), np.uint8))
+        rows = (np.zeros((chunks, 64 + MAX_VALUES), np.uint8), np.zeros((chunks, 4, MAX_PLANE), np.uint8))
         _local.decode_v2 = rows
     return rows[0][:chunks], rows[1][:chunks]
 

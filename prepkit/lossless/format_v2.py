@@ -96,9 +96,12 @@ def pack_tables(freq: np.ndarray) -> bytes:
         else:
             out.append(TABLE_BITMAP)
             out += np.packbits(row > 0, bitorder="little").tobytes()
-        for f in row[present]:
-            v = int(f) - 1
-            out += bytes([v]) if v < 128 else bytes([0x80 | (v & 127), v >> 7])
+        # f - 1 as one byte (< 128) or two (low 7 bits | 0x80, then the rest): both bytes of
+        # every symbol laid side by side, the second kept only where it is needed.
+        v = row[present].astype(np.int64) - 1
+        big = v >= 128
+        both = np.stack([np.where(big, 0x80 | (v & 127), v), v >> 7], axis=1).ravel()
+        out += both[np.stack([np.ones_like(big), big], axis=1).ravel()].astype(np.uint8).tobytes()
     return bytes(out)
 
 

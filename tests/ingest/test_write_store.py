@@ -234,3 +234,20 @@ def test_empty_sources_are_errors_naming_them(tmp_path: Path) -> None:
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and str(tmp_path / folder) in lines[0] and "Traceback" not in result.output, result.output
         assert not (tmp_path / f"out-{folder}" / "zarr.json").exists()
+
+
+def test_alpha_option_on_the_command_line_and_in_provenance(tmp_path: Path) -> None:
+    rgba = np.dstack([IMAGES[0], np.zeros(IMAGES[0].shape[:2], np.uint8)])  # fully transparent
+    Image.fromarray(rgba, "RGBA").save((tmp_path / "src").mkdir() or tmp_path / "src" / "a.png")
+    runner = CliRunner()
+    for name, extra, expected in (
+        ("dropped", [], IMAGES[0]),
+        ("white", ["--alpha", "composite", "--background", "255,255,255"], np.full_like(IMAGES[0], 255)),
+    ):
+        result = runner.invoke(cli, ["shard", str(tmp_path / "src"), str(tmp_path / name), "--layout", "raw", "--workers", "1", *extra])
+        assert result.exit_code == 0, result.output
+        np.testing.assert_array_equal(prepkit.open_store(tmp_path / name)[0]["image"], expected)
+    options = json.loads((tmp_path / "white" / "zarr.json").read_text())["attributes"]["prepkit"]["provenance"]["options"]
+    assert options["alpha"] == "composite" and options["background"] == [255, 255, 255]
+    result = runner.invoke(cli, ["shard", str(tmp_path / "src"), str(tmp_path / "bad"), "--layout", "raw", "--background", "300"])
+    assert result.exit_code == 2 and "background" in result.output

@@ -5,6 +5,7 @@ Public API::
     import prepkit
     store = prepkit.open_store("data/train")      # random access, decoded samples
     sample = store[0]                              # {"image": HxWxC uint8, "label": int | None}
+    prepkit.write_store("data/train", samples, layout="lossless")  # samples: datasets, lists, tars
     prepkit.lossless.encode(image) / decode(data)  # the GPU-decodable lossless codec
 """
 
@@ -22,6 +23,10 @@ _LAZY = {
     "Store": ("prepkit.store.reader", "Store"),
     "Reader": ("prepkit.reader", "Reader"),
     "Batch": ("prepkit.reader", "Batch"),
+    "write_store": ("prepkit.ingest.build", "write_store"),
+    "from_torch": ("prepkit.ingest.adapters", "from_torch"),
+    "from_hf": ("prepkit.ingest.adapters", "from_hf"),
+    "from_webdataset": ("prepkit.ingest.adapters", "from_webdataset"),
     "lossless": ("prepkit.lossless", None),
     "ops": ("prepkit.augment", None),
     "errors": ("prepkit.errors", None),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from prepkit.cli.options import (
@@ -15,7 +17,7 @@ from prepkit.cli.options import (
 
 
 @click.command()
-@click.argument("src", type=click.Path(exists=True))
+@click.argument("src", nargs=-1, required=True)
 @click.argument("dest")
 @layout_option()
 @write_options
@@ -28,6 +30,14 @@ from prepkit.cli.options import (
     "--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
     help="fail: stop at the first bad image; skip: store every good image and report the bad ones.",
 )
+@click.option(
+    "--alpha", type=click.Choice(["drop", "composite"]), default="drop", show_default=True,
+    help="Transparency when making RGB: drop it as Pillow's convert('RGB') and torchvision do, or composite onto --background.",
+)
+@click.option("--background", default="0,0,0", show_default=True, metavar="R,G,B", help="Background for --alpha composite (R,G,B or one gray level).")
+@click.option("--image-key", default="image", show_default=True, help="Hugging Face SRC: the image column.")
+@click.option("--label-key", default="label", show_default=True, help="Hugging Face SRC: the label column (used when present).")
+@click.option("--mask-key", default="mask", show_default=True, help="Hugging Face SRC: the mask column (used when present).")
 @click.option("--max-pixels", type=click.IntRange(1, None), default=None, help="Refuse images with more pixels (decompression bombs). Default 2^28.")
 @click.option(
     "--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
@@ -39,15 +49,19 @@ from prepkit.cli.options import (
 )
 @storage_option
 def shard(
-    src: str, dest: str, layout: str, quality: int, lossless_version: int, samples_per_shard: int, workers: int,
-    overwrite: bool, max_side: int | None, mode: str, on_error: str, max_pixels: int | None,
+    src: tuple[str, ...], dest: str, layout: str, quality: int, lossless_version: int, samples_per_shard: int, workers: int,
+    overwrite: bool, max_side: int | None, mode: str, on_error: str, alpha: str, background: str, image_key: str,
+    label_key: str, mask_key: str, max_pixels: int | None,
     executor: str, scheduler: str | None, storage_options: tuple[str, ...],
 ) -> None:
-    """Turn an image folder or manifest SRC into a sharded Zarr v3 store DEST.
+    """Turn an image folder, manifest, WebDataset tars or Hugging Face dataset SRC into a
+    sharded Zarr v3 store DEST.
 
     SRC is a folder of class subfolders (labels in sorted class-name order, as
-    torchvision's ImageFolder), a flat folder (no labels), or a .csv/.jsonl manifest with
-    a 'path' column and optional 'label' and 'mask' columns.
+    torchvision's ImageFolder), a flat folder (no labels), a .csv/.jsonl manifest with
+    a 'path' column and optional 'label' and 'mask' columns (relative paths are relative
+    to the manifest's folder), WebDataset .tar shards (several paths, or a brace pattern
+    such as 'data-{000..009}.tar'), or a Hugging Face dataset folder (save_to_disk).
 
     DEST is a folder or an object storage URL (s3://bucket/prefix, gs://, az://).
 
@@ -56,21 +70,30 @@ def shard(
     """
     from prepkit.ingest.build import build_store
     from prepkit.ingest.executors import make_executor
-    from prepkit.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions
+    from prepkit.ingest.images import DEFAULT_MAX_PIXELS, ImageOptions, parse_background
+    from prepkit.ingest.samples import Keys
     from prepkit.layouts import make_layout
     from prepkit.store.publish import check_any_destination
 
+    for path in src:
+        if not os.path.exists(path) and "{" not in path:
+            raise click.BadParameter(f"Path {path!r} does not exist.", param_hint="SRC")
     with cli_errors(dest):
         if scheduler and executor != "dask":
             raise click.UsageError("--scheduler needs --executor dask")
+        try:
+            colour = parse_background(background)
+            options = ImageOptions(mode=mode, max_side=max_side, max_pixels=max_pixels or DEFAULT_MAX_PIXELS,
+                                   alpha=alpha, background=colour)
+        except ValueError as error:
+            raise click.UsageError(str(error)) from None
         options_for_storage = parsed_storage_options(storage_options)
         check_any_destination(dest, overwrite, options_for_storage)
         runner = make_executor(executor, scheduler, workers)
         chosen = make_layout(layout, quality=quality, lossless_version=lossless_version)
-        options = ImageOptions(mode=mode, max_side=max_side, max_pixels=max_pixels or DEFAULT_MAX_PIXELS)
         with progress_bar("shard") as bar:
             summary, _ = build_store(
-                src, dest, layout=chosen, options=options, samples_per_shard=samples_per_shard,
+                src[0] if len(src) == 1 else list(src), dest, keys=Keys(image=image_key, label=label_key, mask=mask_key), layout=chosen, options=options, samples_per_shard=samples_per_shard,
                 workers=workers, on_error=on_error, overwrite=overwrite, executor=runner,
                 storage_options=options_for_storage,
                 progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
@@ -82,7 +105,7 @@ def shard(
     else:
         click.echo(f"wrote {summary.num_samples} samples ({layout}) to {dest}{resumed}")
     if summary.failures:
-        click.echo(f"skipped {len(summary.failures)} bad files (report: {dest}/skipped.jsonl):", err=True)
+        click.echo(f"skipped {len(summary.failures)} bad samples (report: {dest}/skipped.jsonl):", err=True)
         for failure in summary.failures[:10]:
             click.echo(f"  {failure.path}: {failure.reason}", err=True)
         if len(summary.failures) > 10:

@@ -57,10 +57,8 @@ def build_matrix(root: Path, layout: str) -> tuple[dict[str, np.ndarray], dict[s
     palette = Image.fromarray(base).convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
     palette.info["transparency"] = 0
     palette.save(root / "palette_transparent.png", transparency=0)
-    with Image.open(root / "palette_transparent.png") as image:
-        rgba = image.convert("RGBA")
-        black = Image.new("RGBA", rgba.size, (0, 0, 0, 255))
-        stored["palette_transparent.png"] = np.asarray(Image.alpha_composite(black, rgba).convert("RGB"))
+    with Image.open(root / "palette_transparent.png") as image:  # transparency dropped, as torchvision's loader
+        stored["palette_transparent.png"] = np.asarray(image.convert("RGB"))
 
     rotated = Image.fromarray(base)
     exif = rotated.getexif()

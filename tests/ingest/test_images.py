@@ -9,7 +9,16 @@ import pytest
 from PIL import Image
 
 from prepkit.errors import IngestError
-from prepkit.ingest.images import ImageOptions, load_image, load_mask, probe_size, scaled_size
+from prepkit.ingest.images import (
+    ImageOptions,
+    load_image,
+    load_image_bytes,
+    load_mask,
+    load_pixels,
+    parse_background,
+    probe_size,
+    scaled_size,
+)
 from tests.conftest import smooth_image, write_image
 
 
@@ -30,16 +39,70 @@ def test_modes_become_rgb(tmp_path: Path) -> None:
     np.testing.assert_array_equal(load_image(str(tmp_path / "rgba.png"), ImageOptions()), rgb)
 
 
-def test_transparent_pixels_composite_on_black(tmp_path: Path) -> None:
+def _transparent_sources() -> dict[str, Image.Image]:
+    """Every kind of source with transparency: RGBA, LA, PA, and palettes with a transparent
+    index or per-entry transparency bytes; hidden colours under transparent pixels."""
+    rgb = smooth_image(6, 5, seed=3)
+    alpha = np.arange(30, dtype=np.uint8).reshape(6, 5) * 8
+    palette = Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=8)
+    palette_bytes = palette.copy()
+    palette_bytes.info["transparency"] = bytes([0, 64, 128, 255, 30, 0, 200, 90])
+    pa = palette.convert("PA")
+    pa.putalpha(Image.fromarray(alpha))
+    return {
+        "rgba.png": Image.fromarray(np.dstack([rgb, alpha]), "RGBA"),
+        "la.png": Image.fromarray(np.dstack([rgb[:, :, 0], alpha]), "LA"),
+        "palette_index.png": palette,
+        "palette_bytes.png": palette_bytes,
+        "pa": pa,
+    }
+
+
+@pytest.mark.filterwarnings("ignore:Palette images with Transparency")
+def test_alpha_is_dropped_as_pillow_convert_rgb_does(tmp_path: Path) -> None:
+    sources = _transparent_sources()
+    sources["palette_index.png"].info["transparency"] = 2
+    for name, image in sources.items():
+        expected = np.asarray(image.convert("RGB"))
+        assert load_pixels(image, name, ImageOptions()).tolist() == expected.tolist(), name
+        if name.endswith(".png"):
+            save = {"transparency": image.info["transparency"]} if "transparency" in image.info else {}
+            image.save(tmp_path / name, **save)
+            with Image.open(tmp_path / name) as reopened:
+                assert reopened.mode == image.mode, name
+                from_file = np.asarray(reopened.convert("RGB"))
+            np.testing.assert_array_equal(load_image(str(tmp_path / name), ImageOptions()), from_file, err_msg=name)
+            data = (tmp_path / name).read_bytes()
+            np.testing.assert_array_equal(load_image_bytes(data, name, ImageOptions()), from_file, err_msg=name)
+
+
+def test_alpha_composite_onto_chosen_background() -> None:
     rgba = np.zeros((2, 2, 4), np.uint8)
     rgba[..., :3] = 200
     rgba[0, 0, 3] = 0
+    rgba[0, 1, 3] = 128
     rgba[1, 1, 3] = 255
-    Image.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
-    pixels = load_image(str(tmp_path / "a.png"), ImageOptions())
-    assert pixels[0, 0].tolist() == [0, 0, 0] and pixels[1, 1].tolist() == [200, 200, 200]
-    kept = load_image(str(tmp_path / "a.png"), ImageOptions(mode="keep"))
-    assert kept.shape == (2, 2, 4)
+    image = Image.fromarray(rgba, "RGBA")
+    white = load_pixels(image, "a", ImageOptions(alpha="composite", background=(255, 255, 255)))
+    expected = Image.alpha_composite(Image.new("RGBA", (2, 2), (255, 255, 255, 255)), image).convert("RGB")
+    np.testing.assert_array_equal(white, np.asarray(expected))
+    assert white[0, 0].tolist() == [255, 255, 255] and white[1, 1].tolist() == [200, 200, 200]
+    black = load_pixels(image, "a", ImageOptions(alpha="composite"))
+    assert black[0, 0].tolist() == [0, 0, 0]
+    assert load_pixels(image, "a", ImageOptions())[0, 0].tolist() == [200, 200, 200]  # the default drops alpha
+    assert load_pixels(image, "a", ImageOptions(mode="keep")).shape == (2, 2, 4)
+
+
+def test_alpha_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        ImageOptions(alpha="blend")
+    with pytest.raises(ValueError, match="background"):
+        ImageOptions(alpha="composite", background=(0, 0, 256))
+    with pytest.raises(ValueError, match="mode 'keep'"):
+        ImageOptions(mode="keep", alpha="composite")
+    assert parse_background("255,128,0") == (255, 128, 0) and parse_background("7") == (7, 7, 7)
+    with pytest.raises(ValueError, match="R,G,B"):
+        parse_background("1,2")
 
 
 def test_sixteen_bit_is_scaled_not_clipped(tmp_path: Path) -> None:

@@ -37,17 +37,24 @@ from prepkit.cli.options import (
     "--scheduler", default=None, metavar="ADDRESS",
     help="Dask scheduler (tcp://host:8786) for --executor dask; without it a LocalCluster of --workers processes.",
 )
+@click.option(
+    "--field", "fields", multiple=True, metavar="NAME[:KIND]",
+    help="Store the manifest column NAME as an extra per-sample field. KIND: int, float, string, bytes (base64 "
+    "in the manifest), array, a dtype (float32) or an array type (float32[*,4]: any rows of 4; int64[3]: "
+    "exactly 3). Without KIND it is inferred from the first row. Repeatable.",
+)
 @storage_option
 def shard(
     src: str, dest: str, layout: str, quality: int, lossless_version: int, samples_per_shard: int, workers: int,
     overwrite: bool, max_side: int | None, mode: str, on_error: str, max_pixels: int | None,
-    executor: str, scheduler: str | None, storage_options: tuple[str, ...],
+    executor: str, scheduler: str | None, fields: tuple[str, ...], storage_options: tuple[str, ...],
 ) -> None:
     """Turn an image folder or manifest SRC into a sharded Zarr v3 store DEST.
 
     SRC is a folder of class subfolders (labels in sorted class-name order, as
     torchvision's ImageFolder), a flat folder (no labels), or a .csv/.jsonl manifest with
-    a 'path' column and optional 'label' and 'mask' columns.
+    a 'path' column and optional 'label' and 'mask' columns; other columns are stored as
+    extra per-sample fields when declared with --field (an undeclared one gets a warning).
 
     DEST is a folder or an object storage URL (s3://bucket/prefix, gs://, az://).
 
@@ -72,7 +79,7 @@ def shard(
             summary, _ = build_store(
                 src, dest, layout=chosen, options=options, samples_per_shard=samples_per_shard,
                 workers=workers, on_error=on_error, overwrite=overwrite, executor=runner,
-                storage_options=options_for_storage,
+                storage_options=options_for_storage, fields=fields,
                 progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
             )
     resumed = f", {summary.num_shards_resumed} resumed" if summary.num_shards_resumed else ""

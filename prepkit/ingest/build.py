@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -68,7 +68,8 @@ class ShardJob:
                     fields[name] = (layout.encode(data), (height, width, channels))
                 except (PrepkitError, ValueError) as error:  # e.g. a size the layout cannot store
                     raise IngestError(f"{item.path}: cannot be stored as {layout.name}: {error}") from None
-            return EncodedSample(item=index, relpath=item.relpath or item.path, label=item.label, fields=fields)
+            return EncodedSample(item=index, relpath=item.relpath or item.path, label=item.label, fields=fields,
+                                 extras=item.extras)
         except IngestError as error:
             return SampleFailure(item=index, path=item.path, reason=_reason(error, item.path))
 
@@ -89,9 +90,13 @@ class ProbeJob:
 
 
 def items_digest(items: list[SourceItem]) -> str:
+    """Digest of the ordered items: paths, labels, masks and extra field values (a resumed
+    run whose manifest changed must start over)."""
     digest = hashlib.sha256()
     for item in items:
         digest.update(os.fsencode(item.path) + b"\0" + str(item.label).encode() + b"\0" + os.fsencode(item.mask_path or "") + b"\n")
+        for name, value in item.extras.items():  # none for most sources: their digest is unchanged
+            digest.update(f"{name}:{value.dtype.str}:{value.shape}:".encode() + value.tobytes() + b"\n")
     return digest.hexdigest()
 
 
@@ -109,6 +114,7 @@ def build_store(
     on_total: Callable[[int], None] = lambda n: None,
     executor: ShardExecutor | None = None,
     storage_options: dict[str, Any] | None = None,
+    fields: Sequence[str] = (),
 ) -> tuple[WriteSummary, list[tuple[str, str]]]:
     """Shard ``src`` into a store at ``dest``. Returns the summary and the files that
     were ignored because they are not images.
@@ -116,13 +122,15 @@ def build_store(
     ``dest`` may be an object storage URL (``s3://bucket/prefix``): the store is built in a
     local staging folder and uploaded, complete marker last (see :mod:`prepkit.store.publish`).
     ``executor`` runs the per-shard encode elsewhere (:mod:`prepkit.ingest.executors`).
+    ``fields`` declares the manifest columns stored as extra per-sample fields
+    (``NAME[:KIND]``, :func:`prepkit.ingest.sources.list_source`).
     """
     if is_url(dest):
         return write_through_staging(dest, storage_options, overwrite, lambda local, again: build_store(
             src, local, layout=layout, options=options, samples_per_shard=samples_per_shard, workers=workers,
-            on_error=on_error, overwrite=again, progress=progress, on_total=on_total, executor=executor,
+            on_error=on_error, overwrite=again, progress=progress, on_total=on_total, executor=executor, fields=fields,
         ))
-    listing = list_source(src)
+    listing = list_source(src, fields)
     items = listing.items
     layouts: dict[str, Layout] = {"image": layout}
     if listing.has_masks:
@@ -132,6 +140,8 @@ def build_store(
         bounds = [None if b is None else (b[0], b[1], 4) for b in bounds]  # channels not known before decoding
     shapes = {name: bounds if name == "image" else [None if b is None else (b[0], b[1], 1) for b in bounds] for name in layouts}
     recorded = dict(asdict(options))
+    if fields:  # recorded only when given: provenance of stores without extra fields is unchanged
+        recorded["fields"] = list(fields)
     plan = plan_store(
         layouts,
         shapes,
@@ -144,6 +154,7 @@ def build_store(
             "prepkit_version": __version__,
         },
         items_digest=items_digest(items),
+        extras=listing.extras,
     )
     on_total(len(items))
     job = ShardJob(items=tuple(items), options=options, layouts=tuple(layouts.items()))

@@ -15,6 +15,11 @@ This module holds the schema (parsing declarations such as ``boxes:float32[*,4]`
 inferring it from a first value), the normalisation of one value to its stored form (a
 numpy array), and the column a reader keeps in memory to answer ``store[i]`` and batches.
 Values are checked here; callers add where they came from (sample, manifest line, column).
+
+Writing extra fields from any sample source (what ``prepkit.ingest.sources`` does for
+manifests, and a Python writer does for its samples): ``schema = infer_schema(first_values,
+declared)``; per sample ``EncodedSample(..., extras=sample_extras(schema, values, where))``;
+``plan_store(..., extras=schema)`` with an ``items_digest`` that covers the values.
 """
 
 from __future__ import annotations
@@ -269,6 +274,42 @@ def normalize(spec: FieldSpec, value: Any) -> np.ndarray:
         if (spec.ragged and array.ndim != len(spec.shape)) or got != fixed:
             raise FieldValueError(f"Expected an array of shape {spec}. Got shape {list(array.shape)}.")
     return array
+
+
+def infer_schema(first: Mapping[str, Any], declared: Mapping[str, str] | None = None) -> dict[str, FieldSpec]:
+    """The schema of a sample source's extra fields from its first sample's values
+    (``first``: name -> value). ``declared`` maps names to a KIND (``"float32[*,4]"``, ...)
+    where the first value is not enough (an empty list, a fixed array shape)."""
+    declared = dict(declared or {})
+    schema = {}
+    for name, value in first.items():
+        declaration = Declaration.parse(f"{name}:{declared.pop(name, '')}")
+        try:
+            schema[name] = declaration.resolve(value)
+        except FieldValueError as error:
+            raise FieldValueError(f"field {name!r} of the first sample: {error}") from None
+    if declared:
+        raise FieldValueError(f"Expected the declared fields {sorted(declared)} in the first sample. Got {sorted(first)}.")
+    return schema
+
+
+def sample_extras(schema: Mapping[str, FieldSpec], values: Mapping[str, Any], where: str) -> dict[str, np.ndarray]:
+    """One sample's extra values in stored form; an IngestError names ``where`` (the sample)
+    and the field for a missing, unexpected or ill-fitting value."""
+    from prepkit.errors import IngestError
+
+    unexpected = sorted(set(values) - set(schema))
+    if unexpected:
+        raise IngestError(f"{where}: Expected only the fields of the first sample {sorted(schema)}. Got also {unexpected}.")
+    out = {}
+    for name, spec in schema.items():
+        if name not in values or values[name] is None:
+            raise IngestError(f"{where}: field {name!r}: Expected a value. Got none.")
+        try:
+            out[name] = normalize(spec, values[name])
+        except FieldValueError as error:
+            raise IngestError(f"{where}: field {name!r}: {error}") from None
+    return out
 
 
 # -- stored form ---------------------------------------------------------------------------

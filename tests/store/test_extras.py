@@ -22,7 +22,7 @@ from prepkit.ingest.images import ImageOptions
 from prepkit.ingest.sources import list_source
 from prepkit.layouts import JpegLayout, RawLayout
 from prepkit.store.convert import convert_store
-from prepkit.store.extras import Declaration, FieldSpec, FieldValueError, normalize
+from prepkit.store.extras import Declaration, FieldSpec, FieldValueError, infer_schema, normalize, sample_extras
 from prepkit.store.verify import verify_store
 from prepkit.store.writer import EncodedSample, plan_store, write_all
 from tests.conftest import smooth_image, write_image
@@ -300,15 +300,16 @@ def test_items_digest_covers_extra_values(tmp_path: Path) -> None:
 def test_writer_takes_extras_from_python_samples(tmp_path: Path) -> None:
     """The writer side the Python API uses: a schema inferred from the first sample, values
     normalised per sample, a sample that disagrees refused naming it."""
-    samples = [{"image": smooth_image(4, 5, seed=i), "target": np.array([i, i + 1], np.float32), "id": f"s{i}"} for i in range(4)]
-    schema = {name: Declaration(name).resolve(samples[0][name]) for name in ("target", "id")}
-    assert schema == {"target": FieldSpec("array", "float32", (None,)), "id": FieldSpec("string", "uint8", (None,))}
+    samples = [{"target": np.array([i, i + 1], np.float32), "id": f"s{i}", "w": [i] * 3} for i in range(4)]
+    schema = infer_schema(samples[0], {"w": "uint8[3]"})
+    assert schema == {"target": FieldSpec("array", "float32", (None,)), "id": FieldSpec("string", "uint8", (None,)),
+                      "w": FieldSpec("array", "uint8", (3,))}
     layout = RawLayout()
+    image = smooth_image(4, 5)
 
     def job(i: int) -> EncodedSample:
-        sample = samples[i]
-        return EncodedSample(i, f"{i}", None, {"image": (layout.encode(sample["image"]), (4, 5, 3))},
-                             extras={name: normalize(spec, sample[name]) for name, spec in schema.items()})
+        return EncodedSample(i, f"{i}", None, {"image": (layout.encode(image), (4, 5, 3))},
+                             extras=sample_extras(schema, samples[i], f"sample {i}"))
 
     plan = plan_store({"image": layout}, {"image": [(4, 5, 3)] * 4}, 3, class_names=None, provenance={}, items_digest="x",
                       extras=schema)
@@ -316,8 +317,15 @@ def test_writer_takes_extras_from_python_samples(tmp_path: Path) -> None:
     store = prepkit.open_store(tmp_path / "s")
     assert [store[i]["id"] for i in range(4)] == ["s0", "s1", "s2", "s3"]
     np.testing.assert_array_equal(store[2]["target"], [2, 3])
-    with pytest.raises(FieldValueError, match="Expected a string. Got 5"):
-        normalize(schema["id"], 5)
+    np.testing.assert_array_equal(store[3]["w"], [3, 3, 3])
+    with pytest.raises(IngestError, match=r"sample 9: field 'id': Expected a string. Got 5."):
+        sample_extras(schema, {**samples[0], "id": 5}, "sample 9")
+    with pytest.raises(IngestError, match=r"sample 9: Expected only the fields of the first sample .* Got also \['x'\]"):
+        sample_extras(schema, {**samples[0], "x": 1}, "sample 9")
+    with pytest.raises(FieldValueError, match="field 'e' of the first sample: Expected a non-empty first array"):
+        infer_schema({"e": []})
+    with pytest.raises(FieldValueError, match="Expected an array of shape float32\\[2\\]"):
+        normalize(Declaration.parse("v:float32[2]").resolve(None), np.zeros(3))
     with pytest.raises(IngestError, match="3: extra field 'id': Expected a value. Got none."):
         write_all(tmp_path / "t", plan, lambda i: EncodedSample(i, f"{i}", None, job(i).fields,
                                                                  extras=job(i).extras if i < 3 else {"target": job(i).extras["target"]}))

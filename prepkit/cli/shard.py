@@ -47,12 +47,18 @@ from prepkit.cli.options import (
     "--scheduler", default=None, metavar="ADDRESS",
     help="Dask scheduler (tcp://host:8786) for --executor dask; without it a LocalCluster of --workers processes.",
 )
+@click.option(
+    "--field", "fields", multiple=True, metavar="NAME[:KIND]",
+    help="Store the manifest column NAME as an extra per-sample field. KIND: int, float, string, bytes (base64 "
+    "in the manifest), array, a dtype (float32) or an array type (float32[*,4]: any rows of 4; int64[3]: "
+    "exactly 3). Without KIND it is inferred from the first row. Repeatable.",
+)
 @storage_option
 def shard(
     src: tuple[str, ...], dest: str, layout: str, quality: int, lossless_version: int, samples_per_shard: int, workers: int,
     overwrite: bool, max_side: int | None, mode: str, on_error: str, alpha: str, background: str, image_key: str,
     label_key: str, mask_key: str, max_pixels: int | None,
-    executor: str, scheduler: str | None, storage_options: tuple[str, ...],
+    executor: str, scheduler: str | None, fields: tuple[str, ...], storage_options: tuple[str, ...],
 ) -> None:
     """Turn an image folder, manifest, WebDataset tars or Hugging Face dataset SRC into a
     sharded Zarr v3 store DEST.
@@ -60,8 +66,10 @@ def shard(
     SRC is a folder of class subfolders (labels in sorted class-name order, as
     torchvision's ImageFolder), a flat folder (no labels), a .csv/.jsonl manifest with
     a 'path' column and optional 'label' and 'mask' columns (relative paths are relative
-    to the manifest's folder), WebDataset .tar shards (several paths, or a brace pattern
-    such as 'data-{000..009}.tar'), or a Hugging Face dataset folder (save_to_disk).
+    to the manifest's folder; other columns are stored as extra per-sample fields when
+    declared with --field, an undeclared one gets a warning), WebDataset .tar shards
+    (several paths, or a brace pattern such as 'data-{000..009}.tar'), or a Hugging Face
+    dataset folder (save_to_disk).
 
     DEST is a folder or an object storage URL (s3://bucket/prefix, gs://, az://).
 
@@ -95,7 +103,7 @@ def shard(
             summary, _ = build_store(
                 src[0] if len(src) == 1 else list(src), dest, keys=Keys(image=image_key, label=label_key, mask=mask_key), layout=chosen, options=options, samples_per_shard=samples_per_shard,
                 workers=workers, on_error=on_error, overwrite=overwrite, executor=runner,
-                storage_options=options_for_storage,
+                storage_options=options_for_storage, fields=fields,
                 progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
             )
     resumed = f", {summary.num_shards_resumed} resumed" if summary.num_shards_resumed else ""

@@ -64,7 +64,8 @@ class ShardJob:
             mask_path = item.mask_path
             mask = None if mask_path is None else (lambda: load_mask(mask_path, self.options))
             fields = encode_fields(self.layouts, pixels, mask, item.path, mask_path or "")
-            return EncodedSample(item=index, relpath=item.relpath or item.path, label=item.label, fields=fields)
+            return EncodedSample(item=index, relpath=item.relpath or item.path, label=item.label, fields=fields,
+                                 extras=item.extras)
         except IngestError as error:
             return SampleFailure(item=index, path=item.path, reason=_reason(error, item.path))
 
@@ -85,9 +86,13 @@ class ProbeJob:
 
 
 def items_digest(items: list[SourceItem]) -> str:
+    """Digest of the ordered items: paths, labels, masks and extra field values (a resumed
+    run whose manifest changed must start over)."""
     digest = hashlib.sha256()
     for item in items:
         digest.update(os.fsencode(item.path) + b"\0" + str(item.label).encode() + b"\0" + os.fsencode(item.mask_path or "") + b"\n")
+        for name, value in item.extras.items():  # none for most sources: their digest is unchanged
+            digest.update(f"{name}:{value.dtype.str}:{value.shape}:".encode() + value.tobytes() + b"\n")
     return digest.hexdigest()
 
 
@@ -106,6 +111,7 @@ def build_store(
     executor: ShardExecutor | None = None,
     storage_options: dict[str, Any] | None = None,
     keys: Keys | None = None,
+    fields: Sequence[str] = (),
 ) -> tuple[WriteSummary, list[tuple[str, str]]]:
     """Shard ``src`` into a store at ``dest``. Returns the summary and the files that
     were ignored because they are not images.
@@ -116,11 +122,14 @@ def build_store(
     (``s3://bucket/prefix``): the store is built in a local staging folder and uploaded,
     complete marker last (see :mod:`prepkit.store.publish`). ``executor`` runs the
     per-shard encode elsewhere (:mod:`prepkit.ingest.executors`).
+    ``fields`` declares the manifest columns stored as extra per-sample fields
+    (``NAME[:KIND]``, :func:`prepkit.ingest.sources.list_source`).
     """
     if is_url(dest):
         return write_through_staging(dest, storage_options, overwrite, lambda local, again: build_store(
             src, local, layout=layout, options=options, samples_per_shard=samples_per_shard, workers=workers,
             on_error=on_error, overwrite=again, progress=progress, on_total=on_total, executor=executor, keys=keys,
+            fields=fields,
         ))
     from prepkit.ingest.adapters import open_dataset_source
 
@@ -133,7 +142,7 @@ def build_store(
         )
         return summary, source.ignored
     assert isinstance(src, (str, os.PathLike))
-    listing = list_source(src)
+    listing = list_source(src, fields)
     items = listing.items
     if not items:
         raise IngestError(_no_images(str(src), listing.ignored))
@@ -144,6 +153,7 @@ def build_store(
         class_names=listing.class_names, source=os.path.abspath(src), command="shard", options=options,
         digest=items_digest(items), samples_per_shard=samples_per_shard, workers=workers, on_error=on_error,
         overwrite=overwrite, ignored=listing.ignored, progress=progress, on_total=on_total, executor=executor,
+        extras=listing.extras, fields=fields,
     )
     return summary, listing.ignored
 
@@ -182,13 +192,20 @@ def _plan_and_write(
     progress: Callable[[int], None],
     on_total: Callable[[int], None],
     executor: ShardExecutor | None,
+    extras: dict[str, Any] | None = None,
+    fields: Sequence[str] = (),
 ) -> WriteSummary:
     """Plan the store from each item's size bound and write it: the one path from probed
-    items to a store, for file sources and Python samples alike."""
+    items to a store, for file sources and Python samples alike. ``extras`` is the schema
+    of the extra per-sample fields (:mod:`prepkit.store.extras`), ``fields`` their
+    declarations as given (recorded in the provenance)."""
     if options.mode == "keep":
         bounds = [None if b is None else (b[0], b[1], 4) for b in bounds]  # channels not known before decoding
     shapes = {name: bounds if name == "image" else [None if b is None else (b[0], b[1], 1) for b in bounds] for name in layouts}
     layout = layouts["image"]
+    recorded = dict(asdict(options))
+    if fields:  # recorded only when given: provenance of stores without extra fields is unchanged
+        recorded["fields"] = list(fields)
     plan = plan_store(
         layouts,
         shapes,
@@ -197,10 +214,11 @@ def _plan_and_write(
         provenance={
             "source": source,
             "command": command,
-            "options": {**asdict(options), "layout": layout.to_dict(), "samples_per_shard": samples_per_shard, "on_error": on_error},
+            "options": {**recorded, "layout": layout.to_dict(), "samples_per_shard": samples_per_shard, "on_error": on_error},
             "prepkit_version": __version__,
         },
         items_digest=digest,
+        extras=extras,
     )
     on_total(len(bounds))
     return write_all(

@@ -9,19 +9,29 @@ whatever the number of workers.
 - A flat folder (no subfolders) gives unlabelled samples.
 - A ``.csv`` (with a header) or ``.jsonl`` manifest lists ``path`` and optionally
   ``label`` (integer or class name) and ``mask`` (path of a segmentation mask). Relative
-  paths are relative to the manifest's folder.
+  paths are relative to the manifest's folder. Other columns become extra per-sample
+  fields when declared (``fields``: ``NAME[:KIND]``, see :mod:`prepkit.store.extras`);
+  undeclared ones are reported in one warning.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
 import json
 import os
+import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from prepkit.errors import IngestError
+from prepkit.store.extras import Declaration, FieldSpec, FieldValueError, is_empty, normalize
 
 # The same extensions torchvision's ImageFolder accepts (plus a few Pillow reads).
 IMAGE_EXTENSIONS = (
@@ -39,6 +49,8 @@ class SourceItem:
     mask_path: str | None = None
     # Path as recorded in the store: relative to the dataset root where possible.
     relpath: str = ""
+    # Extra fields: name -> value normalised to its stored form (prepkit.store.extras).
+    extras: dict[str, np.ndarray] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass
@@ -50,21 +62,29 @@ class SourceListing:
     class_names: list[str] | None
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     has_masks: bool = False
+    extras: dict[str, FieldSpec] = field(default_factory=dict)  # schema of the items' extra fields
 
 
 def is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def list_source(src: str | os.PathLike[str]) -> SourceListing:
-    """List the samples of a folder or manifest, in the order they will be stored."""
+def list_source(src: str | os.PathLike[str], fields: Sequence[str] = ()) -> SourceListing:
+    """List the samples of a folder or manifest, in the order they will be stored.
+
+    ``fields`` declares the manifest columns stored as extra per-sample fields
+    (``NAME[:KIND]``, e.g. ``caption:string``, ``boxes:float32[*,4]``); a folder has none.
+    """
     path = Path(src)
     if not path.exists():
         raise IngestError(f"source {str(path)!r} does not exist")
+    declarations = _declarations(fields)
     if path.is_dir():
+        if declarations:
+            raise IngestError(f"source {str(path)!r}: Expected a manifest for extra fields (they are its columns). Got a folder.")
         return _list_folder(path)
     if path.suffix.lower() in MANIFEST_EXTENSIONS:
-        return _list_manifest(path)
+        return _list_manifest(path, declarations)
     raise IngestError(
         f"source {str(path)!r} is neither a folder nor a manifest "
         f"(expected a directory, or a file ending in {' or '.join(MANIFEST_EXTENSIONS)})"
@@ -193,11 +213,12 @@ def _manifest_rows(path: Path) -> list[tuple[int, dict[str, object]]]:
     return rows
 
 
-def _list_manifest(path: Path) -> SourceListing:
+def _list_manifest(path: Path, declarations: list[Declaration]) -> SourceListing:
     rows = _manifest_rows(path)
     base = path.parent
     labels, class_names = manifest_labels([(line, row.get("label")) for line, row in rows], str(path))
     _warn_duplicates([(line, str(row["path"])) for line, row in rows], str(path))
+    schema, extras = manifest_extras(rows, declarations, str(path), csv_text=path.suffix.lower() == ".csv")
     items: list[SourceItem] = []
     has_masks = any(row.get("mask") not in (None, "") for _, row in rows)
     for (_, row), label in zip(rows, labels, strict=True):
@@ -207,8 +228,138 @@ def _list_manifest(path: Path) -> SourceListing:
         mask_full = None
         if mask not in (None, ""):
             mask_full = str(mask) if os.path.isabs(str(mask)) else str(base / str(mask))
-        items.append(SourceItem(path=full, label=label, mask_path=mask_full, relpath=file))
-    return SourceListing(items=items, class_names=class_names, has_masks=has_masks)
+        items.append(SourceItem(path=full, label=label, mask_path=mask_full, relpath=file, extras=extras[len(items)]))
+    return SourceListing(items=items, class_names=class_names, has_masks=has_masks, extras=schema)
+
+
+# -- extra fields (manifest columns) ----------------------------------------------------------
+BUILT_IN_COLUMNS = ("path", "label", "mask")
+_INT_TEXT = re.compile(r"^[+-]?[0-9]+$")
+_FLOAT_TEXT = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+
+
+def _declarations(fields: Sequence[str]) -> list[Declaration]:
+    if isinstance(fields, str):
+        fields = [fields]
+    declarations = []
+    for text in fields:
+        try:
+            declarations.append(Declaration.parse(str(text)))
+        except FieldValueError as error:
+            raise IngestError(str(error)) from None
+    names = [d.name for d in declarations]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise IngestError(f"fields: Expected each field declared once. Got {repeated} more than once.")
+    return declarations
+
+
+def _from_text(declaration: Declaration, spec: FieldSpec | None, text: str) -> Any:
+    """A CSV cell (always text) as the value it stands for: numbers for int/float fields
+    (inferred when undeclared), JSON for arrays, base64 for bytes, the text for strings."""
+    kind = spec.kind if spec is not None else declaration.kind
+    stripped = text.strip()
+    if kind is None:
+        kind = "int" if _INT_TEXT.match(stripped) else "float" if _FLOAT_TEXT.match(stripped) else "string"
+    if kind == "int" and _INT_TEXT.match(stripped):
+        return int(stripped)
+    if kind == "float" and (_INT_TEXT.match(stripped) or _FLOAT_TEXT.match(stripped) or stripped.lower() in ("nan", "inf", "-inf")):
+        return float(stripped)
+    if kind == "array":
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError:
+            raise FieldValueError(f"Expected a JSON array such as [1, 2]. Got {text!r}.") from None
+    return text  # a string, base64 bytes, or a bad number that normalize names
+
+
+def _present(value: Any, csv_text: bool, kind: str | None) -> bool:
+    """A missing key and JSON null are no value; so is an empty CSV cell, except for strings
+    and bytes (there it is the empty string, or the base64 text of no bytes)."""
+    return value is not None and not (csv_text and value == "" and kind not in ("string", "bytes"))
+
+
+def manifest_extras(
+    rows: list[tuple[int, dict[str, object]]], declarations: list[Declaration], where: str, *, csv_text: bool,
+) -> tuple[dict[str, FieldSpec], list[dict[str, np.ndarray]]]:
+    """The schema and each row's normalised values of the declared columns.
+
+    A declaration without a kind (or an ``array`` without dtype) takes the schema of the
+    column's first value. Every bad value is reported in one IngestError naming its line
+    and column; undeclared columns are named in one warning (they are not stored).
+    """
+    columns: dict[str, None] = {}
+    for _, row in rows:
+        columns.update(dict.fromkeys(row))
+    declared = {d.name for d in declarations}
+    absent = sorted(declared - set(columns))
+    if absent and rows:
+        raise IngestError(f"manifest {where!r}: Expected the declared field column(s) {absent}. Got columns {list(columns)}.")
+    unstored = [c for c in columns if c not in BUILT_IN_COLUMNS and c not in declared]
+    if unstored:
+        warnings.warn(
+            f"manifest {where!r}: column(s) {', '.join(map(repr, unstored))} are not stored; declare them as extra "
+            "fields to keep them (prepkit shard --field NAME[:KIND], e.g. --field caption:string)",
+            UserWarning, stacklevel=4,
+        )
+    schema: dict[str, FieldSpec] = {}
+    values: list[dict[str, np.ndarray]] = [{} for _ in rows]
+    bad: list[str] = []
+    for declaration in declarations:
+        name = declaration.name
+        spec = declaration.spec or _inferred(declaration, rows, csv_text, bad)
+        if spec is None:
+            continue
+        schema[name] = spec
+        for number, (line, row) in enumerate(rows):
+            raw = row.get(name)
+            try:
+                if not _present(raw, csv_text, spec.kind):
+                    raise FieldValueError("Expected a value. Got none.")
+                value = _from_text(declaration, spec, str(raw)) if csv_text else raw
+                values[number][name] = normalize(spec, _bytes_from_base64(value) if spec.kind == "bytes" else value)
+            except FieldValueError as error:
+                bad.append(f"line {line}: column {name!r}: {error}")
+    if bad:
+        shown = bad[:MAX_BAD_ROWS_SHOWN] + ([f"... and {len(bad) - MAX_BAD_ROWS_SHOWN} more"] if len(bad) > MAX_BAD_ROWS_SHOWN else [])
+        raise IngestError(f"manifest {where!r}: {len(bad)} bad field value(s):\n  " + "\n  ".join(shown))
+    return {d.name: schema[d.name] for d in declarations if d.name in schema}, values
+
+
+def _inferred(declaration: Declaration, rows: list[tuple[int, dict[str, object]]], csv_text: bool, bad: list[str]) -> FieldSpec | None:
+    """The schema of an undeclared (or partly declared) column, from its first present value
+    (an empty array says nothing of its dtype: the first non-empty one decides)."""
+    first: tuple[int, Any] | None = None
+    for line, row in rows:
+        raw = row.get(declaration.name)
+        if not _present(raw, csv_text, declaration.kind):
+            continue
+        try:
+            value = _from_text(declaration, None, str(raw)) if csv_text else raw
+        except FieldValueError as error:
+            bad.append(f"line {line}: column {declaration.name!r}: {error}")
+            return None
+        if first is None or is_empty(first[1]):
+            first = (line, value)
+        if not is_empty(value):
+            break
+    if first is None:
+        return None  # every row lacks the value: each is reported as such
+    try:
+        return declaration.resolve(first[1])
+    except FieldValueError as error:
+        bad.append(f"line {first[0]}: column {declaration.name!r}: {error}")
+        return None
+
+
+def _bytes_from_base64(value: Any) -> Any:
+    """Manifests hold bytes as base64 text (JSON has no bytes)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise FieldValueError(f"Expected base64 text for bytes. Got {value[:40]!r}.") from None
 
 
 # The manifest label rule (README "Manifests" and docs/FORMAT.md): a missing, null or empty

@@ -57,8 +57,11 @@ def check_reader_arguments(
     _choice("mask_mode", mask_mode, ("nearest", "nearest-exact"))
     if isinstance(fields, str) or not isinstance(fields, Sequence):
         raise TypeError(f"Reader: Expected fields to be a sequence of field names. Got {fields!r}.")
-    if "image" not in fields or not set(fields) <= {"image", "label", "mask"}:
-        raise ValueError(f"Reader: Expected fields to include 'image' and at most 'label' and 'mask'. Got {tuple(fields)}.")
+    if "image" not in fields or not all(isinstance(f, str) for f in fields) or len(set(fields)) != len(fields):
+        raise ValueError(
+            f"Reader: Expected fields to include 'image', plus 'label', 'mask' or the store's extra fields, each once. "
+            f"Got {tuple(fields)}."
+        )
     _integer("shards_in_use", shards_in_use, 1, optional=True)
     _integer("gpu_memory_budget", gpu_memory_budget, 1, optional=True)
     _integer("prefetch", prefetch, 0)

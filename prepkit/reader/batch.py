@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,11 @@ class Batch:
 
     Arrays are numpy on the CPU, numba device arrays on the GPU, or torch tensors with
     ``output="torch"``. Without transforms, images of different sizes come as a list.
+
+    ``extras`` holds the extra fields asked for (``Reader(fields=...)``), by name: fixed-size
+    ones stacked, (N,) or (N, *shape); variable-length ones as a list of N values (arrays,
+    str or bytes), or, for arrays named in ``Reader(pad_fields=...)``, one array padded to the
+    batch's longest sample with ``lengths[name]`` (N,) int64 the rows of each.
     """
 
     images: Any
@@ -24,6 +29,8 @@ class Batch:
     masks: Any = None
     epoch: int = 0
     number: int = 0  # position of this batch in the epoch
+    extras: dict[str, Any] = field(default_factory=dict)
+    lengths: dict[str, Any] = field(default_factory=dict)  # padded extra fields: rows per sample
 
     def __len__(self) -> int:
         return len(self.indices)

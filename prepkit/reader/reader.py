@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +32,7 @@ from prepkit.reader.arguments import check_reader_arguments
 from prepkit.reader.batch import Batch
 from prepkit.reader.order import EpochPlan, plan_epoch
 from prepkit.reader.prefetch import Prefetcher
+from prepkit.store.extras import check_pad_value
 from prepkit.store.reader import Store, open_store
 
 OUTPUTS = ("numpy", "torch", "cupy", "dlpack")
@@ -44,7 +45,10 @@ class Reader:
     - ``transforms``: prepkit.augment ops (torchvision names), fused into one kernel;
     - ``transfer_index``: on cuda, run the first k ops on the CPU in uint8 and the rest on
       the GPU (default 0: everything on the GPU);
-    - ``fields``: ``("image", "label")``, plus ``"mask"`` for segmentation stores;
+    - ``fields``: ``("image", "label")``, plus ``"mask"`` for segmentation stores and any of
+      the store's extra fields (``store.extra_fields``), which come in ``batch.extras``;
+    - ``pad_fields``: ``{name: value}`` for variable-length array fields wanted as one padded
+      array (plus ``batch.lengths[name]``) instead of a list of arrays;
     - ``output``: "numpy" (numba device arrays on cuda), "torch", "cupy", or "dlpack"
       (arrays any DLPack consumer takes without a copy: ``jax.dlpack.from_dlpack``,
       ``torch.from_dlpack``);
@@ -78,6 +82,7 @@ class Reader:
         on_error: str = "raise",
         mask_mode: str = "nearest",
         crop_decode: bool = True,
+        pad_fields: Mapping[str, float] | None = None,
     ) -> None:
         check_reader_arguments(
             batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, shuffle=shuffle, drop_last=drop_last,
@@ -88,6 +93,17 @@ class Reader:
         self.store = store if isinstance(store, Store) else open_store(store)
         if "mask" in fields and "mask" not in self.store.fields:
             raise ValueError(f"Reader: Expected a store with a mask field (fields asks for 'mask'). Got {self.store.path} without one.")
+        schema = self.store.extra_fields
+        unknown = [f for f in fields if f not in ("image", "label", "mask") and f not in schema]
+        if unknown:
+            raise ValueError(f"Reader: Expected fields among image, label, mask and the store's extra fields "
+                             f"{sorted(schema)}. Got {unknown}.")
+        self.extra_names = tuple(f for f in fields if f in schema)
+        self.pad_fields = dict(pad_fields or {})
+        for name, value in self.pad_fields.items():
+            if name not in self.extra_names:
+                raise ValueError(f"Reader: pad_fields: Expected names of extra fields in fields {self.extra_names}. Got {name!r}.")
+            check_pad_value(schema[name], name, value)
         self.batch_size = int(batch_size)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.rank, self.world_size = int(rank), int(world_size)
@@ -238,7 +254,13 @@ class Reader:
             masks = self._cpu_field(indices, "mask") if "mask" in self.fields else None
         else:
             images, masks, events = self._gpu_batch(indices)
-        return Batch(images=images, labels=labels, indices=indices, masks=masks, epoch=self.epoch, number=number), events
+        batch = Batch(images=images, labels=labels, indices=indices, masks=masks, epoch=self.epoch, number=number)
+        for name in self.extra_names:
+            values, lengths = self.store.extra_columns[name].gather(indices, self.pad_fields.get(name))
+            batch.extras[name] = values
+            if lengths is not None:
+                batch.lengths[name] = lengths
+        return batch, events
 
     def _drop_bad(self, indices: np.ndarray) -> np.ndarray:
         good = []
@@ -437,6 +459,14 @@ class Reader:
             batch.masks = None if batch.masks is None else _to_torch(batch.masks, "uint8")
             labels = torch.from_numpy(np.asarray(batch.labels))
             batch.labels = labels.to("cuda", non_blocking=True) if self.device == "cuda" else labels
+            # Numeric extras go where labels go; ragged lists stay lists (of CPU tensors).
+            for name, values in batch.extras.items():
+                if isinstance(values, np.ndarray):
+                    tensor = torch.from_numpy(values)
+                    batch.extras[name] = tensor.to("cuda", non_blocking=True) if self.device == "cuda" else tensor
+                else:
+                    batch.extras[name] = [torch.from_numpy(v) if isinstance(v, np.ndarray) else v for v in values]
+            batch.lengths = {name: torch.from_numpy(lengths) for name, lengths in batch.lengths.items()}
             return batch
         if self.output == "dlpack":
             from prepkit.interop import DLPackArray

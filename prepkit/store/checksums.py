@@ -136,18 +136,20 @@ def check_store_files(root: Path, where: str, *, skip_shards: bool = False) -> N
                 raise StoreCorruptError(f"{where}: Expected {path} to be a regular file. Got {_kind(mode)}.")
 
 
-def metadata_files(root: Path, field_names: list[str]) -> list[str]:
-    """Paths (relative to ``root``) of the metadata files ``checksums["files"]`` covers."""
+def metadata_files(root: Path, field_names: list[str], extra_files: list[str] | None = None) -> list[str]:
+    """Paths (relative to ``root``) of the metadata files ``checksums["files"]`` covers;
+    ``extra_files``: those of the extra fields (``prepkit.store.extras.metadata_files``)."""
     names = ["labels/zarr.json", "paths/zarr.json", "path_ranges/zarr.json"]
     for field in field_names:
         names += [f"{field}/zarr.json"] + [f"{field}/{a}/zarr.json" for a in ("bytes", "ranges", "shapes", "crc32c")]
+    names += extra_files or []
     names += [name for name in EXTRA_FILES if (root / name).is_file()]
     return names
 
 
-def file_checksums(root: Path, field_names: list[str]) -> dict[str, int]:
+def file_checksums(root: Path, field_names: list[str], extra_files: list[str] | None = None) -> dict[str, int]:
     """CRC32C of each metadata file (computed by the writer once everything is written)."""
-    return {name: crc32c(read_regular(root / name, str(root))) for name in metadata_files(root, field_names)}
+    return {name: crc32c(read_regular(root / name, str(root))) for name in metadata_files(root, field_names, extra_files)}
 
 
 def check_attributes(values: dict[str, Any], where: str) -> None:

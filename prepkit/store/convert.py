@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from prepkit import __version__
 from prepkit.errors import PrepkitError
 from prepkit.layouts import Layout, LosslessLayout
@@ -44,7 +46,9 @@ class ConvertJob:
                     fields[name] = (store.read_bytes(index, name).tobytes(), shape)
                 else:
                     fields[name] = (layout.encode(store.decode(index, name)), shape)
-            return EncodedSample(item=index, relpath=store.source_path(index), label=store.label(index), fields=fields)
+            extras = {name: np.array(column.raw(index)) for name, column in store.extra_columns.items()}
+            return EncodedSample(item=index, relpath=store.source_path(index), label=store.label(index), fields=fields,
+                                 extras=extras)
         except (PrepkitError, ValueError) as error:  # ValueError: a size the new layout cannot store
             return SampleFailure(item=index, path=f"{self.source}[{index}]", reason=str(error))
 
@@ -79,7 +83,9 @@ def convert_store(
         shapes = {
             name: [(int(h), int(w), int(c)) for h, w, c in store.field_arrays[name].shapes] for name in layouts
         }
-        digest = hashlib.sha256(store.field_arrays["image"].crc32c.tobytes() + store.labels.tobytes()).hexdigest()
+        digest = hashlib.sha256(store.field_arrays["image"].crc32c.tobytes() + store.labels.tobytes())
+        for name, column in store.extra_columns.items():  # extra fields are carried across unchanged
+            digest.update(name.encode() + column.values.tobytes() + (b"" if column.ranges is None else column.ranges.tobytes()))
         plan = plan_store(
             layouts,
             shapes,
@@ -92,7 +98,8 @@ def convert_store(
                 "prepkit_version": __version__,
                 "parent": store.attributes.provenance,
             },
-            items_digest=digest,
+            items_digest=digest.hexdigest(),
+            extras=store.extra_fields,
         )
     on_total(plan.num_items)
     job = ConvertJob(source=source, layouts=layouts, storage_options=storage_options)

@@ -65,6 +65,12 @@ def describe(store: Store) -> dict[str, Any]:
             "shard_bytes": {"total": int(sizes.sum()), **_stats(sizes)},
             "inner_chunk_bytes": arrays.geometry.chunk,
         }
+    extras = {}
+    for name, column in store.extra_columns.items():
+        entry: dict[str, Any] = {"type": str(column.spec), "kind": column.spec.kind, "stored_bytes": int(column.values.nbytes)}
+        if column.ranges is not None:  # rows (arrays) or bytes (strings, bytes) per sample
+            entry["length"] = _stats(column.lengths(np.arange(len(store))))
+        extras[name] = entry
     labels = store.labels
     labelled = labels[labels >= 0]
     return {
@@ -76,6 +82,7 @@ def describe(store: Store) -> dict[str, Any]:
         "samples_per_shard": store.attributes.samples_per_shard,
         "bytes_on_disk": disk,
         "fields": fields,
+        "extras": extras,
         "labelled_samples": int(labelled.size),
         "classes": store.class_names,
         "samples_per_class": np.bincount(labelled).tolist() if labelled.size else [],
@@ -114,6 +121,11 @@ def format_description(info: dict[str, Any]) -> str:
             f"{'':<12} {field['shard_files']} shard files, {_size(shard['total'])} "
             f"(each {_size(shard['min'])}..{_size(shard['max'])})",
         ]
+    for name, extra in info.get("extras", {}).items():
+        length = extra.get("length")
+        unit = "rows" if extra["kind"] == "array" else "bytes"
+        spread = f", {length['min']}..{length['max']} {unit} (median {length['median']:g})" if length else ""
+        lines.append(f"{name:<12} extra {extra['type']}{spread}, {_size(extra['stored_bytes'])}")
     classes = info["classes"]
     if classes:
         shown = ", ".join(f"{n} ({c})" for n, c in zip(classes[:8], info["samples_per_class"][:8], strict=True))

@@ -141,6 +141,9 @@ class Attributes:
     checksums: dict[str, Any] | None = None
     generation: str | None = None
     plan_sha256: str | None = None  # digest of the writer's plan: a rerun with the same plan is a no-op
+    # Extra per-sample fields (prepkit.store.extras): name -> {"kind", "dtype", "shape"}; absent
+    # in stores without any, so those stay byte-identical to what earlier versions wrote.
+    extras: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         values = {
@@ -154,6 +157,8 @@ class Attributes:
             "provenance": self.provenance,
             "complete": self.complete,
         }
+        if self.extras:
+            values["extras"] = self.extras
         if self.checksums is not None:
             values["checksums"] = self.checksums
         if self.generation is not None:
@@ -214,7 +219,20 @@ class Attributes:
         plan_sha256 = values.get("plan_sha256")
         if plan_sha256 is not None and not isinstance(plan_sha256, str):
             raise fail(f"Expected 'plan_sha256' to be a string. Got {plan_sha256!r}.")
+        extras = values.get("extras")
+        if extras is not None:
+            from prepkit.store.extras import FieldSpec, FieldValueError, check_name
+
+            if not isinstance(extras, dict):
+                raise fail(f"Expected 'extras' to be an object of field schemas. Got {extras!r}.")
+            for name, spec in extras.items():
+                try:
+                    check_name(name)
+                except FieldValueError as error:
+                    raise fail(f"extra field {name!r}: {error}") from None
+                FieldSpec.from_dict(spec, f"{where}: malformed prepkit attributes: extra field {name!r}")
         return Attributes(
+            extras=None if extras is None else {str(k): dict(v) for k, v in extras.items()},
             checksums=checksums, generation=generation, plan_sha256=plan_sha256,
             format_version=version, layout=dict(layout), num_samples=num_samples, samples_per_shard=samples_per_shard,
             num_shards=num_shards, fields={str(k): dict(v) for k, v in fields.items()}, class_names=class_names,

@@ -21,6 +21,8 @@ import numpy as np
 from prepkit.errors import CodecError, DecodeError, StoreCorruptError, StoreError
 from prepkit.layouts import Layout, layout_from_dict
 from prepkit.store.checksums import check_arrays, check_files, check_store_files, open_regular
+from prepkit.store.extras import GROUP as EXTRAS_GROUP
+from prepkit.store.extras import ExtraColumn, FieldSpec
 from prepkit.store.format import (
     EMPTY_CHUNK,
     Attributes,
@@ -289,7 +291,15 @@ class Store:
             arrays = {"labels": self.labels, "paths": self._paths, "path_ranges": self._path_ranges}
             for name, field in self.field_arrays.items():
                 arrays.update({f"{name}/ranges": field.ranges, f"{name}/shapes": field.shapes, f"{name}/crc32c": field.crc32c})
+            for name, column in self.extra_columns.items():
+                arrays[f"{EXTRAS_GROUP}/{name}/values"] = column.values
+                if column.ranges is not None:
+                    arrays[f"{EXTRAS_GROUP}/{name}/ranges"] = column.ranges
             check_arrays(where, checksums["arrays"], arrays)
+        elif self.extra_columns:
+            raise StoreCorruptError(f"{where}: Expected checksums in a store with extra fields. Got none.")
+        for column in self.extra_columns.values():
+            column.check(self.attributes.num_samples, where)
         check_labels(self.labels, self.attributes.class_names, where)
 
     def _load_arrays(self) -> None:
@@ -332,6 +342,22 @@ class Store:
                     shapes=load(group, "shapes", (count, 3), np.uint32),
                     crc32c=load(group, "crc32c", (count,), np.uint32),
                 )
+            self.extra_columns: dict[str, ExtraColumn] = {}
+            for name, values in (self.attributes.extras or {}).items():
+                extra_spec = FieldSpec.from_dict(values, f"{where}: extra field {name!r}")
+                extra_group: Any = root[f"{EXTRAS_GROUP}/{name}"]
+                if extra_spec.ragged:
+                    ranges = load(extra_group, "ranges", (count, 2), np.uint64)
+                    # Rows are bounded by the checksummed metadata (a store with extras has
+                    # checksums) and, as paths are, by a generous per-sample budget.
+                    array = extra_group["values"]
+                    rows = int(array.shape[0]) if len(array.shape) else -1
+                    if len(array.shape) != len(extra_spec.shape) or rows * max(1, int(np.prod(extra_spec.trailing))) > (1 << 20) * max(1, count):
+                        raise StoreCorruptError(f"{where}: extra field {name!r}: implausible values shape {tuple(array.shape)}")
+                    column = ExtraColumn(name, extra_spec, load(extra_group, "values", tuple(array.shape), extra_spec.dtype), ranges)
+                else:
+                    column = ExtraColumn(name, extra_spec, load(extra_group, "values", (count, *extra_spec.trailing), extra_spec.dtype), None)
+                self.extra_columns[name] = column
         except StoreError:
             raise
         except Exception as error:  # zarr raises many types for missing or broken metadata
@@ -368,6 +394,18 @@ class Store:
     @property
     def fields(self) -> tuple[str, ...]:
         return tuple(self.field_arrays)
+
+    @property
+    def extra_fields(self) -> dict[str, FieldSpec]:
+        """The schema of the store's extra per-sample fields (``prepkit.store.extras``)."""
+        return {name: column.spec for name, column in self.extra_columns.items()}
+
+    def extra(self, index: int, name: str) -> Any:
+        """Sample ``index``'s extra field ``name``: int, float, str, bytes or a numpy array."""
+        column = self.extra_columns.get(name)
+        if column is None:
+            raise KeyError(f"{self.path}: Expected an extra field among {sorted(self.extra_columns)}. Got {name!r}.")
+        return column.get(self._index(index))
 
     @property
     def class_names(self) -> list[str] | None:
@@ -480,6 +518,8 @@ class Store:
         sample: dict[str, Any] = {name: self.decode(position, name) for name in self.field_arrays}
         label = int(self.labels[position])
         sample["label"] = None if label < 0 else label
+        for name, column in self.extra_columns.items():
+            sample[name] = column.get(position)
         return sample
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -534,7 +574,8 @@ def open_store(
     """Open the prepkit store at ``path`` for reading.
 
     ``store[i]`` returns ``{"image": HxWxC uint8, "label": int | None}`` (plus ``"mask"``
-    when the store has masks). With ``check_crc=True`` every read is checked against the
+    when the store has masks, and each extra field by name: int, float, str, bytes or a
+    numpy array; ``store.extra_fields`` is their schema). With ``check_crc=True`` every read is checked against the
     sample's CRC32C.
 
     ``path`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``, ``http(s)://``):

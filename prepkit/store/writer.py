@@ -30,6 +30,7 @@ import numpy as np
 from prepkit.errors import IngestError, PrepkitError, StoreError
 from prepkit.layouts import Layout
 from prepkit.parallel import run_ordered
+from prepkit.store import extras as extra_fields
 from prepkit.store.checksums import array_crc32c, file_checksums, generation_id
 from prepkit.store.format import (
     ATTRIBUTE_KEY,
@@ -55,6 +56,9 @@ class EncodedSample:
     relpath: str
     label: int | None
     fields: dict[str, tuple[bytes, tuple[int, int, int]]]
+    # Extra fields: name -> the value normalised by ``prepkit.store.extras.normalize``
+    # (one entry per field of the plan's ``extras`` schema).
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,7 +79,8 @@ class StorePlan:
     fields: dict[str, dict[str, Any]]  # field -> {"layout": {...}, "capacity": int, "chunk": int}
     class_names: list[str] | None
     provenance: dict[str, Any]
-    items_digest: str  # digest of the ordered source list
+    items_digest: str  # digest of the ordered source list (and of the extra field values)
+    extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # extra field -> FieldSpec.to_dict()
 
     @property
     def num_shards(self) -> int:
@@ -89,8 +94,11 @@ class StorePlan:
         start = shard * self.samples_per_shard
         return range(start, min(start + self.samples_per_shard, self.num_items))
 
+    def extra_specs(self) -> dict[str, extra_fields.FieldSpec]:
+        return {name: extra_fields.FieldSpec.from_dict(spec, f"extra field {name!r}") for name, spec in self.extras.items()}
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        values = {
             "format_version": FORMAT_VERSION,
             "num_items": self.num_items,
             "samples_per_shard": self.samples_per_shard,
@@ -99,6 +107,9 @@ class StorePlan:
             "provenance": self.provenance,
             "items_digest": self.items_digest,
         }
+        if self.extras:  # absent without extra fields: plans (and plan digests) stay as before
+            values["extras"] = self.extras
+        return values
 
 
 Shape = tuple[int, int, int]
@@ -112,6 +123,7 @@ def plan_store(
     class_names: list[str] | None,
     provenance: dict[str, Any],
     items_digest: str,
+    extras: Mapping[str, extra_fields.FieldSpec] | None = None,
 ) -> StorePlan:
     """The one way to make a StorePlan: shard capacities from per-item size bounds.
 
@@ -119,7 +131,13 @@ def plan_store(
     an upper bound of it, or None for an item that cannot be stored (it will be reported
     as a bad sample). Each field's shard capacity is the largest sum of its layout's
     ``max_stored_size`` over the items of one shard.
+
+    ``extras`` is the schema of the extra per-sample fields (``prepkit.store.extras``): every
+    EncodedSample then carries one normalised value per field. ``items_digest`` must cover
+    those values, so that a resumed run with other values starts over.
     """
+    for name in extras or {}:
+        extra_fields.check_name(name)
     counts = {len(per_item) for per_item in shapes.values()}
     if len(counts) != 1 or set(shapes) != set(layouts):
         raise StoreError(f"Expected one shape list per field of {sorted(layouts)}. Got {sorted(shapes)} with lengths {sorted(counts)}.")
@@ -142,6 +160,7 @@ def plan_store(
         class_names=class_names,
         provenance=provenance,
         items_digest=items_digest,
+        extras={name: spec.to_dict() for name, spec in (extras or {}).items()},
     )
 
 
@@ -385,6 +404,7 @@ class StoreWriter:
             class_names=self.plan.class_names,
             provenance=self.plan.provenance,
             complete=complete,
+            extras=self.plan.extras or None,
         )
 
     # -- shards -----------------------------------------------------------------------
@@ -428,6 +448,7 @@ class StoreWriter:
             meta[f"{name}_ranges"] = np.array(ranges, dtype=np.uint64).reshape(-1, 2)
             meta[f"{name}_shapes"] = np.array(shapes, dtype=np.uint32).reshape(-1, 3)
             meta[f"{name}_crc32c"] = np.array(crcs, dtype=np.uint32)
+        self._pack_extras(samples, meta)
         meta["failures"] = np.frombuffer(
             json.dumps([[f.item, f.path, f.reason] for f in failures]).encode(), dtype=np.uint8
         )
@@ -442,6 +463,22 @@ class StoreWriter:
         except OSError as error:
             _discard(temporary)
             raise write_error(self.dest, error, temporary) from None
+
+    def _pack_extras(self, samples: list[EncodedSample], meta: dict[str, np.ndarray]) -> None:
+        """Each extra field's values of one shard into ``meta`` (checked against the schema)."""
+        for name, spec in self.plan.extra_specs().items():
+            values = []
+            for sample in samples:
+                if name not in sample.extras:
+                    raise IngestError(f"{sample.relpath}: extra field {name!r}: Expected a value. Got none.")
+                value = sample.extras[name]
+                if value.dtype != np.dtype(spec.dtype) or (value.shape[1:] if spec.ragged else value.shape) != spec.trailing:
+                    raise IngestError(
+                        f"{sample.relpath}: extra field {name!r}: Expected {spec} values. Got {value.dtype} {list(value.shape)}."
+                    )
+                values.append(value)
+            for key, array in extra_fields.pack(spec, values).items():
+                meta[f"extra.{name}.{key}"] = array
 
     # -- completion -------------------------------------------------------------------
     def finalize(self, ignored: Sequence[tuple[str, str]] = ()) -> WriteSummary:
@@ -507,6 +544,15 @@ class StoreWriter:
             arrays[f"{name}/ranges"] = joined(f"{name}_ranges", np.uint64, 2)
             arrays[f"{name}/shapes"] = joined(f"{name}_shapes", np.uint32, 3)
             arrays[f"{name}/crc32c"] = joined(f"{name}_crc32c", np.uint32)
+        extra_specs = self.plan.extra_specs()
+        if extra_specs:
+            extras_group = root.require_group(extra_fields.GROUP)
+            for name, spec in extra_specs.items():
+                extras_group.require_group(name)
+                values = joined(f"extra.{name}.values", spec.dtype)
+                arrays[f"{extra_fields.GROUP}/{name}/values"] = values.reshape(-1, *spec.trailing)
+                if spec.ragged:
+                    arrays[f"{extra_fields.GROUP}/{name}/ranges"] = extra_fields.ranges_from_lengths(joined(f"extra.{name}.lengths", np.int64))
         for key, values in arrays.items():
             group, _, array_name = key.rpartition("/")
             _write_small(root[group] if group else root, array_name, values)
@@ -519,7 +565,7 @@ class StoreWriter:
         attributes = self._attributes(num_samples, complete=True)
         attributes.checksums = {
             "arrays": {key: array_crc32c(values) for key, values in arrays.items()},
-            "files": file_checksums(self.dest, list(self.plan.fields)),
+            "files": file_checksums(self.dest, list(self.plan.fields), extra_fields.metadata_files(extra_specs)),
         }
         attributes.generation = generation_id(attributes.checksums, self.plan.to_dict())
         attributes.plan_sha256 = plan_digest(self.plan)

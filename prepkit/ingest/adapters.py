@@ -46,7 +46,7 @@ def as_source(samples: Any, keys: Keys) -> SampleSource:
     if type(samples).__name__ in ("DatasetDict", "IterableDatasetDict"):
         raise IngestError(f"samples: Expected one split of the Hugging Face DatasetDict. Got the splits {sorted(samples)}.")
     if _is_hf_dataset(samples):
-        return from_hf(samples, image_key=keys.image, label_key=keys.label, mask_key=keys.mask)
+        return from_hf(samples, image_key=keys.image, label_key=keys.label, mask_key=keys.mask, extra_keys=keys.extras)
     if _is_torch_dataset(samples) and is_indexed(samples):
         source = from_torch(samples)
         source.keys = keys
@@ -81,26 +81,31 @@ class HFRows:
         return row
 
 
-def from_hf(dataset: Any, *, image_key: str = "image", label_key: str = "label", mask_key: str = "mask") -> SampleSource:
+def from_hf(dataset: Any, *, image_key: str = "image", label_key: str = "label", mask_key: str = "mask",
+            extra_keys: Sequence[str] = ()) -> SampleSource:
     """A Hugging Face ``datasets.Dataset``: columns ``image_key`` (required), ``label_key``
-    and ``mask_key`` (used when present). Other columns are not read."""
+    and ``mask_key`` (used when present), and ``extra_keys`` (stored as extra fields when
+    :func:`prepkit.write_store` is given ``fields``). Other columns are not read."""
     import datasets
 
     columns = list(dataset.column_names)
     if image_key not in columns:
         raise IngestError(f"Hugging Face dataset: Expected an image column {image_key!r}. Got columns {columns}.")
-    wanted = [c for c in (image_key, label_key, mask_key) if c in columns]
+    missing = [c for c in extra_keys if c not in columns]
+    if missing:
+        raise IngestError(f"Hugging Face dataset: Expected the field columns {list(extra_keys)}. Got columns {columns}.")
+    wanted = [c for c in (image_key, label_key, mask_key) if c in columns] + [c for c in extra_keys if c not in (image_key, label_key, mask_key)]
     dataset = dataset.select_columns(wanted)
     for column in (image_key, mask_key):
         if column in wanted and isinstance(dataset.features[column], datasets.Image):
             dataset = dataset.cast_column(column, datasets.Image(decode=False))
+    keys = Keys(image=image_key, label=label_key, mask=mask_key, extras=tuple(extra_keys))
     label = dataset.features.get(label_key)
     names = list(label.names) if isinstance(label, datasets.ClassLabel) else None
     info = getattr(dataset, "info", None)
     name = getattr(info, "dataset_name", None) or getattr(dataset, "_fingerprint", "")
     return SampleSource(
-        HFRows(dataset, Keys(image=image_key, label=label_key, mask=mask_key)), class_names=names,
-        description=f"hf:{name}", keys=Keys(image=image_key, label=label_key, mask=mask_key),
+        HFRows(dataset, keys), class_names=names, description=f"hf:{name}", keys=keys,
     )
 
 
@@ -233,7 +238,7 @@ def open_dataset_source(src: str | os.PathLike[str] | Sequence[str], keys: Keys)
         dataset = datasets.load_from_disk(expanded[0])
         if len(dataset) == 0:
             raise IngestError(f"source {expanded[0]!r}: Expected at least one row. Got an empty Hugging Face dataset.")
-        source = from_hf(dataset, image_key=keys.image, label_key=keys.label, mask_key=keys.mask)
+        source = from_hf(dataset, image_key=keys.image, label_key=keys.label, mask_key=keys.mask, extra_keys=keys.extras)
         source.description = "hf:" + os.path.abspath(expanded[0])
         return source
     if len(expanded) == 1 and not expanded[0].lower().endswith(".tar"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from prepkit import __version__
@@ -32,6 +32,7 @@ from prepkit.ingest.samples import (
 from prepkit.ingest.sources import IMAGE_EXTENSIONS, SourceItem, list_source
 from prepkit.layouts import Layout, LosslessLayout, RawLayout
 from prepkit.parallel import run_ordered
+from prepkit.store.extras import Declaration, FieldSpec, FieldValueError, infer_schema
 from prepkit.store.publish import write_through_staging
 from prepkit.store.storage import is_url
 from prepkit.store.writer import EncodedSample, SampleFailure, ShardExecutor, WriteSummary, plan_store, write_all
@@ -133,12 +134,13 @@ def build_store(
         ))
     from prepkit.ingest.adapters import open_dataset_source
 
-    source = open_dataset_source(src, keys or Keys())
+    keys = replace(keys or Keys(), extras=tuple(text.partition(":")[0] for text in fields))
+    source = open_dataset_source(src, keys)
     if source is not None:
         summary = write_dataset(
             source, dest, layout=layout, options=options, samples_per_shard=samples_per_shard, workers=workers,
             on_error=on_error, overwrite=overwrite, progress=progress, on_total=on_total, executor=executor,
-            command="shard",
+            command="shard", fields=fields,
         )
         return summary, source.ignored
     assert isinstance(src, (str, os.PathLike))
@@ -242,9 +244,12 @@ def write_dataset(
     executor: ShardExecutor | None = None,
     command: str = "write_store",
     spool_dir: str | os.PathLike[str] | None = None,
+    fields: Sequence[str] = (),
 ) -> WriteSummary:
     """Write the samples of ``source`` (an indexed dataset, or a plain iterable read once
-    in order into a temporary spool) to the local store ``dest``."""
+    in order into a temporary spool) to the local store ``dest``. ``fields`` declares the
+    extra per-sample fields (``NAME[:KIND]``, the keys ``source.keys.extras`` of dict
+    samples); their schema is completed from the first sample."""
     samples = source.samples
     with spool_folder(spool_dir) as folder:
         if not is_indexed(samples):
@@ -252,7 +257,9 @@ def write_dataset(
         if len(samples) == 0:
             where = source.description or type(source.samples).__name__
             raise IngestError(f"{where}: Expected at least one sample. Got none: it is empty.")
-        base = {"dataset": samples, "keys": source.keys, "options": options}
+        base: dict[str, Any] = {"dataset": samples, "keys": source.keys, "options": options}
+        schema = _extras_schema(SampleProbeJob(**base), fields) if fields else None
+        base["schema"] = schema
         probe_job = SampleProbeJob(**base)
         if workers > 1 or executor is not None:
             check_picklable(probe_job, source.description or "samples", workers)
@@ -265,10 +272,20 @@ def write_dataset(
                 class_names=source.class_names, source=source.description, command=command, options=options,
                 digest=digest, samples_per_shard=samples_per_shard, workers=workers, on_error=on_error,
                 overwrite=overwrite, ignored=source.ignored, progress=progress, on_total=on_total, executor=executor,
+                extras=schema, fields=fields,
             )
         finally:
             if isinstance(samples, Spool):
                 samples.close()
+
+
+def _extras_schema(job: SampleProbeJob, fields: Sequence[str]) -> dict[str, FieldSpec]:
+    """The extra fields' schema: the declarations, completed from sample 0's values."""
+    declared = {text.partition(":")[0]: text.partition(":")[2] for text in fields}
+    try:
+        return infer_schema(job.parts(0).extras, declared)
+    except FieldValueError as error:
+        raise IngestError(f"sample 0: {error}") from None
 
 
 def write_store(
@@ -295,6 +312,7 @@ def write_store(
     spool_dir: str | os.PathLike[str] | None = None,
     storage_options: dict[str, Any] | None = None,
     executor: ShardExecutor | None = None,
+    fields: Sequence[str] = (),
 ) -> WriteSummary:
     """Write ``samples`` to a store at ``dest`` (a folder, or an ``s3://``-style URL).
 
@@ -316,6 +334,12 @@ def write_store(
     ``skipped.jsonl``, ``"raise"`` stops at the first with an IngestError naming it.
     ``alpha="drop"`` (default) drops transparency as Pillow's ``convert("RGB")`` and
     torchvision do, ``"composite"`` blends onto ``background``.
+
+    ``fields`` stores other keys of dict samples (Hugging Face: columns) as extra per-sample
+    fields, declared as ``prepkit shard --field`` declares manifest columns: ``"caption"``,
+    ``"score:float"``, ``"boxes:float32[*,4]"``; what a declaration leaves open is taken from
+    the first sample. A sample without one of them, or with a value that does not fit, is a
+    bad sample. ``store[i]`` and the Reader's ``fields=`` return them (README, "Extra fields").
     """
     from prepkit.ingest.adapters import as_source
     from prepkit.layouts import make_layout
@@ -326,7 +350,11 @@ def write_store(
     chosen = make_layout(layout, quality=quality, lossless_version=lossless_version) if isinstance(layout, str) else layout
     options = ImageOptions(mode=mode, max_side=max_side, max_pixels=max_pixels or DEFAULT_MAX_PIXELS, alpha=alpha,
                            background=background)
-    keys = Keys(image=image_key, label=label_key, mask=mask_key)
+    try:
+        names = tuple(Declaration.parse(text).name for text in fields)
+    except FieldValueError as error:
+        raise IngestError(f"fields: {error}") from None
+    keys = Keys(image=image_key, label=label_key, mask=mask_key, extras=names)
     failing = "skip" if on_error == "skip" else "fail"
     check_any_destination(str(dest), overwrite, storage_options)  # refuse before any sample is read
     from tqdm.auto import tqdm
@@ -338,13 +366,15 @@ def write_store(
             "executor": executor,
         }
         if isinstance(samples, (str, os.PathLike)) or (isinstance(samples, (list, tuple)) and samples and all(isinstance(s, str) for s in samples)):
-            summary, _ = build_store(samples, str(dest), overwrite=overwrite, storage_options=storage_options, keys=keys, **common)
+            summary, _ = build_store(samples, str(dest), overwrite=overwrite, storage_options=storage_options, keys=keys,
+                                     fields=fields, **common)
             return summary
         source = as_source(samples, keys)
         if class_names is not None:
             source.class_names = list(class_names)
 
         def write(local: str, again: bool) -> tuple[WriteSummary, list[tuple[str, str]]]:
-            return write_dataset(source, local, overwrite=again, spool_dir=spool_dir, **common), source.ignored
+            return (write_dataset(source, local, overwrite=again, spool_dir=spool_dir, fields=fields, **common),
+                    source.ignored)
 
         return write_through_staging(str(dest), storage_options, overwrite, write)[0]

@@ -44,6 +44,7 @@ from prepkit.ingest.images import (
 )
 from prepkit.ingest.sources import MAX_LABEL
 from prepkit.layouts import Layout
+from prepkit.store.extras import FieldSpec, sample_extras
 from prepkit.store.writer import EncodedSample, SampleFailure
 
 Shape = tuple[int, int, int]
@@ -56,6 +57,7 @@ class Keys:
     image: str = "image"
     label: str = "label"
     mask: str = "mask"
+    extras: tuple[str, ...] = ()  # keys stored as extra per-sample fields (dict samples only)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class Parts:
     mask: Any = None
     label: int | None = None
     key: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)  # values of Keys.extras, as given
 
 
 def is_indexed(samples: Any) -> bool:
@@ -117,10 +120,17 @@ def sample_parts(sample: Any, index: int, keys: Keys) -> Parts:
     where = f"sample {index}"
     if isinstance(sample, Mapping) and keys.image in sample:
         key = sample.get("__key__")
+        missing = [name for name in keys.extras if name not in sample]
+        if missing:
+            raise IngestError(f"{where}: Expected the fields {list(keys.extras)}. Got no {missing}.")
         return Parts(
             image=sample[keys.image], mask=sample.get(keys.mask),
             label=_label(sample.get(keys.label), where), key=None if key is None else str(key),
+            extras={name: sample[name] for name in keys.extras},
         )
+    if keys.extras:
+        raise IngestError(f"{where}: Expected a dict with the keys {[keys.image, *keys.extras]} (extra fields are "
+                          f"read from dict samples). Got {type(sample).__name__}.")
     if isinstance(sample, Mapping) and not ("bytes" in sample or "path" in sample):
         raise IngestError(f"{where}: Expected a dict with an {keys.image!r} key. Got keys {sorted(map(str, sample))}.")
     if isinstance(sample, (tuple, list)) and sample:
@@ -264,6 +274,11 @@ class SampleJobBase:
     dataset: Any
     keys: Keys
     options: ImageOptions
+    schema: Mapping[str, FieldSpec] | None = None  # extra fields, when the store has some
+
+    def extras(self, parts: Parts, where: str) -> dict[str, np.ndarray]:
+        """The sample's extra values in stored form (IngestError naming sample and field)."""
+        return sample_extras(self.schema, parts.extras, where) if self.schema else {}
 
     def parts(self, index: int) -> Parts:
         try:
@@ -296,6 +311,12 @@ class SampleProbeJob(SampleJobBase):
             digest.update(b"E" + str(error).encode())
             return SampleProbe(None, parts.mask is not None, digest.digest())
         digest.update(f"L{parts.label}K{parts.key}".encode())
+        try:
+            for name, value in self.extras(parts, where).items():
+                digest.update(f"X{name}{value.dtype.str}{value.shape}".encode() + value.tobytes())
+        except IngestError as error:
+            digest.update(b"E" + str(error).encode())
+            return SampleProbe(None, parts.mask is not None, digest.digest())
         return SampleProbe(probe_sample_image(parts.image, where, self.options), parts.mask is not None, digest.digest())
 
 
@@ -314,13 +335,15 @@ class SampleEncodeJob(SampleJobBase):
             pixels = load_sample_image(parts.image, where, self.options)
             mask = None if parts.mask is None else (lambda: load_sample_mask(parts.mask, f"{where} mask", self.options))
             fields = encode_fields(self.layouts, pixels, mask, where, f"{where} mask")
+            extras = self.extras(parts, where)
         except IngestError as error:
             reason = str(error)
             for prefix in (f"sample {index}: ", f"sample {index} ({name}): "):
                 reason = reason.removeprefix(prefix)
             return SampleFailure(item=index, path=name, reason=reason)
         _, path = _encoded_or_path(parts.image)
-        return EncodedSample(item=index, relpath=parts.key or path or str(index), label=parts.label, fields=fields)
+        return EncodedSample(item=index, relpath=parts.key or path or str(index), label=parts.label, fields=fields,
+                             extras=extras)
 
 
 class Spool:

@@ -251,3 +251,43 @@ def test_alpha_option_on_the_command_line_and_in_provenance(tmp_path: Path) -> N
     assert options["alpha"] == "composite" and options["background"] == [255, 255, 255]
     result = runner.invoke(cli, ["shard", str(tmp_path / "src"), str(tmp_path / "bad"), "--layout", "raw", "--background", "300"])
     assert result.exit_code == 2 and "background" in result.output
+
+
+CAPTIONS = ["an ant", "a bee", "", "a cat", "ant again"]
+BOXES = [np.arange(4 * n, dtype=np.float32).reshape(n, 4) for n in (2, 0, 1, 3, 1)]
+
+
+def test_extra_fields_from_dict_samples_and_hf_columns(tmp_path: Path) -> None:
+    import datasets
+
+    rows = [{"image": p, "label": label, "caption": c, "boxes": b, "score": 0.5 * n}
+            for n, (p, label, c, b) in enumerate(zip(IMAGES, LABELS, CAPTIONS, BOXES, strict=True))]
+    fields = ("caption", "boxes:float32[*,4]", "score:float")
+    prepkit.write_store(tmp_path / "list", rows, samples_per_shard=2, fields=fields, progress=False)
+    hf = datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in IMAGES], "label": LABELS,
+                                     "caption": CAPTIONS, "boxes": [b.tolist() for b in BOXES],
+                                     "score": [0.5 * n for n in range(len(IMAGES))], "unused": list(range(5))})
+    prepkit.write_store(tmp_path / "hf", hf, samples_per_shard=2, fields=fields, progress=False)
+    for name in ("list", "hf"):
+        store = prepkit.open_store(tmp_path / name)
+        assert sorted(store.extra_fields) == ["boxes", "caption", "score"], name
+        for i in range(len(IMAGES)):
+            sample = store[i]
+            assert sample["caption"] == CAPTIONS[i], name
+            assert sample["score"] == 0.5 * i, name
+            assert sample["boxes"].dtype == np.float32 and sample["boxes"].shape == BOXES[i].shape, name
+            np.testing.assert_array_equal(sample["boxes"], BOXES[i])
+            np.testing.assert_array_equal(sample["image"], IMAGES[i])
+
+
+def test_extra_field_errors_name_the_sample(tmp_path: Path) -> None:
+    rows: list[Any] = [{"image": p, "label": 0, "score": 1.0} for p in IMAGES]
+    rows[2] = {"image": IMAGES[2], "label": 0}  # no score
+    rows[3] = {"image": IMAGES[3], "label": 0, "score": "high"}  # not a number
+    summary = prepkit.write_store(tmp_path / "skip", rows, fields=("score:float",), on_error="skip", progress=False)
+    assert [f.item for f in summary.failures] == [2, 3]
+    reasons = {f.item: f.reason for f in summary.failures}
+    assert "score" in reasons[2] and "score" in reasons[3]
+    assert len(prepkit.open_store(tmp_path / "skip")) == 3
+    with pytest.raises(IngestError, match="sample 0"):  # the first sample decides the schema
+        prepkit.write_store(tmp_path / "tuple", list(zip(IMAGES, LABELS, strict=True)), fields=("score",), progress=False)

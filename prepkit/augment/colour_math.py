@@ -237,6 +237,10 @@ def apply_pixel(
         return posterize(v0, bits, is_u8), posterize(v1, bits, is_u8), posterize(v2, bits, is_u8)
     if code == SOLARIZE:
         return solarize(v0, arg, bound, is_u8), solarize(v1, arg, bound, is_u8), solarize(v2, arg, bound, is_u8)
+    if code == AUTOCONTRAST and channels == 1:  # the statistics of channels 1 and 2 are unset
+        return autocontrast(v0, stats[STAT_LOW], stats[STAT_INV], bound, is_u8), v1, v2
+    if code == EQUALIZE and channels == 1:
+        return stats[STAT_LUT + quantize(v0, is_u8)], v1, v2
     if code == AUTOCONTRAST:
         return (autocontrast(v0, stats[STAT_LOW], stats[STAT_INV], bound, is_u8),
                 autocontrast(v1, stats[STAT_LOW + 1], stats[STAT_INV + 1], bound, is_u8),

@@ -381,8 +381,11 @@ colour_autocontrast_stats = _device(colour_math.autocontrast_stats)
 colour_equalize_lut = _device(colour_math.equalize_lut)
 colour_quantize = _device(colour_math.quantize)
 
-#: Threads per block of :func:`colour_kernel` (one block per image).
-COLOUR_THREADS = 128
+_STATS = colour_math.STATS  # a global int is a compile-time constant, as shared.array needs
+
+#: Threads per block of :func:`colour_kernel` (one block per image); fewer in the simulator,
+#: which runs each thread as a Python thread.
+COLOUR_THREADS = 32 if config.ENABLE_CUDASIM else 128
 
 
 @cuda.jit
@@ -396,7 +399,7 @@ def colour_kernel(src, spare, codes, args, is_u8, channels, h, w, ch_scale, ch_b
     pixels = h * w
     base = i * pixels * channels
     bound = np.float32(255.0) if is_u8 else np.float32(1.0)
-    stats = cuda.shared.array(colour_math.STATS, np.float32)
+    stats = cuda.shared.array(_STATS, np.float32)
     hist = cuda.shared.array(768, np.int32)
     total = cuda.shared.array(1, np.float64)
     extremes = cuda.shared.array(6, np.float32)  # low[3], high[3]

@@ -75,15 +75,19 @@ def gray(r: Value, g: Value, b: Value, is_u8: bool) -> Value:
 
 
 @register_jitable
-def _hsv_pick(i: int, v: Value, p: Value, q: Value, t: Value, which: int) -> Value:
+def _hsv_rgb(i: int, v: Value, p: Value, q: Value, t: Value) -> tuple[Value, Value, Value]:
     # _hsv_to_rgb's select table: R = (v, q, p, p, t, v), G = (t, v, v, q, p, p), B = (p, p, t, v, v, q).
-    if which == 0:
-        row = (v, q, p, p, t, v)
-    elif which == 1:
-        row = (t, v, v, q, p, p)
-    else:
-        row = (p, p, t, v, v, q)
-    return row[i]
+    if i == 0:
+        return v, t, p
+    if i == 1:
+        return q, v, p
+    if i == 2:
+        return p, v, t
+    if i == 3:
+        return p, q, v
+    if i == 4:
+        return t, p, v
+    return v, p, q
 
 
 @register_jitable
@@ -117,7 +121,7 @@ def hue_shift(r: Value, g: Value, b: Value, hue: Value, is_u8: bool) -> tuple[Va
     svf = sv * f
     q = min(max(maxc - svf, np.float32(0.0)), one)
     t = min(max(svf + p, np.float32(0.0)), one)
-    out_r, out_g, out_b = _hsv_pick(i, maxc, p, q, t, 0), _hsv_pick(i, maxc, p, q, t, 1), _hsv_pick(i, maxc, p, q, t, 2)
+    out_r, out_g, out_b = _hsv_rgb(i, maxc, p, q, t)
     if is_u8:  # to_dtype(uint8, scale=True): x * 255.999, truncated
         scale = np.float32(255.999)
         return (np.float32(saturate_uint8(out_r * scale)), np.float32(saturate_uint8(out_g * scale)),

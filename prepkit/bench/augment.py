@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     from prepkit.augment import (
         ColorJitter,
         Normalize,
+        Op,
         Pipeline,
         RandomHorizontalFlip,
         RandomResizedCrop,
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     indices = np.arange(args.batch)
     epoch = [0]
 
-    def prepkit_run(colour: object = None) -> np.ndarray:
+    def prepkit_run(colour: Op | None = None) -> np.ndarray:
         run = pipe
         if colour is not None:
             run = Pipeline([*pipe.ops[:2], colour, *pipe.ops[2:]])

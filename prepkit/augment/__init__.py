@@ -4,15 +4,18 @@ from prepkit.augment.batch import CutMix, MixUp
 from prepkit.augment.ops import (
     RGB,
     CenterCrop,
+    ColorJitter,
     Grayscale,
     Normalize,
     Op,
+    RandAugment,
     RandomErasing,
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
     ToDtype,
     ToRGB,
+    TrivialAugmentWide,
     op_from_dict,
 )
 from prepkit.augment.params import Params
@@ -21,6 +24,7 @@ from prepkit.augment.pipeline import Pipeline
 __all__ = [
     "RGB",
     "CenterCrop",
+    "ColorJitter",
     "CutMix",
     "Grayscale",
     "MixUp",
@@ -28,11 +32,13 @@ __all__ = [
     "Op",
     "Params",
     "Pipeline",
+    "RandAugment",
     "RandomErasing",
     "RandomHorizontalFlip",
     "RandomResizedCrop",
     "Resize",
     "ToDtype",
     "ToRGB",
+    "TrivialAugmentWide",
     "op_from_dict",
 ]

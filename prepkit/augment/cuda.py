@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import config, cuda
 
-from prepkit.augment import bits, channels, erasing, sampling
+from prepkit.augment import bits, channels, colour_math, erasing, sampling
 from prepkit.augment.cpu import KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
 from prepkit.augment.params import Params
 from prepkit.errors import PipelineError
@@ -220,11 +220,14 @@ def _grid(params: Params) -> tuple[int, int, int]:
 def augment(
     flat: Any, offsets: Any, shapes: np.ndarray, params: Params, plan: Plan, shape: tuple[int, ...],
     dtype: str, out: Any, out_offsets: np.ndarray, stream: Any = 0, erase: tuple[Any, ...] | None = None,
+    stage: tuple[Plan, Plan, bool] | None = None,
 ) -> Any:  # fmt: skip
     """Launch :func:`augment_kernel` once for the batch on ``stream``; returns the output.
 
     ``erase`` (RandomErasing's (random, fill, scale, bias)) adds a second launch over the
-    boxes in ``params.erase``, on the same stream.
+    boxes in ``params.erase``, on the same stream. ``stage`` (the pipeline's colour plans
+    and whether the stage sees uint8 data) makes the first launch write float32 scratch and
+    adds :func:`colour_kernel` (one block per image) to finish the output.
     """
     storage = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}[dtype]
     accepted = {"float16": (np.float16, np.uint16), "bfloat16": (np.uint16, np.int16)}.get(dtype, (storage,))
@@ -234,12 +237,18 @@ def augment(
     flat, offsets = _device_inputs(flat, offsets, stream)
     device_params = _device_params(shapes, params, out_offsets, stream)
     d_shapes, region, resized, offset, flip, out_size, d_out_offsets = device_params
+    first, first_out = plan, target
+    if stage is not None:
+        first = stage[0]
+        first_out = cuda.device_array(int(np.prod(shape)), dtype=np.float32, stream=stream)
     augment_kernel[_grid(params), BLOCK, stream](
         flat, offsets, d_shapes, region, resized, offset, flip, out_size,
-        plan.antialias, plan.round_u8, cuda.to_device(plan.scale, stream=stream),
-        cuda.to_device(plan.bias, stream=stream),
-        plan.kind, plan.nchw, target, d_out_offsets,
+        first.antialias, first.round_u8, cuda.to_device(first.scale, stream=stream),
+        cuda.to_device(first.bias, stream=stream),
+        first.kind, first.nchw, first_out, d_out_offsets,
     )  # fmt: skip
+    if stage is not None and len(params):
+        _colour(first_out, params, stage[1], stage[2], shape, target, stream)
     if erase is not None and len(params) and int(params.erase[:, 2].max()) > 0:
         random, fill, scale, bias = erase
         nchw = plan.nchw
@@ -363,3 +372,131 @@ def mix_batch(images: Any, lam: float, box: tuple[int, int, int, int] | None, la
         d_box = cuda.to_device(np.asarray(box, np.int64), stream=stream)
         cutmix_kernel[grid, (256, 1), stream](source, d_box, nchw, channels, height, width, flat)
     return images
+
+
+colour_apply_pixel = _device(colour_math.apply_pixel)
+colour_contrast_value = _device(colour_math.contrast_value)
+colour_sharpen = _device(colour_math.sharpen)
+colour_autocontrast_stats = _device(colour_math.autocontrast_stats)
+colour_equalize_lut = _device(colour_math.equalize_lut)
+colour_quantize = _device(colour_math.quantize)
+
+_STATS = colour_math.STATS  # a global int is a compile-time constant, as shared.array needs
+
+#: Threads per block of :func:`colour_kernel` (one block per image); fewer in the simulator,
+#: which runs each thread as a Python thread.
+COLOUR_THREADS = 32 if config.ENABLE_CUDASIM else 128
+
+
+@cuda.jit
+def colour_kernel(src, spare, codes, args, is_u8, channels, h, w, ch_scale, ch_bias, kind, nchw, out):
+    """One block per image: every step of the colour stage in order over the float32 NHWC
+    scratch ``src`` (statistics reduced in shared memory between steps), then value ops,
+    cast and layout into ``out``. The twin of ``colour._colour_kernel``."""
+    i = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    pixels = h * w
+    base = i * pixels * channels
+    bound = np.float32(255.0) if is_u8 else np.float32(1.0)
+    stats = cuda.shared.array(_STATS, np.float32)
+    hist = cuda.shared.array(768, np.int32)
+    total = cuda.shared.array(1, np.float64)
+    extremes = cuda.shared.array(6, np.float32)  # low[3], high[3]
+    for k in range(codes.shape[1]):
+        code = codes[i, k]
+        arg = args[i, k]
+        # code is the same for the whole block, so every thread reaches the same barriers.
+        if code == colour_math.IDENTITY:
+            continue
+        if code == colour_math.SHARPNESS:
+            if h > 2 and w > 2:
+                for p in range(t, pixels * channels, nt):
+                    spare[base + p] = src[base + p]
+                cuda.syncthreads()
+                for p in range(t, pixels, nt):
+                    y = p // w
+                    x = p % w
+                    if 0 < y < h - 1 and 0 < x < w - 1:
+                        for c in range(channels):
+                            q = base + p * channels + c
+                            around = np.float32(0.0)
+                            for dy in range(-1, 2):
+                                for dx in range(-1, 2):
+                                    if dy != 0 or dx != 0:
+                                        around += spare[q + (dy * w + dx) * channels]
+                            src[q] = colour_sharpen(spare[q], around, arg, bound, is_u8)
+                cuda.syncthreads()
+            continue
+        for j in range(t, 768, nt):
+            hist[j] = 0
+        if t == 0:
+            total[0] = 0.0
+            for c in range(3):
+                extremes[c] = src[base + c % channels]
+                extremes[3 + c] = src[base + c % channels]
+        cuda.syncthreads()
+        partial = 0.0
+        for p in range(t, pixels, nt):
+            q = base + p * channels
+            v0 = src[q]
+            v1 = src[q + 1] if channels == 3 else v0
+            v2 = src[q + 2] if channels == 3 else v0
+            if code == colour_math.CONTRAST:
+                partial += colour_contrast_value(v0, v1, v2, channels, is_u8)
+            elif code == colour_math.AUTOCONTRAST:
+                for c in range(channels):
+                    v = v0 if c == 0 else (v1 if c == 1 else v2)
+                    cuda.atomic.min(extremes, c, v)
+                    cuda.atomic.max(extremes, 3 + c, v)
+            elif code == colour_math.EQUALIZE:
+                for c in range(channels):
+                    v = v0 if c == 0 else (v1 if c == 1 else v2)
+                    cuda.atomic.add(hist, c * 256 + colour_quantize(v, is_u8), 1)
+        if code == colour_math.CONTRAST:
+            cuda.atomic.add(total, 0, partial)
+        cuda.syncthreads()
+        if t == 0 and code == colour_math.CONTRAST:
+            stats[colour_math.STAT_MEAN] = np.float32(total[0]) / np.float32(pixels)
+        if t < channels and code == colour_math.AUTOCONTRAST:
+            low, inv = colour_autocontrast_stats(extremes[t], extremes[3 + t], is_u8)
+            stats[colour_math.STAT_LOW + t] = low
+            stats[colour_math.STAT_INV + t] = inv
+        if t < channels and code == colour_math.EQUALIZE:
+            colour_equalize_lut(hist, t * 256, stats, colour_math.STAT_LUT + t * 256, pixels, is_u8)
+        cuda.syncthreads()
+        for p in range(t, pixels, nt):
+            q = base + p * channels
+            if channels == 3:
+                v0, v1, v2 = colour_apply_pixel(code, arg, bound, is_u8, 3, src[q], src[q + 1], src[q + 2], stats)
+                src[q] = v0
+                src[q + 1] = v1
+                src[q + 2] = v2
+            else:
+                v0, v1, v2 = colour_apply_pixel(code, arg, bound, is_u8, 1, src[q], src[q], src[q], stats)
+                src[q] = v0
+        cuda.syncthreads()
+    for p in range(t, pixels, nt):
+        y = p // w
+        x = p % w
+        for c in range(channels):
+            value = finish_value(src[base + p * channels + c], False, ch_scale[c], ch_bias[c])
+            index = _out_index(base, c, y, x, channels, h, w, nchw)
+            if kind == KIND_FLOAT32:
+                out[index] = value
+            elif kind == KIND_UINT8:
+                out[index] = saturate_uint8(value)
+            else:
+                u = float32_bits(np.float32(value))
+                out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+
+
+def _colour(scratch: Any, params: Params, after: Plan, is_u8: bool, shape: tuple[int, ...], target: Any, stream: Any) -> None:
+    """Launch :func:`colour_kernel` over the scratch the fused kernel wrote."""
+    n_channels, h, w = (shape[1], shape[2], shape[3]) if after.nchw else (shape[3], shape[1], shape[2])
+    to_device = lambda a: cuda.to_device(np.ascontiguousarray(a), stream=stream)  # noqa: E731
+    spare = cuda.device_array(scratch.shape[0], dtype=np.float32, stream=stream)
+    colour_kernel[len(params), COLOUR_THREADS, stream](
+        scratch, spare, to_device(params.colour_op.astype(np.int32)), to_device(params.colour_arg.astype(np.float64)),
+        is_u8, n_channels, h, w, to_device(after.scale), to_device(after.bias), after.kind, after.nchw, target,
+    )  # fmt: skip

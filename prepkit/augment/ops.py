@@ -101,6 +101,8 @@ class Op:
     changes_values: ClassVar[bool] = False
     #: Does this op convert the channel count (a per-pixel pass before the resample)?
     converts_channels: ClassVar[bool] = False
+    #: Is this op part of the per-sample colour stage (a pass over the resampled output)?
+    colour_stage: ClassVar[bool] = False
 
     def output_spec(self, spec: Spec) -> Spec:
         """Return the spec after this op, or raise PipelineError if the op cannot run."""
@@ -405,6 +407,124 @@ class RandomErasing(Op):
         return np.broadcast_to(values, (channels,)).copy()
 
 
+def _jitter_range(name: str, value: Any, center: float, bound: tuple[float, float], clip_first_on_zero: bool) -> tuple[float, float] | None:
+    """torchvision's ColorJitter._check_input: a number x means [center - x, center + x]."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if not math.isfinite(float(value)) or value < 0:
+            raise PipelineError(f"ColorJitter.{name}: Expected a non-negative number. Got {value!r}.")
+        lo, hi = center - float(value), center + float(value)
+        if clip_first_on_zero:
+            lo = max(lo, 0.0)
+    elif isinstance(value, (list, tuple)) and len(value) == 2:
+        lo, hi = float(value[0]), float(value[1])
+    else:
+        raise PipelineError(f"ColorJitter.{name}: Expected None, a number or a (low, high) pair. Got {value!r}.")
+    if not bound[0] <= lo <= hi <= bound[1]:
+        raise PipelineError(f"ColorJitter.{name}: Expected {bound[0]} <= low <= high <= {bound[1]}. Got {(lo, hi)!r}.")
+    return None if lo == hi == center else (lo, hi)
+
+
+def _check_colour_op(op: Op, spec: Spec) -> None:
+    # The colour stage runs on the resampled output in float32 (uint8 values kept as whole
+    # numbers); float16 / bfloat16 would need torch's arithmetic in those types.
+    if spec.dtype not in ("uint8", "float32"):
+        raise PipelineError(
+            f"{type(op).__name__}: Expected uint8 or float32 data (the colour stage computes as torchvision "
+            f"does on those). Got {spec.dtype}."
+        )
+    if spec.channels == 4:
+        raise PipelineError(f"{type(op).__name__}: Expected 1 or 3 channels (torchvision refuses 4). Got 4.")
+
+
+@dataclass(frozen=True)
+class ColorJitter(Op):
+    """torchvision's ``ColorJitter``: brightness, contrast, saturation and hue in a random order.
+
+    Each argument is None (off), a number x (factor drawn uniformly in
+    ``[max(0, 1 - x), 1 + x]``, hue in ``[-x, x]`` with x <= 0.5) or a (low, high) pair.
+    Per sample the four adjustments run in a random permutation. Runs in the colour stage
+    (:mod:`prepkit.augment.colour`) on the finished geometry, so it must come after every
+    geometric op.
+    """
+
+    brightness: Any = None
+    contrast: Any = None
+    saturation: Any = None
+    hue: Any = None
+
+    changes_values: ClassVar[bool] = True
+    colour_stage: ClassVar[bool] = True
+    draws: ClassVar[int] = 8  # 4 permutation keys, then the 4 factors
+
+    def __post_init__(self) -> None:
+        for name in ("brightness", "contrast", "saturation"):
+            object.__setattr__(self, name, _jitter_range(name, getattr(self, name), 1.0, (0.0, math.inf), True))
+        object.__setattr__(self, "hue", _jitter_range("hue", self.hue, 0.0, (-0.5, 0.5), False))
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_colour_op(self, spec)
+        return spec
+
+
+def _bins(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
+        raise PipelineError(f"{name}.num_magnitude_bins: Expected an int >= 2. Got {value!r}.")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class TrivialAugmentWide(Op):
+    """torchvision's ``TrivialAugmentWide``: one op of its list with a random magnitude bin.
+
+    Only the ops prepkit computes exactly are in the list (Identity, Brightness, Color,
+    Contrast, Sharpness, Posterize, Solarize, AutoContrast, Equalize): torchvision's shears,
+    translations and rotation need an affine sampler and are left out, so each remaining
+    op is drawn with probability 1/9 instead of 1/14. No ``interpolation`` / ``fill``.
+    """
+
+    num_magnitude_bins: int = 31
+
+    changes_values: ClassVar[bool] = True
+    colour_stage: ClassVar[bool] = True
+    draws: ClassVar[int] = 3  # op, bin, sign
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_magnitude_bins", _bins("TrivialAugmentWide", self.num_magnitude_bins))
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_colour_op(self, spec)
+        return spec
+
+
+@dataclass(frozen=True)
+class RandAugment(Op):
+    """torchvision's ``RandAugment``: ``num_ops`` ops of its list at bin ``magnitude``.
+
+    Same op list as :class:`TrivialAugmentWide` (no geometric ops; see there).
+    """
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+
+    changes_values: ClassVar[bool] = True
+    colour_stage: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        bins = _bins("RandAugment", self.num_magnitude_bins)
+        object.__setattr__(self, "num_magnitude_bins", bins)
+        for name, value, hi in (("num_ops", self.num_ops, 64), ("magnitude", self.magnitude, bins - 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= hi:
+                raise PipelineError(f"RandAugment.{name}: Expected an int in [0, {hi}]. Got {value!r}.")
+            object.__setattr__(self, name, int(value))
+
+    def output_spec(self, spec: Spec) -> Spec:
+        _check_colour_op(self, spec)
+        return spec
+
+
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise PipelineError(f"{name}: Expected a bool. Got {value!r}.")
@@ -415,6 +535,7 @@ OPS: dict[str, type[Op]] = {
     cls.__name__: cls
     for cls in (
         RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Normalize, ToDtype, Grayscale, RGB, RandomErasing,
+        ColorJitter, TrivialAugmentWide, RandAugment,
     )
 }
 #: Ops that move, resize or re-channel pixels: none may follow RandomErasing (it fills a box of the output).
@@ -452,6 +573,9 @@ __all__ = [
     "RGB",
     "ToRGB",
     "RandomErasing",
+    "ColorJitter",
+    "TrivialAugmentWide",
+    "RandAugment",
     "canonical_dtype",
     "op_from_dict",
 ]

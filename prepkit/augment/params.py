@@ -41,6 +41,10 @@ class Params:
     erase: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.int32))
     #: uint64[N]: per-sample key of RandomErasing's per-pixel normals (value="random").
     erase_key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    #: int32[N, K]: the colour stage's steps per sample, in order (colour_math codes).
+    colour_op: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))
+    #: float64[N, K]: each step's argument (factor, hue shift, bits or solarize magnitude).
+    colour_arg: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float64))
 
     def __len__(self) -> int:
         return int(self.flip.shape[0])
@@ -168,6 +172,7 @@ def compute_params(
     cur_h, cur_w = src_h.copy(), src_w.copy()
     flipped = np.zeros(n, bool)
     erase, erase_key = np.zeros((n, 4), np.int32), np.zeros(n, np.uint64)
+    colour_op, colour_arg = [np.zeros((n, 0), np.int32)], [np.zeros((n, 0))]
 
     def crop(top: np.ndarray, left: np.ndarray, ch: np.ndarray, cw: np.ndarray) -> None:
         nonlocal y0, x0, rh, rw, oy, ox, cur_h, cur_w
@@ -212,6 +217,12 @@ def compute_params(
             u = rng.uniform(seed, epoch, indices, stream, op.draws)
             erase = random_erasing_boxes(op, cur_h, cur_w, u)
             erase_key = rng.keys(seed, epoch, indices, stream)
+        elif op.colour_stage:
+            from prepkit.augment import colour  # lazy: colour imports cpu, which imports this module
+
+            codes, args = colour.steps(op, rng.uniform(seed, epoch, indices, stream, colour.draws(op)))
+            colour_op.append(codes)
+            colour_arg.append(args)
         # Value ops (ToDtype, Normalize) do not touch the geometry.
 
     if res_h is None:
@@ -225,4 +236,6 @@ def compute_params(
         flip=np.ascontiguousarray(flipped),
         erase=erase,
         erase_key=erase_key,
+        colour_op=np.ascontiguousarray(np.concatenate(colour_op, axis=1), dtype=np.int32),
+        colour_arg=np.ascontiguousarray(np.concatenate(colour_arg, axis=1), dtype=np.float64),
     )

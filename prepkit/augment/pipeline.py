@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from prepkit.augment import channels as channel_ops
-from prepkit.augment import cpu, erasing
+from prepkit.augment import colour, cpu, erasing
 from prepkit.augment.cpu import KIND_BFLOAT16, KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
 from prepkit.augment.ops import (
     FLOAT_DTYPES,
@@ -74,12 +74,20 @@ class Pipeline:
         self.erasing: RandomErasing | None = None
         self.erase_position = -1
         self.erase_dtype = "uint8"
+        #: ops[colour_start:colour_end] is the colour stage (empty when there is none).
+        self.colour_start = self.colour_end = -1
+        self.colour_dtype = "uint8"
         for position, op in enumerate(ops):
             if self.erasing is not None and isinstance(op, (RandomErasing, *GEOMETRIC_OPS)):
                 raise PipelineError(
                     f"ops[{position}] {type(op).__name__}: Expected no geometric op and no second RandomErasing "
                     "after RandomErasing (it fills a box of the finished output). Got one; move it earlier."
                 )
+            self._check_colour_order(position, op)
+            if op.colour_stage:
+                if self.colour_start < 0:
+                    self.colour_start, self.colour_dtype = position, spec.dtype
+                self.colour_end = position + 1
             if isinstance(op, RandomErasing):
                 self.erasing, self.erase_position, self.erase_dtype = op, position, spec.dtype
             if spec.quantized_from_float and op.changes_values:
@@ -100,6 +108,40 @@ class Pipeline:
         self.dtype: str = spec.dtype
         # Channel ops run first, as one per-pixel pass each over the stored pixels.
         self.channel_steps = [channel_ops.step_of(op) for op in ops if op.converts_channels]
+
+    def _check_colour_order(self, position: int, op: Op) -> None:
+        """The colour stage is one run of colour ops after all geometry and before RandomErasing."""
+        name = f"ops[{position}] {type(op).__name__}"
+        if op.colour_stage and self.erasing is not None:
+            raise PipelineError(
+                f"{name}: Expected colour ops before RandomErasing (the erasing pass runs last). Got one after it."
+            )
+        if op.colour_stage and 0 <= self.colour_end < position:
+            raise PipelineError(
+                f"{name}: Expected the colour ops next to each other (they run as one stage). Got "
+                f"{type(self.ops[self.colour_end]).__name__} between them."
+            )
+        if self.colour_start >= 0 and isinstance(op, GEOMETRIC_OPS):
+            raise PipelineError(
+                f"{name}: Expected no geometric op after a colour op (the colour stage runs on the finished "
+                "geometry, as torchvision's colour ops see the cropped image). Got one; move it earlier."
+            )
+
+    @property
+    def has_colour(self) -> bool:
+        """Does this pipeline have a colour stage (ColorJitter, TrivialAugmentWide, RandAugment)?"""
+        return self.colour_start >= 0
+
+    def colour_plans(self, channels: int) -> tuple[Plan, Plan]:
+        """(the fused kernel's plan up to the colour stage, the value side after it).
+
+        The first writes float32 NHWC scratch holding the image at the stage (uint8 data as
+        whole numbers); the second's scale, bias, kind and layout finish the colour pass.
+        """
+        scale, bias = _affine(self.ops[: self.colour_start], channels, "uint8")
+        before = Plan(self.antialias, self.round_u8, scale, bias, KIND_FLOAT32, False)
+        scale, bias = _affine(self.ops[self.colour_end :], channels, self.colour_dtype)
+        return before, Plan(False, False, scale, bias, _KINDS[self.dtype], self.layout == "NCHW")
 
     def __repr__(self) -> str:
         return f"Pipeline({list(self.ops)!r}, layout={self.layout!r})"
@@ -222,7 +264,16 @@ class Pipeline:
         if device == "cpu":
             result, target = _host_output(out, shape, self.dtype)
             flat, offsets = _host_inputs(flat, offsets, shapes_h)
-            cpu.augment(flat, offsets, shapes_h, params, plan, target, out_offsets)
+            if self.has_colour:
+                colour.check_channels(channels)
+                before, after = self.colour_plans(channels)
+                scratch = np.empty(target.shape[0], np.float32)
+                cpu.augment(flat, offsets, shapes_h, params, before, scratch, out_offsets)
+                h, w = params.uniform_size()
+                colour.colour_cpu(scratch, params.colour_op, params.colour_arg, self.colour_dtype == "uint8",
+                                  channels, h, w, after.scale, after.bias, after.kind, after.nchw, target)  # fmt: skip
+            else:
+                cpu.augment(flat, offsets, shapes_h, params, plan, target, out_offsets)
             if self.erasing is not None:
                 erasing.erase_cpu(target, params.erase, params.erase_key, *self.erase_fill(channels), plan.kind,
                                   plan.nchw, shape)  # fmt: skip
@@ -231,8 +282,12 @@ class Pipeline:
         from prepkit.augment import cuda as cuda_kernels  # lazy: needs numba-cuda
 
         erase = None if self.erasing is None else self.erase_fill(channels)
+        stage = None
+        if self.has_colour:
+            colour.check_channels(channels)
+            stage = (*self.colour_plans(channels), self.colour_dtype == "uint8")
         return cuda_kernels.augment(
-            flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream, erase
+            flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream, erase, stage
         )
 
     def apply_mask(
@@ -289,6 +344,8 @@ class Pipeline:
             raise PipelineError(f"apply_packed: Expected a uint8 pipeline. Got output dtype {self.dtype}.")
         if self.erasing is not None:
             raise PipelineError("apply_packed: Expected no RandomErasing (it runs on the batch output). Got one.")
+        if self.has_colour:
+            raise PipelineError("apply_packed: Expected no colour op (the colour stage runs on the batch output). Got one.")
         flat, offsets, shapes = self.convert_channels(flat, offsets, shapes, "cpu")
         shapes_h = _host_shapes(shapes)
         channels = _channels(shapes_h)

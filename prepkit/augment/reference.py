@@ -109,3 +109,123 @@ def mask(
         sample = _place(window[rows][:, cols], params, i).astype(np.uint8)
         results.append(np.ascontiguousarray(sample.transpose(2, 0, 1) if layout == "NCHW" else sample))
     return results
+
+
+# -- the colour stage ------------------------------------------------------------------
+#
+# Vectorised numpy restatement of torchvision's colour kernels in float32, on one HWC image
+# whose uint8 values are carried as whole float32 numbers (see colour_math for the scalar
+# version the kernels use).
+
+_F = np.float32
+
+
+def _fma(a: np.ndarray, b: np.float32, c: np.ndarray) -> np.ndarray:
+    """a * b + c rounded once to float32 (torch's add_ with alpha is a fused multiply-add)."""
+    return (np.asarray(a, np.float64) * np.float64(b) + np.asarray(c, np.float64)).astype(np.float32)
+
+
+def _settle(v: np.ndarray, bound: np.float32, is_u8: bool) -> np.ndarray:
+    v = np.clip(v, _F(0), bound).astype(np.float32)
+    return np.floor(v) if is_u8 else v
+
+
+def _gray(img: np.ndarray, is_u8: bool) -> np.ndarray:
+    g = _fma(img[..., 1], _F(0.587), img[..., 0] * _F(0.2989))
+    g = _fma(img[..., 2], _F(0.114), g)
+    return np.floor(g) if is_u8 else g
+
+
+def _hue(img: np.ndarray, hue: float, is_u8: bool) -> np.ndarray:
+    x = img * _F(1.0 / 255) if is_u8 else img
+    r, g, b = x[..., 0], x[..., 1], x[..., 2]
+    maxc, minc = x.max(axis=-1), x.min(axis=-1)
+    eq = maxc == minc
+    span = maxc - minc
+    s = span / np.where(eq, _F(1), maxc)
+    div = np.where(eq, _F(1), span)
+    rc, gc, bc = (maxc - r) / div, (maxc - g) / div, (maxc - b) / div
+    h = np.where(maxc == r, bc - gc, np.where(maxc == g, (rc + _F(2)) - bc, (gc + _F(4)) - rc))
+    h = np.fmod(h * _F(1.0 / 6.0) + _F(1), _F(1))
+    h = np.remainder(h + _F(hue), _F(1))
+    h6 = h * _F(6)
+    i = np.floor(h6)
+    f = h6 - i
+    i = i.astype(np.int64) % 6
+    sv = s * maxc
+    p = np.clip(maxc - sv, _F(0), _F(1))
+    svf = sv * f
+    q = np.clip(maxc - svf, _F(0), _F(1))
+    t = np.clip(svf + p, _F(0), _F(1))
+    table = np.stack([maxc, p, q, t])  # v, p, q, t as torchvision's select indices
+    select = np.array([[0, 2, 1, 1, 3, 0], [3, 0, 0, 2, 1, 1], [1, 1, 3, 0, 0, 2]])
+    out = np.stack([np.take_along_axis(table, select[c][i][None], 0)[0] for c in range(3)], axis=-1)
+    if is_u8:
+        return np.clip(np.trunc(out * _F(255.999)), 0, 255).astype(np.float32)
+    return out.astype(np.float32)
+
+
+def _equalize(img: np.ndarray, is_u8: bool) -> np.ndarray:
+    q = img.astype(np.int64) if is_u8 else np.clip(np.trunc(img * _F(255.999)), 0, 255).astype(np.int64)
+    out = np.empty(img.shape, np.float32)
+    for c in range(img.shape[-1]):
+        hist = np.bincount(q[..., c].ravel(), minlength=256)
+        step = (q[..., c].size - hist[np.nonzero(hist)[0][-1]]) // 255
+        if step == 0:
+            lut = np.arange(256)
+        else:
+            cum = np.cumsum(hist)[:-1]
+            lut = np.concatenate([[0], np.minimum((cum + step // 2) // step, 255)])
+        out[..., c] = lut[q[..., c]]
+    return out if is_u8 else out * _F(1.0 / 255)
+
+
+def colour(image: np.ndarray, codes: np.ndarray, args: np.ndarray, is_u8: bool) -> np.ndarray:
+    """The colour stage's steps on one float32 HWC image (1 or 3 channels), in order."""
+    from prepkit.augment import colour_math as cm
+
+    img = image.astype(np.float32).copy()
+    bound = _F(255 if is_u8 else 1)
+    rgb = img.shape[-1] == 3
+    for code, arg in zip(codes, args, strict=True):
+        ratio, rest = _F(arg), _F(1.0 - arg)
+        if code == cm.BRIGHTNESS:
+            img = _settle(img * ratio, bound, is_u8)
+        elif code == cm.CONTRAST:
+            values = _gray(img, is_u8) if rgb else img[..., 0]
+            mean = _F(values.astype(np.float64).sum()) / _F(values.size)
+            img = _settle(_fma(np.full_like(img, mean), rest, img * ratio), bound, is_u8)
+        elif code == cm.SATURATION and rgb:
+            img = _settle(_fma(np.broadcast_to(_gray(img, is_u8)[..., None], img.shape), rest, img * ratio), bound, is_u8)
+        elif code == cm.HUE and rgb:
+            img = _hue(img, arg, is_u8)
+        elif code == cm.SHARPNESS and img.shape[0] > 2 and img.shape[1] > 2:
+            h, w = img.shape[:2]
+            around = np.zeros((h - 2, w - 2, img.shape[2]), np.float32)
+            for dy, dx in ((-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)):
+                around += img[1 + dy : h - 1 + dy, 1 + dx : w - 1 + dx]
+            centre = img[1:-1, 1:-1]
+            if is_u8:
+                blur = ((around.astype(np.int64) + 5 * centre.astype(np.int64) + 6) // 13).astype(np.float32)
+            else:
+                blur = around * _F(1.0 / 13.0) + centre * _F(5.0 / 13.0)
+            img[1:-1, 1:-1] = _settle(_fma(blur - centre, rest, centre), bound, is_u8)
+        elif code == cm.POSTERIZE:
+            bits = int(arg)
+            if is_u8:
+                if bits < 8:
+                    img = (img.astype(np.int64) & (((1 << bits) - 1) << (8 - bits))).astype(np.float32)
+            else:
+                levels = 1 << bits
+                img = np.clip(np.floor(img * _F(levels)), 0, levels - 1).astype(np.float32) * _F(1.0 / levels)
+        elif code == cm.SOLARIZE:
+            threshold = _F((255.0 if is_u8 else 1.0) * arg)
+            img = np.where(img >= threshold, bound - img, img).astype(np.float32)
+        elif code == cm.AUTOCONTRAST:
+            low, high = img.min(axis=(0, 1)), img.max(axis=(0, 1))
+            flat = high == low
+            inv = np.where(flat, _F(1), (high - low) * _F(1.0 / 255 if is_u8 else 1.0)).astype(np.float32)
+            img = _settle((img - np.where(flat, _F(0), low)) / inv, bound, is_u8)
+        elif code == cm.EQUALIZE:
+            img = _equalize(img, is_u8)
+    return img

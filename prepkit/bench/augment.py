@@ -9,7 +9,9 @@ Normalize, to an (N, 3, 224, 224) float32 batch:
 * prepkit: ``Pipeline.params`` (host draws) + one fused numba kernel call;
 * torch uint8: per image, what torchvision v2 does on a CPU uint8 tensor: crop view,
   ``interpolate`` on uint8 (antialias), flip, ``to(float32) / 255``, normalize;
-* torch float: the same but converting the crop to float32 before interpolating.
+* torch float: the same but converting the crop to float32 before interpolating;
+* prepkit + ColorJitter(0.4, 0.4, 0.4, 0.1) / + TrivialAugmentWide(): the same pipeline with
+  the colour stage after the flip (one more pass over the 224x224 output).
 
 torch uses the crop boxes and flips prepkit drew, and the same number of threads.
 Reports the median of the repeats.
@@ -64,7 +66,16 @@ def main(argv: list[str] | None = None) -> None:
     import numba
     import torch
 
-    from prepkit.augment import Normalize, Pipeline, RandomHorizontalFlip, RandomResizedCrop, ToDtype
+    from prepkit.augment import (
+        ColorJitter,
+        Normalize,
+        Op,
+        Pipeline,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        ToDtype,
+        TrivialAugmentWide,
+    )
 
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     torch.set_num_threads(args.threads)
@@ -76,10 +87,13 @@ def main(argv: list[str] | None = None) -> None:
     indices = np.arange(args.batch)
     epoch = [0]
 
-    def prepkit_run() -> np.ndarray:
+    def prepkit_run(colour: Op | None = None) -> np.ndarray:
+        run = pipe
+        if colour is not None:
+            run = Pipeline([*pipe.ops[:2], colour, *pipe.ops[2:]])
         epoch[0] += 1
-        params = pipe.params(shapes, indices, seed=0, epoch=epoch[0])
-        return pipe(flat, offsets, shapes, params)
+        params = run.params(shapes, indices, seed=0, epoch=epoch[0])
+        return run(flat, offsets, shapes, params)
 
     params = pipe.params(shapes, indices, seed=0, epoch=0)
     mean = torch.tensor(MEAN).view(3, 1, 1)
@@ -107,9 +121,11 @@ def main(argv: list[str] | None = None) -> None:
 
     results = _median_seconds(
         {
-            "prepkit fused (numba CPU)": prepkit_run,
+            "prepkit fused (numba CPU)": lambda: prepkit_run(),
             "torch uint8 interpolate (torchvision v2 CPU path)": lambda: torch_run(False),
             "torch float32 interpolate": lambda: torch_run(True),
+            "prepkit fused + ColorJitter(0.4, 0.4, 0.4, 0.1)": lambda: prepkit_run(ColorJitter(0.4, 0.4, 0.4, 0.1)),
+            "prepkit fused + TrivialAugmentWide()": lambda: prepkit_run(TrivialAugmentWide()),
         },
         args.repeats,
     )

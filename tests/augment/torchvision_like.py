@@ -18,13 +18,16 @@ from prepkit.augment import rng
 from prepkit.augment.ops import (
     RGB,
     CenterCrop,
+    ColorJitter,
     Grayscale,
     Normalize,
+    RandAugment,
     RandomErasing,
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
     ToDtype,
+    TrivialAugmentWide,
 )
 
 if TYPE_CHECKING:
@@ -128,6 +131,240 @@ def to_rgb(img: torch.Tensor) -> torch.Tensor:
     return img.repeat(3, 1, 1) if img.shape[0] == 1 else img[:3].contiguous()
 
 
+# -- colour ops: torchvision v2's functional kernels on CHW tensors (uint8 or float) --------
+
+
+def _max_value(img: torch.Tensor) -> float:
+    return 1.0 if img.is_floating_point() else 255.0
+
+
+def _blend(img1: torch.Tensor, img2: torch.Tensor, ratio: float) -> torch.Tensor:
+    out = img1.mul(ratio).add_(img2, alpha=(1.0 - ratio)).clamp_(0, _max_value(img1))
+    return out if img1.is_floating_point() else out.to(img1.dtype)
+
+
+def _grayscale_float(img: torch.Tensor) -> torch.Tensor:
+    r, g, b = img.unbind(dim=-3)
+    gray = r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(-3)
+    return gray if img.is_floating_point() else gray.floor_()
+
+
+def adjust_brightness(img: torch.Tensor, factor: float) -> torch.Tensor:
+    out = img.mul(factor).clamp_(0, _max_value(img))
+    return out if img.is_floating_point() else out.to(img.dtype)
+
+
+def adjust_saturation(img: torch.Tensor, factor: float) -> torch.Tensor:
+    if img.shape[-3] == 1:
+        return img
+    return _blend(img, _grayscale_float(img), factor)
+
+
+def adjust_contrast(img: torch.Tensor, factor: float) -> torch.Tensor:
+    import torch
+
+    if img.shape[-3] == 3:
+        gray = _grayscale_float(img)
+    else:
+        gray = img if img.is_floating_point() else img.to(torch.float32)
+    return _blend(img, torch.mean(gray, dim=(-3, -2, -1), keepdim=True), factor)
+
+
+def _rgb_to_hsv(image: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    r, g, _ = image.unbind(dim=-3)
+    minc, maxc = torch.aminmax(image, dim=-3)
+    eqc = maxc == minc
+    channels_range = maxc - minc
+    ones = torch.ones_like(maxc)
+    s = channels_range / torch.where(eqc, ones, maxc)
+    divisor = torch.where(eqc, ones, channels_range).unsqueeze_(dim=-3)
+    rc, gc, bc = ((maxc.unsqueeze(dim=-3) - image) / divisor).unbind(dim=-3)
+    neq_r = maxc != r
+    eq_g = maxc == g
+    hg = rc.add(2.0).sub_(bc).mul_(eq_g & neq_r)
+    hr = bc.sub_(gc).mul_(~neq_r)
+    hb = gc.add_(4.0).sub_(rc).mul_(neq_r.logical_and_(eq_g.logical_not_()))
+    h = hr.add_(hg).add_(hb).mul_(1.0 / 6.0).add_(1.0).fmod_(1.0)
+    return torch.stack((h, s, maxc), dim=-3)
+
+
+def _hsv_to_rgb(img: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    h, s, v = img.unbind(dim=-3)
+    h6 = h.mul(6)
+    i = torch.floor(h6)
+    f = h6.sub_(i)
+    i = i.to(dtype=torch.int32)
+    sxv = s.mul(v)
+    p = v.sub(sxv).clamp_(0.0, 1.0)
+    q = v.sub(sxv.mul_(f)).clamp_(0.0, 1.0)
+    t = sxv.add_(p).clamp_(0.0, 1.0)
+    i.remainder_(6)
+    vpqt = torch.stack((v, p, q, t), dim=-3)
+    select = torch.tensor([[0, 2, 1, 1, 3, 0], [3, 0, 0, 2, 1, 1], [1, 1, 3, 0, 0, 2]], dtype=torch.long)
+    index = select[:, i.long()]  # (3, H, W)
+    return vpqt.gather(-3, index)
+
+
+def adjust_hue(img: torch.Tensor, hue: float) -> torch.Tensor:
+    if img.shape[-3] == 1:
+        return img
+    dtype = img.dtype
+    x = _to_dtype(img, "float32", True)
+    hsv = _rgb_to_hsv(x)
+    h, s, v = hsv.unbind(dim=-3)
+    h.add_(hue).remainder_(1.0)
+    out = _hsv_to_rgb(hsv)
+    return out if dtype != torch_uint8() else _to_dtype(out, "uint8", True)
+
+
+def torch_uint8():
+    import torch
+
+    return torch.uint8
+
+
+def adjust_sharpness(img: torch.Tensor, factor: float) -> torch.Tensor:
+    import torch
+
+    c, h, w = img.shape[-3:]
+    if h <= 2 or w <= 2:
+        return img
+    fp = img.is_floating_point()
+    a, b = 1.0 / 13.0, 5.0 / 13.0
+    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=torch.float32).expand(c, 1, 3, 3)
+    out = img.to(dtype=torch.float32, copy=True)
+    blurred = torch.nn.functional.conv2d(out[None], kernel, groups=c)[0]
+    if not fp:
+        blurred = blurred.round_()
+    view = out[..., 1:-1, 1:-1]
+    view.add_(blurred.sub_(view), alpha=(1.0 - factor))
+    out = out.clamp_(0, _max_value(img))
+    return out if fp else out.to(img.dtype)
+
+
+def posterize(img: torch.Tensor, bits: int) -> torch.Tensor:
+    if img.is_floating_point():
+        levels = 1 << bits
+        return img.mul(levels).floor_().clamp_(0, levels - 1).mul_(1.0 / levels)
+    if bits >= 8:
+        return img
+    return img & (((1 << bits) - 1) << (8 - bits))
+
+
+def solarize(img: torch.Tensor, threshold: float) -> torch.Tensor:
+    import torch
+
+    inverted = (1.0 - img) if img.is_floating_point() else img.bitwise_xor(255)
+    return torch.where(img >= threshold, inverted, img)
+
+
+def autocontrast(img: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    bound = _max_value(img)
+    fp = img.is_floating_point()
+    x = img if fp else img.to(torch.float32)
+    minimum = x.amin(dim=(-2, -1), keepdim=True)
+    maximum = x.amax(dim=(-2, -1), keepdim=True)
+    eq = maximum == minimum
+    inv_scale = maximum.sub_(minimum).mul_(1.0 / bound)
+    minimum[eq] = 0.0
+    inv_scale[eq] = 1.0
+    return x.sub(minimum).div_(inv_scale).clamp_(0, bound).to(img.dtype)
+
+
+def equalize(img: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    dtype = img.dtype
+    x = _to_dtype(img, "uint8", True)
+    flat = x.flatten(start_dim=-2).to(torch.long)
+    hist = flat.new_zeros(x.shape[:-2] + (256,), dtype=torch.int32)
+    hist.scatter_add_(dim=-1, index=flat, src=hist.new_ones(1).expand_as(flat))
+    cum = hist.cumsum(dim=-1)
+    index = cum.argmax(dim=-1)
+    non_max = flat.shape[-1] - hist.gather(dim=-1, index=index.unsqueeze_(-1))
+    step = non_max.div_(255, rounding_mode="floor")
+    valid = step.ne(0).unsqueeze_(-1)
+    cum = cum[..., :-1]
+    cum.add_(step // 2).div_(step.clamp_(min=1), rounding_mode="floor").clamp_(0, 255)
+    lut = torch.cat([cum.new_zeros(x.shape[:-2] + (1,)), cum.to(torch.uint8).to(cum.dtype)], dim=-1)
+    out = torch.where(valid, lut.gather(dim=-1, index=flat).view_as(x), x).to(torch.uint8)
+    return out if dtype == torch.uint8 else _to_dtype(out, "float32", True)
+
+
+#: torchvision's auto-augment op names prepkit implements (its geometric ones are left out).
+AUTO_OPS = ("Identity", "Brightness", "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")
+
+
+def auto_magnitudes(name: str, bins: int, wide: bool) -> torch.Tensor | None:
+    """torchvision's _AUGMENTATION_SPACE tables (TrivialAugmentWide if ``wide``, else RandAugment)."""
+    import torch
+
+    if name in ("Brightness", "Color", "Contrast", "Sharpness"):
+        return torch.linspace(0.0, 0.99 if wide else 0.9, bins)
+    if name == "Posterize":
+        return (8 - (torch.arange(bins) / ((bins - 1) / (6 if wide else 4)))).round().int()
+    if name == "Solarize":
+        return torch.linspace(1.0, 0.0, bins)
+    return None
+
+
+def auto_apply(img: torch.Tensor, name: str, magnitude: float) -> torch.Tensor:
+    """_apply_image_or_video_transform for the ops above."""
+    if name == "Brightness":
+        return adjust_brightness(img, 1.0 + magnitude)
+    if name == "Color":
+        return adjust_saturation(img, 1.0 + magnitude)
+    if name == "Contrast":
+        return adjust_contrast(img, 1.0 + magnitude)
+    if name == "Sharpness":
+        return adjust_sharpness(img, 1.0 + magnitude)
+    if name == "Posterize":
+        return posterize(img, int(magnitude))
+    if name == "Solarize":
+        return solarize(img, _max_value(img) * magnitude)
+    if name == "AutoContrast":
+        return autocontrast(img)
+    if name == "Equalize":
+        return equalize(img)
+    return img
+
+
+def _auto_pick(img: torch.Tensor, u_op: float, bins: int, chosen_bin: int, u_sign: float, wide: bool) -> torch.Tensor:
+    name = AUTO_OPS[int(u_op * len(AUTO_OPS))]
+    table = auto_magnitudes(name, bins, wide)
+    magnitude = 0.0
+    if table is not None:
+        magnitude = float(table[chosen_bin])
+        if name in ("Brightness", "Color", "Contrast", "Sharpness") and u_sign <= 0.5:
+            magnitude *= -1
+    return auto_apply(img, name, magnitude)
+
+
+def colour_op(op, img: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+    """ColorJitter / TrivialAugmentWide / RandAugment's forward, torch.rand replaced by ``u``."""
+    if isinstance(op, ColorJitter):
+        order = np.argsort(u[:4], kind="stable")  # torch.randperm(4)
+        ranges = (op.brightness, op.contrast, op.saturation, op.hue)
+        fns = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
+        for j in order:
+            if ranges[j] is not None:
+                img = fns[j](img, float(ranges[j][0] + u[4 + j] * (ranges[j][1] - ranges[j][0])))
+        return img
+    if isinstance(op, TrivialAugmentWide):
+        bins = op.num_magnitude_bins
+        return _auto_pick(img, u[0], bins, int(u[1] * bins), u[2], wide=True)
+    assert isinstance(op, RandAugment)
+    for k in range(op.num_ops):
+        img = _auto_pick(img, u[2 * k], op.num_magnitude_bins, op.magnitude, u[2 * k + 1], wide=False)
+    return img
+
+
 def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Tensor:
     """Run ``ops`` on one HWC uint8 image the torchvision way; returns CHW."""
     import torch
@@ -171,6 +408,9 @@ def apply(ops, image: np.ndarray, index: int, seed: int, epoch: int) -> torch.Te
                 if img.dtype == torch.uint8:
                     v = v.clamp(0, 255)  # prepkit saturates where torch's float -> uint8 store would wrap
                 img[:, i : i + eh, j : j + ew] = v.to(img.dtype)
+        elif isinstance(op, (ColorJitter, TrivialAugmentWide, RandAugment)):
+            draws = 2 * op.num_ops if isinstance(op, RandAugment) else op.draws
+            img = colour_op(op, img, rng.uniform(seed, epoch, [index], position, draws)[0])
         elif isinstance(op, Normalize):
             c = img.shape[0]
             mean = torch.tensor(np.broadcast_to(op.mean, (c,)), dtype=img.dtype)[:, None, None]

@@ -172,3 +172,42 @@ def test_cuda_random_erasing_equals_cpu(layout) -> None:
             assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
         else:
             np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=1e-5)
+
+
+# Every step code of the colour stage, in sequences that chain the statistics steps.
+_COLOUR_STEPS = [
+    ([1, 2, 3, 4, 5], [1.3, 0.6, 1.7, 0.23, 1.8]),  # brightness, contrast, saturation, hue, sharpness
+    ([6, 7, 8, 9, 0], [3.0, 0.45, 0.0, 0.0, 0.0]),  # posterize, solarize, autocontrast, equalize
+    ([5, 9, 2, 8, 4], [0.2, 0.0, 1.9, 0.0, -0.4]),
+]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("float_stage", [False, True], ids=["uint8", "float32"])
+def test_cuda_colour_stage_equals_cpu(channels, float_stage) -> None:
+    from dataclasses import replace
+
+    from prepkit.augment import ColorJitter, RandAugment, TrivialAugmentWide
+
+    rs = np.random.default_rng(channels)
+    images = [rs.integers(0, 256, (h, w, channels), dtype=np.uint8) for h, w in [(9, 8), (7, 7), (8, 10)]]
+    images[1][:4] = 200  # a large flat patch: ties in hue, a tall histogram bin
+    flat, offsets, shapes = _pack(images)
+    d_flat, d_offsets = cuda.to_device(flat), cuda.to_device(offsets)
+    to_float = [ToDtype("float32", scale=True)]
+    before, after = (to_float, []) if float_stage else ([], to_float)
+    fixed = Pipeline([RandomResizedCrop((6, 7)), *before, RandAugment(num_ops=5), *after,
+                      Normalize(MEAN[:channels], STD[:channels])])  # fmt: skip
+    params = fixed.params(shapes, [0, 1, 2], seed=1)
+    params = replace(params, colour_op=np.array([s[0] for s in _COLOUR_STEPS], np.int32),
+                     colour_arg=np.array([s[1] for s in _COLOUR_STEPS], np.float64))  # fmt: skip
+    drawn = Pipeline([Resize((6, 7)), *before, ColorJitter(0.5, 0.5, 0.5, 0.4), TrivialAugmentWide()], layout="NHWC")
+    for pipe, p in ((fixed, params), (drawn, drawn.params(shapes, [4, 5, 6], seed=2))):
+        want = pipe(flat, offsets, shapes, p)
+        got = pipe(d_flat, d_offsets, shapes, p, device="cuda").copy_to_host()
+        assert got.dtype == want.dtype
+        if want.dtype == np.uint8:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)

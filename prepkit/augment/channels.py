@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from prepkit.augment.colour_math import gray
 from prepkit.augment.ops import Grayscale, Op
 
 #: What a channel op writes for each pixel (the ``mode`` argument of the kernels).
@@ -42,11 +43,9 @@ def step_of(op: Op) -> ChannelStep:
 
 def luma(r: int, g: int, b: int) -> int:
     """torchvision's rgb_to_grayscale on uint8: float32 ``r*0.2989 + g*0.587 + b*0.114``
-    accumulated in that order, then truncated (``.to(uint8)``)."""
-    value = np.float32(r) * np.float32(0.2989)
-    value = value + np.float32(g) * np.float32(0.587)
-    value = value + np.float32(b) * np.float32(0.114)
-    return min(int(value), 255)
+    accumulated in that order, the last two products fused into the sums as torch's
+    ``add_(other, alpha=...)`` does (``colour_math.gray``), then truncated (``.to(uint8)``)."""
+    return min(int(gray(np.float32(r), np.float32(g), np.float32(b), True)), 255)
 
 
 def output_layout(shapes: np.ndarray, channels: int) -> tuple[np.ndarray, np.ndarray, int]:

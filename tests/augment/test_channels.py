@@ -108,3 +108,18 @@ def test_channel_ops_round_trip_and_validate() -> None:
         Grayscale(2)
     assert Pipeline([Grayscale(3), Resize(4)]).output_channels(1) == 3
     assert Pipeline([Resize(4)]).output_channels(4) == 4
+
+
+def test_grayscale_equals_torch_on_every_rgb_value_sampled() -> None:
+    """The CPU kernel against torchvision's rgb_to_grayscale run in torch (the float32
+    products fused into the sums as torch's add_(alpha=) does) on 2 million colours."""
+    import torch
+
+    from tests.augment.torchvision_like import rgb_to_grayscale
+
+    image = np.random.default_rng(5).integers(0, 256, (1000, 2000, 3), dtype=np.uint8)
+    flat, offsets, shapes = pack([image])
+    pipe = Pipeline([Grayscale()])
+    out, _, _ = pipe.apply_packed(flat, offsets, shapes, pipe.params(shapes, range(1)))
+    expected = rgb_to_grayscale(torch.from_numpy(image).permute(2, 0, 1).contiguous(), 1)[0].numpy()
+    np.testing.assert_array_equal(out.reshape(1000, 2000), expected)

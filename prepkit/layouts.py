@@ -123,7 +123,7 @@ class LosslessLayout:
 
     name: ClassVar[str] = "lossless"
     tile: int = 64
-    version: int = 1  # bitstream version written (docs/LOSSLESS.md); stores record it
+    version: int = 2  # bitstream version written (docs/LOSSLESS.md); stores record it
 
     def __post_init__(self) -> None:
         if self.tile not in (16, 32, 64):
@@ -172,7 +172,7 @@ def layout_from_dict(config: dict[str, Any]) -> Layout:
         raise ValueError(f"layout {name!r}: bad options {options!r} ({error})") from None
 
 
-def make_layout(name: str, *, quality: int = 90, lossless_version: int = 1) -> Layout:
+def make_layout(name: str, *, quality: int = 90, lossless_version: int = 2) -> Layout:
     """The layout called ``name`` with the command-line options that apply to it."""
     if name == "jpeg":
         return JpegLayout(quality=quality)

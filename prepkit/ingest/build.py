@@ -294,7 +294,7 @@ def write_store(
     *,
     layout: str | Layout = "lossless",
     quality: int = 90,
-    lossless_version: int = 1,
+    lossless_version: int = 2,
     samples_per_shard: int = 1024,
     workers: int = 1,
     on_error: str = "raise",

@@ -32,10 +32,11 @@ Roi = tuple[int, int, int, int]
 
 
 VERSIONS = (1, 2)
-# Images default to v1: its CPU decoder is 4-5x faster than v2's today (docs/BENCHMARKS.md),
-# which is prepkit's point; v2 is smaller (10% on photos, 40% on rendered content) and is
-# what masks use, where v1 spends 5x PNG's size. Pass version=2 to opt in.
-DEFAULT_VERSION = 1
+# v2 is the default: smaller than v1 on every kind of image (about 5% on photographs, 5x on
+# rendered content and masks, where v1's Rice stage spends a bit per value) and still faster
+# to decode than libspng; v1's CPU decoder is about 2.5x faster on photographs
+# (docs/BENCHMARKS.md), so version=1 stays available for CPU-bound photo pipelines.
+DEFAULT_VERSION = 2
 MASK_VERSION = 2
 
 

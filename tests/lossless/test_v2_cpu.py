@@ -55,7 +55,7 @@ def test_shapes_and_kinds(shape: tuple[int, ...], kind: str) -> None:
 def test_header_and_version_choice() -> None:
     header = lossless.read_header(lossless.encode(np.zeros((5, 7), np.uint8), tile=32, version=2))
     assert header.version == 2 and header.is_2d and header.shape == (5, 7)
-    assert lossless.read_header(lossless.encode(np.zeros((5, 7), np.uint8))).version == lossless.DEFAULT_VERSION == 1
+    assert lossless.read_header(lossless.encode(np.zeros((5, 7), np.uint8))).version == lossless.DEFAULT_VERSION == 2
     with pytest.raises(ValueError, match="version"):
         lossless.encode(np.zeros((5, 7), np.uint8), version=3)
     with pytest.raises(ValueError, match="version"):

@@ -32,9 +32,9 @@ def _manifest(folder: Path) -> Path:
 
 
 def test_layout_records_version_and_old_stores_read_as_v1() -> None:
-    assert make_layout("lossless") == LosslessLayout(64, 1)  # images: v1 (faster decoder) by default
-    assert make_layout("lossless", lossless_version=2) == LosslessLayout(64, 2)
-    assert LosslessLayout().to_dict() == {"name": "lossless", "tile": 64, "version": 1}
+    assert make_layout("lossless") == LosslessLayout(64, 2)  # images: v2 by default
+    assert make_layout("lossless", lossless_version=1) == LosslessLayout(64, 1)
+    assert LosslessLayout().to_dict() == {"name": "lossless", "tile": 64, "version": 2}
     assert build.mask_layout() == LosslessLayout(64, 2)  # masks: v2
     assert layout_from_dict({"name": "lossless", "tile": 32}) == LosslessLayout(32, 1)
     with pytest.raises(ValueError, match="version"):
@@ -47,7 +47,7 @@ def test_convert_upgrades_a_v1_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
     build_store(str(source), str(tmp_path / "v1"), layout=LosslessLayout(version=1), options=ImageOptions(),
                 samples_per_shard=2, workers=1)
     monkeypatch.undo()
-    convert_store(str(tmp_path / "v1"), str(tmp_path / "v2"), layout=make_layout("lossless", lossless_version=2),
+    convert_store(str(tmp_path / "v1"), str(tmp_path / "v2"), layout=make_layout("lossless"),
                   samples_per_shard=None, workers=1, overwrite=False)
     with prepkit.open_store(tmp_path / "v1") as old, prepkit.open_store(tmp_path / "v2") as new:
         for name in ("image", "mask"):

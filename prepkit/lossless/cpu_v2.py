@@ -397,6 +397,8 @@ CONTEXT_OF = np.array([(u > 0) + (u > 2) + (u > 8) for u in range(256)], np.int6
 def decode_table(plan: plan_mod.Plan) -> np.ndarray:
     """uint32 (n_tables, 4096): slot -> symbol | (f - 1) << 8 | (slot - cum) << 20, one load
     per decoded symbol (empty tables: all 0, flagged through plan.empty)."""
+    if plan.dec is not None:
+        return plan.dec[: plan.freq.shape[0] * f2.PROB_SCALE].reshape(-1, f2.PROB_SCALE)
     lut = plan.lut.astype(np.int64)
     f = np.take_along_axis(plan.freq.astype(np.int64), lut, axis=1)
     cum = np.take_along_axis(plan.cum.astype(np.int64), lut, axis=1)

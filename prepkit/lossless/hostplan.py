@@ -135,7 +135,6 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row):
     starts = np.empty(256, np.int64)
     for t in range(n_tables):  # the caller's buffers are reused: clear what this table owns
         freq[row + t, :] = 0
-        dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE] = 0
     for t in range(n_tables):
         if p >= length:
             return False
@@ -199,17 +198,20 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row):
         return False
     for t in range(n_tables):
         run = np.int64(0)
-        base = (row + t) * f2.PROB_SCALE
+        table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE]
         for v in range(256):
             cum[row + t, v] = run
             f = np.int64(freq[row + t, v])
             if f:
                 # cuda_v2.decode_table: symbol | (f - 1) << 8 | (slot - cum) << 20
                 packed = np.uint32(v | ((f - 1) << 8))
+                slots = table[run : run + f]  # a view indexed from 0: the loop vectorises
                 for j in range(f):
-                    dec[base + run + j] = packed | np.uint32(j << 20)
+                    slots[j] = packed | np.uint32(j << 20)
                 run += f
         cum[row + t, 256] = run
+        if run == 0:  # an empty table: 0 in every slot (flagged through plan.empty)
+            table[:] = 0
     return True
 
 
@@ -225,14 +227,18 @@ def _tile_table(src, s, size, at, n, offsets):
 @njit(nogil=True, cache=True)
 def _check_v1(h, w, c, t, tiles_x, n, offsets):
     """Every v1 tile length within format.payload_bounds of its pixel count."""
-    for i in range(n):
-        th = min(t, h - t * (i // tiles_x))
-        tw = min(t, w - t * (i % tiles_x))
-        blocks = (th * tw * c + fmt.BLOCK - 1) // fmt.BLOCK
-        a_len = (blocks + 1) // 2
-        length = offsets[i + 1] - offsets[i]
-        if length < a_len + 2 * blocks or length > a_len + fmt.MAX_BLOCK_BYTES * blocks + 1:
-            return False
+    assert fmt.BLOCK == 16
+    i = 0
+    for ty in range(n // tiles_x):  # rows and columns: no division per tile
+        th = min(t, h - t * ty)
+        for tx in range(tiles_x):
+            tw = min(t, w - t * tx)
+            blocks = (th * tw * c + fmt.BLOCK - 1) >> 4  # fmt.BLOCK == 16
+            a_len = (blocks + 1) >> 1
+            length = offsets[i + 1] - offsets[i]
+            if length < a_len + 2 * blocks or length > a_len + fmt.MAX_BLOCK_BYTES * blocks + 1:
+                return False
+            i += 1
     return True
 
 

@@ -21,6 +21,7 @@ Python validation on that one sample, so the messages are the existing ones word
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -431,13 +432,16 @@ def _copy(src, dst, seg_src, seg_dst, seg_cum, lo, hi):
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
-    pool = _pools.get(threads)
-    if pool is None:
-        pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="prepkit-gather")
-    return pool
+    """A long-lived pool per size (threads are not worth starting per batch)."""
+    with _pools_lock:
+        pool = _pools.get(threads)
+        if pool is None:
+            pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="prepkit-gather")
+        return pool
 
 
 def default_threads() -> int:

@@ -88,7 +88,7 @@ def decode_samples(
         if layout == "jpeg":
             return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream, out)
         if layout == "lossless":
-            return _decode_lossless(store, indices, field, shapes, device, rois, stream, out, pinned)
+            return _decode_lossless(store, indices, field, shapes, device, rois, stream, out, pinned, threads)
     except CodecError as error:
         raise DecodeError(f"{store.path}: {error}") from None
     raise DecodeError(f"{store.path}: no decoder for layout {layout!r}")
@@ -174,7 +174,10 @@ def _decode_pool(workers: int) -> ThreadPoolExecutor:
 
 
 def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str,
-                     rois: np.ndarray | None, stream: Any, out: Any, pinned: np.ndarray | None = None) -> PackedImages:
+                     rois: np.ndarray | None, stream: Any, out: Any, pinned: np.ndarray | None = None,
+                     threads: int | None = None) -> PackedImages:
+    if device == "cuda":
+        return _decode_lossless_cuda(store, indices, field, shapes, rois, stream, out, pinned, threads)
     from prepkit.lossless import plan as lossless_plan
     from prepkit.lossless.format import read_header
 
@@ -202,11 +205,43 @@ def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.nd
         raise DecodeError(f"{store.path}: sample {indices[bad]}: stored image: Expected to decode to {tuple(expected[bad])}. Got {tuple(decoded[bad])}.")
     offsets = np.asarray(plan.offsets, dtype=np.int64)
     target = out if _fits(out, plan.total) else None
-    if device == "cpu":
-        from prepkit.lossless import cpu
+    from prepkit.lossless import cpu
 
-        return PackedImages(cpu.decode_plan(plan, target), offsets, expected.astype(np.int32), "cpu")
+    return PackedImages(cpu.decode_plan(plan, target), offsets, expected.astype(np.int32), "cpu")
+
+
+_host_plan_space = threading.local()
+
+
+def lossless_host_plan(store: Store, indices: Indices, field: str, shapes: np.ndarray, rois: np.ndarray | None,
+                       pinned: np.ndarray | None = None, threads: int | None = None,
+                       timings: dict[str, float] | None = None) -> Any:
+    """The host work of the GPU lossless path, without per-sample Python: headers checked
+    against the recorded shapes, tables validated and the work table built in numba
+    (prepkit.lossless.hostplan), the stored bytes (only the tile rows of ``rois``) gathered
+    from the shard memory maps into ``pinned`` by ``threads`` threads. Returns the Plan the
+    CUDA kernels take; raises DecodeError naming the bad sample.
+
+    The plan's tables live in this thread's reused workspace until its next call: the
+    caller copies them to the device first (a copy from pageable memory has read them when
+    it returns)."""
+    from prepkit.lossless import hostplan
+
+    space = getattr(_host_plan_space, "space", None)
+    if space is None:
+        space = _host_plan_space.space = hostplan.Workspace()
+    try:
+        return hostplan.store_plan(store, indices, field, shapes, rois, staging=pinned, threads=threads,
+                                   timings=timings, workspace=space)
+    except CodecError as error:
+        raise DecodeError(f"{store.path}: {error}") from None
+
+
+def _decode_lossless_cuda(store: Store, indices: list[int], field: str, shapes: np.ndarray, rois: np.ndarray | None,
+                          stream: Any, out: Any, pinned: np.ndarray | None, threads: int | None) -> PackedImages:
     from prepkit.lossless import cuda
 
+    plan = lossless_host_plan(store, indices, field, shapes, rois, pinned, threads)
+    target = out if _fits(out, plan.total) else None
     flat = cuda.decode_plan(plan, stream=stream, out=target, pinned=pinned)[0]
-    return PackedImages(flat, offsets, expected.astype(np.int32), "cuda")
+    return PackedImages(flat, np.asarray(plan.offsets, dtype=np.int64), plan.shapes, "cuda")

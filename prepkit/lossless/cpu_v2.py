@@ -435,6 +435,8 @@ def _tables(h: int, w: int, c: int, tile: int, choices: np.ndarray, keep: np.nda
 def decode_table(plan: plan_mod.Plan) -> np.ndarray:
     """uint32 (n_tables, 4096): slot -> symbol | (f - 1) << 8 | (slot - cum) << 20, one load
     per decoded symbol (empty tables: all 0, flagged through plan.empty)."""
+    if plan.dec is not None:  # built by hostplan while it validated the tables
+        return plan.dec[: plan.freq.shape[0] * f2.PROB_SCALE].reshape(-1, f2.PROB_SCALE)
     packed = np.empty((plan.lut.shape[0], f2.PROB_SCALE), np.uint32)
     _pack_tables(plan.lut, plan.freq, plan.cum, packed)
     return packed

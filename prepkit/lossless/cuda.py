@@ -252,7 +252,7 @@ def decode_plan(
 
         return cuda_v2.decode_plan(plan, stream=stream, out=out, pinned=pinned)
     source = plan.src
-    if pinned is not None and pinned.size >= source.size:
+    if pinned is not None and pinned.size >= source.size and not plan_mod.staged_in(source, pinned):
         pinned[: source.size] = source
         source = pinned[: source.size]
     src = cuda.to_device(source, stream=stream)

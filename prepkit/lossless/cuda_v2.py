@@ -405,6 +405,8 @@ def decode_table(plan: plan_mod.Plan) -> np.ndarray:
     instead of three (lut, freq, cum); empty tables are 0 and flagged through plan.empty."""
     from prepkit.lossless import cpu_v2
 
+    if plan.dec is not None:
+        return plan.dec
     if plan.lut.shape[0] == 0:
         return np.zeros(1, np.uint32)
     return np.ascontiguousarray(cpu_v2.decode_table(plan).reshape(-1))
@@ -430,7 +432,7 @@ def decode_plan(
     from prepkit.lossless import cuda as cuda_v1
 
     source = plan.src
-    if pinned is not None and pinned.size >= source.size:
+    if pinned is not None and pinned.size >= source.size and not plan_mod.staged_in(source, pinned):
         pinned[: source.size] = source
         source = pinned[: source.size]
     src = cuda.to_device(source if source.size else np.zeros(1, np.uint8), stream=stream)
@@ -445,7 +447,8 @@ def decode_plan(
     v1_items = np.flatnonzero(~is_v2)
     errors = np.zeros(max(n_items, 1), np.int32)
     if v2_items.size:
-        work = np.ascontiguousarray(plan.work[v2_items])
+        # All-v2 batches (the usual case) launch on the plan's own table: no copy of it.
+        work = plan.work if v2_items.size == n_items else np.ascontiguousarray(plan.work[v2_items])
         dec = cuda.to_device(decode_table(plan), stream=stream)
         empty = cuda.to_device(np.ascontiguousarray(plan.empty, np.int32), stream=stream)
         codes = cuda.device_array(v2_items.size, np.int32, stream=stream)

@@ -8,7 +8,7 @@ ranges that lie inside the concatenated input and destination ranges inside the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,11 +40,30 @@ class Plan:
     cum: np.ndarray  # int32 (n_tables, 257)
     lut: np.ndarray  # uint8 (n_tables, 4096): slot -> symbol
     empty: np.ndarray  # int32 (n_tables,): 1 for an empty table (decoding from it is an error)
+    # The packed v2 decode table (uint32, n_tables * 4096) when the plan was built with it
+    # (hostplan): then lut may be empty and decoders use this instead of rebuilding it.
+    dec: np.ndarray | None = None
+    # The bitstream versions present, when the builder knows them (saves a sort of the work table).
+    known_versions: frozenset[int] | None = field(default=None)
 
     @property
     def versions(self) -> set[int]:
         """The bitstream versions present in the batch."""
+        if self.known_versions is not None:
+            return set(self.known_versions)
         return {int(v) for v in np.unique(self.work[:, VERSION])}
+
+
+def validate_stream(buf: np.ndarray) -> tuple[fmt.Header, np.ndarray, format_v2.TablesV2 | None]:
+    """Validate one stream's header and tables: (header, tile offsets, v2 tables or None).
+
+    Raises CodecError; the numba batch validation (hostplan) refuses exactly these streams.
+    """
+    header = fmt.read_header(buf)
+    if header.version == format_v2.VERSION:
+        stream = format_v2.read_stream(buf)
+        return header, stream.offsets, stream.tables
+    return header, fmt.read_tile_table(buf, header), None
 
 
 def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -> Plan:
@@ -63,13 +82,9 @@ def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -
     n_tables = 0
     for index, buf in enumerate(arrays):
         try:
-            header = fmt.read_header(buf)
-            if header.version == format_v2.VERSION:
-                stream = format_v2.read_stream(buf)
-                table = stream.offsets
-                tables.append(stream.tables)
-            else:
-                table = fmt.read_tile_table(buf, header)
+            header, table, v2_tables = validate_stream(buf)
+            if v2_tables is not None:
+                tables.append(v2_tables)
         except CodecError as exc:
             raise CodecError(f"image {index}: {exc}") from None
         y0, x0, y1, x1 = fmt.normalize_roi(header, None if rois is None else rois[index])
@@ -152,6 +167,12 @@ def raise_errors(plan: Plan, errors: np.ndarray) -> None:
         image = int(plan.image_of_item[i])
         text = ERROR_TEXT.get(int(errors[i]), f"error code {int(errors[i])}")
         raise CodecError(f"image {image}: corrupt tile payload ({text}); {bad.size} bad tile(s) in the batch")
+
+
+def staged_in(source: np.ndarray, pinned: np.ndarray) -> bool:
+    """Whether ``source`` already is the start of ``pinned`` (hostplan gathered the batch
+    there): then the decoders copy it to the device from where it is."""
+    return bool(source.size == 0 or source.ctypes.data == pinned.ctypes.data)
 
 
 def check_out(out: object, total: int) -> None:

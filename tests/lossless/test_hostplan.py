@@ -1,0 +1,170 @@
+"""hostplan: the numba-built plan equals plan.build's, refuses exactly what it refuses, and the
+threaded gather stages the bytes the plan reads, byte for byte."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import numpy as np
+import pytest
+
+from prepkit import lossless
+from prepkit.errors import CodecError
+from prepkit.fuzz import mutate
+from prepkit.lossless import cpu_v2, hostplan
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import plan as plan_mod
+
+from .images import make_image
+from .test_fuzz import _mutations, _streams
+
+
+def _assorted() -> list[bytes]:
+    mask = np.zeros((70, 90), np.uint8)
+    mask[10:50, 20:80] = 3
+    out = []
+    for version in (1, 2):
+        out += [
+            lossless.encode(make_image("smooth", 70, 90, 3, seed=1), tile=32, version=version),
+            lossless.encode(make_image("noise", 20, 33, 4, seed=2), tile=16, version=version),
+            lossless.encode(make_image("gradient", 40, 17, None, seed=3), tile=16, version=version),
+            lossless.encode(make_image("smooth", 130, 65, 3, seed=4), tile=64, version=version),
+            lossless.encode(make_image("constant", 1, 1, 1, seed=5), tile=16, version=version),
+            lossless.encode(mask, tile=32, version=version),
+        ]
+    return out
+
+
+def _rois(streams: list[bytes], seed: int) -> list[tuple[int, int, int, int] | None]:
+    rng = random.Random(seed)
+    rois: list[tuple[int, int, int, int] | None] = []
+    for data in streams:
+        header = lossless.read_header(data)
+        if rng.random() < 0.25:
+            rois.append(None)
+            continue
+        y0, y1 = sorted(rng.sample(range(header.height + 1), 2)) if header.height > 1 else (0, 1)
+        x0, x1 = sorted(rng.sample(range(header.width + 1), 2)) if header.width > 1 else (0, 1)
+        rois.append((y0, x0, y1, x1))
+    return rois
+
+
+def _assert_same(new: plan_mod.Plan, old: plan_mod.Plan) -> None:
+    cols = [c for c in range(plan_mod.N_COLS) if c not in (plan_mod.SRC_START, plan_mod.SRC_END)]
+    np.testing.assert_array_equal(new.work[:, cols], old.work[:, cols])
+    np.testing.assert_array_equal(new.work[:, plan_mod.SRC_END] - new.work[:, plan_mod.SRC_START],
+                                  old.work[:, plan_mod.SRC_END] - old.work[:, plan_mod.SRC_START])
+    for a, b in zip(new.work, old.work, strict=True):  # every tile's staged bytes are its stored bytes
+        np.testing.assert_array_equal(new.src[a[0] : a[1]], old.src[b[0] : b[1]])
+    np.testing.assert_array_equal(new.image_of_item, old.image_of_item)
+    np.testing.assert_array_equal(new.offsets, old.offsets)
+    np.testing.assert_array_equal(new.shapes, old.shapes)
+    assert new.out_shapes == old.out_shapes and new.total == old.total and new.versions == old.versions
+    np.testing.assert_array_equal(new.freq, old.freq)
+    np.testing.assert_array_equal(new.cum, old.cum)
+    np.testing.assert_array_equal(new.empty, old.empty)
+    if old.freq.shape[0]:
+        np.testing.assert_array_equal(cpu_v2.decode_table(new), cpu_v2.decode_table(old))
+    assert new.dec is not None and new.dec.dtype == np.uint32 and new.work.dtype == np.int64
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_plan_equals_plan_build(threads: int) -> None:
+    streams = _assorted()
+    whole_new = hostplan.plan_buffers(streams, threads=threads)
+    whole_old = plan_mod.build(streams)
+    _assert_same(whole_new, whole_old)
+    # Whole images: the staged bytes are the streams back to back, as plan.build's src.
+    np.testing.assert_array_equal(whole_new.src, whole_old.src)
+    for seed in range(4):
+        rois = _rois(streams, seed)
+        new = hostplan.plan_buffers(streams, rois, threads=threads)
+        _assert_same(new, plan_mod.build(streams, rois))
+        # Only the tile rows of the regions are staged.
+        assert new.src.size < whole_old.src.size
+        np.testing.assert_array_equal(lossless.decode_batch(streams, rois=rois)[0], _decode(new)[0])
+
+
+def _decode(plan: plan_mod.Plan) -> list[np.ndarray]:
+    from prepkit.lossless import cpu
+
+    flat = cpu.decode_plan(plan)
+    return [flat[o : o + int(np.prod(s))].reshape(s) for o, s in zip(plan.offsets, plan.out_shapes, strict=True)]
+
+
+def test_staging_buffer_is_used() -> None:
+    streams = _assorted()
+    staging = np.zeros(sum(len(s) for s in streams) + 100, np.uint8)
+    plan = hostplan.plan_buffers(streams, staging=staging, threads=2)
+    assert np.shares_memory(plan.src, staging)
+    np.testing.assert_array_equal(staging[: plan.src.size], np.frombuffer(b"".join(streams), np.uint8))
+
+
+def _table_damage(stream: bytes, rng: random.Random) -> bytes:
+    """Damage inside the v2 frequency tables or a tile's header bytes (what numba re-implements)."""
+    buf = bytearray(stream)
+    z = struct.unpack_from("<I", stream, 20)[0]
+    if rng.random() < 0.6 and z:
+        for _ in range(rng.randint(1, 3)):
+            at = f2.HEADER_SIZE + rng.randrange(z)
+            buf[at] = rng.choice([0, 1, 2, 3, 0x7F, 0x80, 0x81, 0xFF, rng.randrange(256)])
+    else:
+        header = lossless.read_header(stream)
+        table = f2.HEADER_SIZE + z
+        tile = rng.randrange(header.n_tiles)
+        start = struct.unpack_from("<I", stream, table + 4 * tile)[0]
+        buf[min(len(buf) - 1, start + rng.randrange(2 + header.channels))] = rng.randrange(256)
+    return bytes(buf)
+
+
+def _outcome(build, data: bytes) -> str | plan_mod.Plan:  # type: ignore[no-untyped-def]
+    try:
+        return build([data])
+    except CodecError as error:
+        return str(error)
+
+
+def test_refuses_what_plan_build_refuses() -> None:
+    rng = random.Random(7)
+    np_rng = np.random.default_rng(7)
+    seeds = _streams() + _assorted()
+    v2_seeds = [s for s in seeds if s[4] == 2]
+    refused = accepted = 0
+    for case in range(1500):
+        kind = case % 3
+        if kind == 0:
+            data = mutate(rng.choice(seeds), rng)
+        elif kind == 1:
+            data = _mutations(rng.choice(seeds), np_rng)
+        else:
+            data = _table_damage(rng.choice(v2_seeds), rng)
+        old = _outcome(plan_mod.build, data)
+        new = _outcome(hostplan.plan_buffers, data)
+        if isinstance(old, str):
+            assert new == old, (case, data[:32])
+            refused += 1
+        else:
+            assert not isinstance(new, str), (case, new)
+            _assert_same(new, old)
+            accepted += 1
+    assert refused > 300 and accepted > 300  # both outcomes are exercised
+
+
+@pytest.mark.parametrize("data", [b"", b"PKLL", b"XXXX" + bytes(40), b"PKLL\x01\x00\x03\x00" + bytes(12),
+                                  b"PKLL\x02\x00\x03\x01" + bytes(16), b"PKLL\x03" + bytes(30)])
+def test_garbage_refused_with_the_same_message(data: bytes) -> None:
+    with pytest.raises(CodecError) as old:
+        plan_mod.build([b"", data][1:])
+    with pytest.raises(CodecError) as new:
+        hostplan.plan_buffers([data])
+    assert str(new.value) == str(old.value)
+
+
+def test_bad_sample_is_named_by_its_position() -> None:
+    streams = _assorted()
+    bad = bytearray(streams[7])
+    bad[-1] = 0
+    bad = bad[:-1]  # the last tile offset no longer matches the length
+    with pytest.raises(CodecError, match=r"^image 2: last tile offset"):
+        hostplan.plan_buffers([streams[0], streams[1], bytes(bad), streams[2]])

@@ -16,6 +16,7 @@ Decoders (a format whose library is missing is listed as skipped, with the reaso
 | qoi | qoi | cpu |
 | raw | memory copy | cpu; cuda (host-to-device copy from pinned memory) |
 | prepkit-lossless | numba | cpu; cuda (host-to-device copy of the compressed bytes included) |
+| prepkit-lossless-v1 | numba | cpu (bitstream v1, `--lossless-version 1`) |
 | reader | prepkit.Reader on a prepkit-lossless store, end to end | cpu; cuda |
 
 CPU decoders run on ``threads`` threads (a thread pool for the per-image libraries, numba's
@@ -77,7 +78,7 @@ class Candidate:
 
 # The formats that must give back the exact pixels (lossless_eval measures these).
 LOSSLESS_FORMATS = ("png", "webp-lossless-m6", "jxl-lossless-e1", "jxl-lossless-e7", "htj2k-lossless",
-                    "prepkit-lossless")
+                    "prepkit-lossless", "prepkit-lossless-v1")
 
 
 def _pillow_encoder(fmt: str, **options: Any) -> Callable[[np.ndarray], bytes]:
@@ -209,6 +210,9 @@ def candidates(quality: int, devices: Sequence[str]) -> list[Candidate]:
         found.append(Candidate("raw", "memcpy", "cpu", lambda image: image.tobytes(), _pool_run(lambda d: np.frombuffer(d, np.uint8).copy())))
         found.append(Candidate("prepkit-lossless", "numba", "cpu", lossless.encode, _lossless_cpu_run,
                                decode_all=_lossless_cpu_decode_all))
+        # Bitstream v1 (--lossless-version 1): larger on flat content, faster on photographs.
+        found.append(Candidate("prepkit-lossless-v1", "numba", "cpu", lambda image: lossless.encode(image, version=1),
+                               _lossless_cpu_run, decode_all=_lossless_cpu_decode_all))
     if "cuda" in devices:
         found.append(Candidate("raw", "h2d-copy", "cuda", lambda image: image.tobytes(), _raw_cuda_run, skipped=no_cuda))
         found.append(Candidate("prepkit-lossless", "numba-cuda", "cuda", lossless.encode, _lossless_cuda_run, skipped=no_cuda))

@@ -41,6 +41,7 @@ def test_json_table_and_chart(folder: Path, tmp_path: Path) -> None:
         assert REQUIRED <= row.keys()
     measured = {(r["format"], r["decoder"], r["device"]): r for r in rows if not r["skipped"]}
     expected = [("png", "pillow", "cpu"), ("raw", "memcpy", "cpu"), ("prepkit-lossless", "numba", "cpu"),
+                ("prepkit-lossless-v1", "numba", "cpu"),
                 ("prepkit-lossless", "reader", "cpu"), ("webp-lossless-m6", "pillow", "cpu"),
                 ("jpeg-q90", "pillow", "cpu")]
     if importlib.util.find_spec("pyspng"):

@@ -60,3 +60,23 @@ def store_files(root: Path) -> dict[str, bytes]:
             path = Path(folder) / name
             files[str(path.relative_to(root))] = path.read_bytes()
     return files
+
+
+def lossless_store(root: Path, sizes: list[tuple[int, int]], version: int, samples_per_shard: int) -> Path:
+    """A lossless store (16x16 tiles, bitstream ``version``) of smooth RGB images of the given
+    (height, width), built through a manifest in ``root``; returns the store's path."""
+    import json
+
+    from prepkit.ingest.build import build_store
+    from prepkit.ingest.images import ImageOptions
+    from prepkit.layouts import LosslessLayout
+
+    rows = []
+    for number, (height, width) in enumerate(sizes):
+        write_image(root / f"{number}.png", smooth_image(height, width, seed=number))
+        rows.append({"path": f"{number}.png", "label": 0})
+    (root / "m.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    dest = root / "store"
+    build_store(str(root / "m.jsonl"), str(dest), layout=LosslessLayout(tile=16, version=version),
+                options=ImageOptions(), samples_per_shard=samples_per_shard, workers=1)
+    return dest

@@ -9,11 +9,8 @@ import numpy as np
 import pytest
 
 from prepkit.bench import hostprep
-from prepkit.ingest.build import build_store
-from prepkit.ingest.images import ImageOptions
-from prepkit.layouts import LosslessLayout
 from prepkit.store.reader import Store
-from tests.conftest import smooth_image, write_image
+from tests.conftest import lossless_store
 
 FIELDS = {"old_us_per_image", "old_cpu_us_per_image", "new_us_per_image", "new_cpu_us_per_image",
           "new_table_us_per_image", "new_table_cpu_us_per_image", "new_gather_us_per_image",
@@ -23,16 +20,7 @@ FIELDS = {"old_us_per_image", "old_cpu_us_per_image", "new_us_per_image", "new_c
 
 @pytest.fixture(scope="module", params=[1, 2])
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hostprep")
-    rows = []
-    for number in range(5):
-        write_image(root / f"{number}.png", smooth_image(40 + 7 * number, 70 - 5 * number, seed=number))
-        rows.append({"path": f"{number}.png", "label": 0})
-    (root / "m.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
-    dest = root / "store"
-    build_store(str(root / "m.jsonl"), str(dest), layout=LosslessLayout(tile=16, version=request.param),
-                options=ImageOptions(), samples_per_shard=2, workers=1)
-    return dest
+    return lossless_store(tmp_path_factory.mktemp("hostprep"), [(40 + 7 * n, 70 - 5 * n) for n in range(5)], request.param, samples_per_shard=2)
 
 
 @pytest.mark.parametrize("crop", [None, 8])

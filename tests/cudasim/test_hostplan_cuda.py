@@ -3,7 +3,6 @@ gather): under the simulator it gives the CPU path's pixels for v1 and v2 stores
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,25 +10,13 @@ import pytest
 from numba import cuda
 
 from prepkit.decode.engine import decode_samples
-from prepkit.ingest.build import build_store
-from prepkit.ingest.images import ImageOptions
-from prepkit.layouts import LosslessLayout
 from prepkit.store.reader import Store
-from tests.conftest import smooth_image, write_image
+from tests.conftest import lossless_store
 
 
 @pytest.fixture(scope="module", params=[1, 2])
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hostplan_cuda")
-    rows = []
-    for number in range(3):
-        write_image(root / f"{number}.png", smooth_image(17 + number, 19 - number, seed=number))
-        rows.append({"path": f"{number}.png", "label": 0})
-    (root / "m.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
-    dest = root / "store"
-    build_store(str(root / "m.jsonl"), str(dest), layout=LosslessLayout(tile=16, version=request.param),
-                options=ImageOptions(), samples_per_shard=2, workers=1)
-    return dest
+    return lossless_store(tmp_path_factory.mktemp("hostplan_cuda"), [(17 + n, 19 - n) for n in range(3)], request.param, samples_per_shard=2)
 
 
 @pytest.mark.parametrize("with_rois", [False, True])

@@ -3,7 +3,6 @@ get equals plan.build's, and a damaged sample is refused with the CPU path's mes
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -12,27 +11,15 @@ import pytest
 
 from prepkit.decode.engine import _shapes, decode_samples, lossless_host_plan
 from prepkit.errors import DecodeError
-from prepkit.ingest.build import build_store
-from prepkit.ingest.images import ImageOptions
-from prepkit.layouts import LosslessLayout
 from prepkit.lossless import plan as plan_mod
 from prepkit.store.format import shard_path
 from prepkit.store.reader import Store
-from tests.conftest import smooth_image, write_image
+from tests.conftest import lossless_store
 
 
 @pytest.fixture(scope="module", params=[1, 2])
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hostplan")
-    rows = []
-    for number in range(6):
-        write_image(root / f"{number}.png", smooth_image(30 + 9 * number, 50 - 3 * number, seed=number))
-        rows.append({"path": f"{number}.png", "label": 0})
-    (root / "m.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
-    dest = root / "store"
-    build_store(str(root / "m.jsonl"), str(dest), layout=LosslessLayout(tile=16, version=request.param),
-                options=ImageOptions(), samples_per_shard=4, workers=1)
-    return dest
+    return lossless_store(tmp_path_factory.mktemp("hostplan"), [(30 + 9 * n, 50 - 3 * n) for n in range(6)], request.param, samples_per_shard=4)
 
 
 @pytest.mark.parametrize("with_rois", [False, True])

@@ -21,7 +21,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -61,6 +61,20 @@ def _install(job: Callable[[int], Any], parent_pid: int) -> None:
 def _call(index: int) -> Any:
     assert _JOB is not None, "worker started without a job"
     return _JOB(index)
+
+
+_thread_pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
+_thread_pools_lock = threading.Lock()
+
+
+def thread_pool(name: str, threads: int) -> ThreadPoolExecutor:
+    """A long-lived thread pool per (name, size): starting threads per batch costs more than
+    the work, and threads can keep per-thread state (e.g. JPEG decoders) between batches."""
+    with _thread_pools_lock:
+        pool = _thread_pools.get((name, threads))
+        if pool is None:
+            pool = _thread_pools[(name, threads)] = ThreadPoolExecutor(threads, thread_name_prefix=f"prepkit-{name}")
+        return pool
 
 
 def spawn_pool(workers: int, job: Callable[[int], Any]) -> ProcessPoolExecutor:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ import numpy as np
 from prepkit.decode.packed import PackedImages, packed_offsets
 from prepkit.decode.rois import check_rois
 from prepkit.errors import CodecError, DecodeError
+from prepkit.parallel import thread_pool
 from prepkit.store.reader import Store
 
 DEVICES = ("cpu", "cuda")
@@ -156,21 +156,10 @@ def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarra
     else:
         step = -(-len(indices) // workers)
         spans = [range(s, min(s + step, len(indices))) for s in range(0, len(indices), step)]
-        list(_decode_pool(workers).map(work, spans))
+        list(thread_pool("jpeg", workers).map(work, spans))
     return PackedImages(flat, offsets, shapes, "cpu")
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _decode_pool(workers: int) -> ThreadPoolExecutor:
-    """A long-lived pool per size: its threads keep their JPEG decoders from batch to batch."""
-    with _pools_lock:
-        pool = _pools.get(workers)
-        if pool is None:
-            pool = _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="prepkit-jpeg")
-        return pool
 
 
 def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str,

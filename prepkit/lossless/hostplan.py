@@ -21,10 +21,8 @@ Python validation on that one sample, so the messages are the existing ones word
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +33,7 @@ from prepkit.errors import CodecError, DecodeError, StoreCorruptError
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
+from prepkit.parallel import thread_pool
 
 # Columns of the per-sample header information _read_headers fills.
 I_ERR, I_VERSION, I_FLAGS, I_C, I_H, I_W, I_T, I_SETS, I_ZSIZE = range(9)
@@ -431,17 +430,6 @@ def _copy(src, dst, seg_src, seg_dst, seg_cum, lo, hi):
         g += 1
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """A long-lived pool per size (threads are not worth starting per batch)."""
-    with _pools_lock:
-        pool = _pools.get(threads)
-        if pool is None:
-            pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="prepkit-gather")
-        return pool
 
 
 def default_threads() -> int:
@@ -470,7 +458,7 @@ def gather(sources: Sequence[tuple[np.ndarray, np.ndarray | None]], seg_src: np.
         for job in jobs:
             _copy(job[0], dst, *job[1:])
         return
-    futures = [_pool(threads).submit(_copy, array, dst, *rest) for array, *rest in jobs]
+    futures = [thread_pool("gather", threads).submit(_copy, array, dst, *rest) for array, *rest in jobs]
     for future in futures:
         future.result()
 

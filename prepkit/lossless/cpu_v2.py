@@ -229,8 +229,10 @@ def _count_all(h, w, c, tile, choices, keep, n_sets, sym_start, syms, counts, ta
             s0 = sym_start[i]
             n = sym_start[i + 1] - s0
             _tile_tables(syms, s0, n, choices[i], c, th * tw, n_sets, tables[chunk])
+            # Four interleaved histograms: runs of one symbol (masks, flat areas) would
+            # otherwise make every increment wait for the previous one.
             for j in range(n):
-                counts[chunk, tables[chunk, j], syms[s0 + j]] += 1
+                counts[chunk, j & 3, tables[chunk, j], syms[s0 + j]] += 1
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
@@ -423,9 +425,9 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
 
 def _tables(h: int, w: int, c: int, tile: int, choices: np.ndarray, keep: np.ndarray, n_sets: int,
             sym_start: np.ndarray, syms: np.ndarray, tables: np.ndarray) -> np.ndarray:
-    counts = np.zeros((tables.shape[0], n_sets * f2.CONTEXTS, 256), np.int64)
+    counts = np.zeros((tables.shape[0], 4, n_sets * f2.CONTEXTS, 256), np.int64)
     _count_all(h, w, c, tile, choices, keep, n_sets, sym_start, syms, counts, tables)
-    return np.stack([f2.normalize(row) for row in counts.sum(axis=0)])
+    return np.stack([f2.normalize(row) for row in counts.sum(axis=(0, 1))])
 
 
 # ----------------------------------------------------------------------------- decoder

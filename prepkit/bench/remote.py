@@ -44,6 +44,12 @@ def epoch(reader: Any, number: int) -> tuple[float, int]:
     return count / (time.perf_counter() - start), count
 
 
+def first_batch(reader: Any) -> str:
+    """The time to first batch of the reader's last epoch, in seconds."""
+    value = reader.stats.time_to_first_batch_s if reader.stats is not None else None
+    return "-" if value is None else f"{value:.3f}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=512)
@@ -52,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block", type=int, default=256 << 10, help="cache block (coalesced GET) size in bytes")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--shard-images", type=int, default=256, help="images sharded by the Dask measurement")
+    parser.add_argument("--no-dask", action="store_true", help="skip the Dask sharding measurement")
     args = parser.parse_args(argv)
 
     import prepkit
@@ -82,18 +89,20 @@ def main(argv: list[str] | None = None) -> None:
         warm_up = reader(prepkit.open_store(local))
         epoch(warm_up, 0)  # numba compiles here, not in a measured epoch
         local_rate, count = epoch(reader(prepkit.open_store(local)), 0)
-        rows.append(("local folder", f"{local_rate:.0f}", "-", "-"))
-        plain_rate, _ = epoch(reader(prepkit.open_store(url, storage_options=options)), 0)
-        rows.append(("SeaweedFS, no cache (a GET per sample)", f"{plain_rate:.0f}", f"~{count}", "-"))
+        local_reader = reader(prepkit.open_store(local))
+        local_rate, count = epoch(local_reader, 0)
+        rows.append(("local folder", f"{local_rate:.0f}", "-", "-", "-", first_batch(local_reader)))
+        plain_reader = reader(prepkit.open_store(url, storage_options=options))
+        plain_rate, _ = epoch(plain_reader, 0)
+        rows.append(("SeaweedFS, no cache (a GET per sample)", f"{plain_rate:.0f}", f"~{count}", "-", "-", first_batch(plain_reader)))
         cached = prepkit.open_store(url, storage_options=options, cache_dir=work / "cache-full", cache_limit=4 * store_bytes,
                                     block_size=args.block)
         with_cache = reader(cached, shards_in_use=2)
-        cold, _ = epoch(with_cache, 0)
-        cold_stats = cached.fetcher.stats
-        warm, _ = epoch(with_cache, 1)
-        warm_stats = cached.fetcher.stats
-        rows.append(("SeaweedFS, block cache, cold epoch", f"{cold:.0f}", str(cold_stats.requests), f"{cold_stats.bytes_fetched / 1e6:.2f}"))
-        rows.append(("SeaweedFS, block cache, warm epoch", f"{warm:.0f}", str(warm_stats.requests), f"{warm_stats.bytes_fetched / 1e6:.2f}"))
+        for number, name in ((0, "cold"), (1, "warm")):
+            rate, _ = epoch(with_cache, number)
+            stats = with_cache.stats
+            rows.append((f"SeaweedFS, block cache, {name} epoch", f"{rate:.0f}", str(stats.requests),
+                         f"{stats.bytes_fetched / 1e6:.2f}", f"{stats.hit_rate:.0%}", first_batch(with_cache)))
 
         policy_rows = []
         for policy in ("next-use", "lru"):
@@ -116,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         (source / f"c{number % 4}").mkdir(parents=True, exist_ok=True)
         Image.fromarray(image).save(source / f"c{number % 4}" / f"{number:05d}.png")
     dask_rows = []
-    for workers in (1, 2):
+    for workers in () if args.no_dask else (1, 2):
         start = time.perf_counter()
         build_store(str(source), str(work / f"dask-{workers}"), layout=LosslessLayout(), options=ImageOptions(),
                     samples_per_shard=32, workers=workers, executor=DaskExecutor(workers=workers))
@@ -125,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"\nstore: {args.images} lossless samples of {args.size}x{args.size}x3, {args.per_shard} per shard, "
           f"{store_bytes / 1e6:.2f} MB of shards; block {args.block >> 10} KiB; batch {args.batch}\n")
-    print("| read | samples/s | requests/epoch | MB fetched/epoch |\n| --- | ---: | ---: | ---: |")
+    print("| read | samples/s | requests/epoch | MB fetched/epoch | hit rate | time to first batch (s) |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print("\nCache of 25% of the store, two shuffled epochs (shards_in_use=2):\n")

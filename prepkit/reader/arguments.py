@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -40,7 +41,8 @@ def check_reader_arguments(
     *, batch_size: object, seed: object, rank: object, world_size: object, shuffle: object, drop_last: object,
     device: object, output: object, outputs: Sequence[str], on_error: object, fields: object,
     shards_in_use: object, gpu_memory_budget: object, prefetch: object, threads: object,
-    transfer_index: object, mask_mode: object, crop_decode: object,
+    transfer_index: object, mask_mode: object, crop_decode: object, storage_options: object = None,
+    cache_dir: object = None, cache_limit: object = None, cache_policy: object = "next-use",
 ) -> None:
     """Check every Reader argument's type and range; raise TypeError or ValueError naming it."""
     _integer("batch_size", batch_size, 1)
@@ -67,3 +69,12 @@ def check_reader_arguments(
     _integer("prefetch", prefetch, 0)
     _integer("threads", threads, 1, optional=True)
     _integer("transfer_index", transfer_index, 0, optional=True)
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise TypeError(f"Reader: Expected storage_options to be None or a dict. Got {storage_options!r}.")
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(f"Reader: Expected cache_dir to be None or a folder path. Got {cache_dir!r}.")
+    _integer("cache_limit", cache_limit, 1, optional=True)
+    _choice("cache_policy", cache_policy, ("next-use", "lru"))
+    if cache_dir is None and (cache_limit is not None or cache_policy != "next-use"):
+        raise ValueError(f"Reader: Expected cache_dir with cache_limit or cache_policy. Got cache_dir=None, "
+                         f"cache_limit={cache_limit!r}, cache_policy={cache_policy!r}.")

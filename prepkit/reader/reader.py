@@ -18,6 +18,7 @@ seed and epoch only; call it every epoch), every rank yields ``len(reader)`` bat
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -32,6 +33,7 @@ from prepkit.reader.arguments import check_reader_arguments
 from prepkit.reader.batch import Batch
 from prepkit.reader.order import EpochPlan, plan_epoch
 from prepkit.reader.prefetch import Prefetcher
+from prepkit.reader.stats import EpochStats
 from prepkit.store.extras import check_pad_value
 from prepkit.store.reader import Store, open_store
 
@@ -56,7 +58,15 @@ class Reader:
     - ``gpu_memory_budget``: staging bytes on the GPU (micro-batches keep within it);
     - ``on_error``: "raise" (a DecodeError naming the sample) or "skip" (warn, drop it);
     - ``prefetch``: batches prepared ahead in the background;
-    - ``crop_decode``: for lossless stores, decode only the tiles under each crop.
+    - ``crop_decode``: for lossless stores, decode only the tiles under each crop;
+    - ``storage_options``: obstore keys for a store given as a URL (``s3://...``);
+    - ``cache_dir``, ``cache_limit`` (bytes, default 10 GiB), ``cache_policy`` ("next-use" or
+      "lru"): read a remote store in blocks through an on-disk cache that the ranks of a node
+      may share, prefetched along this reader's order (:func:`prepkit.open_store`).
+
+    ``reader.stats`` reports the iteration in progress or last run (time to first batch, epoch
+    time, bytes fetched, requests, cache hit rate: :class:`~prepkit.reader.stats.EpochStats`);
+    ``reader.history`` the epochs iterated to their end.
     """
 
     def __init__(
@@ -83,14 +93,19 @@ class Reader:
         mask_mode: str = "nearest",
         crop_decode: bool = True,
         pad_fields: Mapping[str, float] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        cache_policy: str = "next-use",
     ) -> None:
         check_reader_arguments(
             batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, shuffle=shuffle, drop_last=drop_last,
             device=device, output=output, outputs=OUTPUTS, on_error=on_error, fields=fields,
             shards_in_use=shards_in_use, gpu_memory_budget=gpu_memory_budget, prefetch=prefetch, threads=threads,
             transfer_index=transfer_index, mask_mode=mask_mode, crop_decode=crop_decode,
+            storage_options=storage_options, cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy,
         )
-        self.store = store if isinstance(store, Store) else open_store(store)
+        self.store = self._open(store, storage_options, cache_dir, cache_limit, cache_policy)
         if "mask" in fields and "mask" not in self.store.fields:
             raise ValueError(f"Reader: Expected a store with a mask field (fields asks for 'mask'). Got {self.store.path} without one.")
         schema = self.store.extra_fields
@@ -136,7 +151,25 @@ class Reader:
         self._next_batch = 0
         self._active: Prefetcher[Any] | None = None
         self._plan_cache: tuple[int, EpochPlan] | None = None
+        self.stats: EpochStats | None = None
+        self.history: list[EpochStats] = []
         self.plan(0)  # validates rank, world size and batch size now
+
+    @staticmethod
+    def _open(store: str | os.PathLike[str] | Store, storage_options: Mapping[str, Any] | None,
+              cache_dir: str | os.PathLike[str] | None, cache_limit: int | None, cache_policy: str) -> Store:
+        if not isinstance(store, Store):
+            return open_store(store, storage_options=dict(storage_options or {}), cache_dir=cache_dir,
+                              cache_limit=cache_limit, cache_policy=cache_policy)
+        if storage_options is not None:
+            raise ValueError(f"Reader: Expected storage_options with a store path or URL. Got an open store ({store.path}): "
+                             "pass them to open_store.")
+        if cache_dir is not None:
+            if store.fetcher is not None:
+                raise ValueError(f"Reader: Expected cache_dir with a store that has no cache. Got {store.path}, "
+                                 f"which reads through {store.cache_settings and store.cache_settings['cache_dir']}.")
+            store.attach_cache(cache_dir, cache_limit or (10 << 30), policy=cache_policy)
+        return store
 
     @staticmethod
     def _make_pipeline(transforms: Sequence[Any], layout: str) -> Any:
@@ -196,22 +229,31 @@ class Reader:
 
     # -- iteration ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
+        started = time.perf_counter()  # the generator's body runs at the first next(): the start of iteration
         self.close()
         plan = self.plan(self.epoch)
         if self._next_batch >= len(plan):
             self._next_batch = 0  # a finished epoch iterated again starts over, like a DataLoader
         start = self._next_batch
+        stats = self.stats = EpochStats(epoch=self.epoch, first_batch=start)
         fetcher = getattr(self.store, "fetcher", None)
         if fetcher is not None:  # a remote store with a cache: it reads ahead along this order and the next epoch's
             fetcher.schedule(np.concatenate([plan.indices[start * self.batch_size :], self.plan(self.epoch + 1).indices]),
                              tuple(f for f in self.store.fields if f in self.fields))
+            stats.fetch = fetcher.stats
         prefetcher: Prefetcher[Any] = Prefetcher(lambda n: self._make_batch(plan, n), range(start, len(plan)), depth=self.prefetch)
         self._active = prefetcher
         try:
             for batch in prefetcher:
                 batch = self._hand_over(batch)
                 self._next_batch = batch.number + 1
+                stats.batches += 1
+                stats.samples += len(batch.indices)
+                if stats.time_to_first_batch_s is None:
+                    stats.time_to_first_batch_s = time.perf_counter() - started
                 yield batch
+            stats.epoch_s = time.perf_counter() - started
+            self.history.append(stats)
         finally:
             prefetcher.close()
             if self._active is prefetcher:

@@ -31,14 +31,24 @@ DEFAULT_BLOCK = 8 << 20
 
 @dataclass
 class FetchStats:
-    """One epoch's remote reading: bytes and requests sent, cache hits and misses."""
+    """One epoch's remote reading (from one :meth:`BlockFetcher.schedule` to the next).
+
+    ``bytes_fetched`` and ``requests`` count every ranged GET of the epoch, the prefetches of
+    the next epoch's first blocks included. Each block read by a sample is a hit if the block
+    was in the cache before this epoch fetched anything (cached by an earlier epoch, by another
+    rank, or prefetched across the boundary by the previous epoch), a miss if this epoch had
+    to fetch it; ``waits`` counts the reads that blocked on a fetch still running or started
+    on demand. A cold epoch has hit rate 0, a warm epoch of a store that fits in the cache 1.
+    """
 
     bytes_fetched: int = 0
     requests: int = 0
     hits: int = 0
     misses: int = 0
+    waits: int = 0
     started: float = field(default_factory=time.perf_counter)
     first_read_s: float | None = None
+    fetched: set[str] = field(default_factory=set, repr=False)  # block names fetched this epoch
 
     @property
     def hit_rate(self) -> float:
@@ -48,7 +58,7 @@ class FetchStats:
     def summary(self) -> dict[str, float | int | None]:
         """The epoch's figures as a dict (``first_read_s``: from the epoch's start to its first read)."""
         return {"bytes_fetched": self.bytes_fetched, "requests": self.requests, "hit_rate": round(self.hit_rate, 4),
-                "first_read_s": None if self.first_read_s is None else round(self.first_read_s, 4)}
+                "waits": self.waits, "first_read_s": None if self.first_read_s is None else round(self.first_read_s, 4)}
 
 
 class BlockFetcher:
@@ -75,10 +85,12 @@ class BlockFetcher:
         self._thread: threading.Thread | None = None
         self._sizes: dict[str, int] = {}
         self._closed = False
+        self._idle = False
         cache.next_use = self._next_use
 
     # -- the schedule -----------------------------------------------------------------
-    def _blocks_of(self, index: int, field_name: str) -> list[tuple[str, str, int]]:
+    def blocks_of(self, index: int, field_name: str) -> list[tuple[str, str, int]]:
+        """The blocks sample ``index``'s ``field_name`` bytes lie in: (name, object key, block number)."""
         arrays = self.store.field_arrays[field_name]
         start, stop = (int(v) for v in arrays.ranges[index])
         if stop <= start:
@@ -97,7 +109,7 @@ class BlockFetcher:
         order: list[tuple[int, str, str, int]] = []  # (position, block name, object key, block)
         for position, index in enumerate(np.asarray(indices).tolist()):
             for name in fields:
-                for block in self._blocks_of(int(index), name):
+                for block in self.blocks_of(int(index), name):
                     seen = uses.setdefault(block[0], [])
                     if seen and seen[-1] == position:
                         continue
@@ -134,6 +146,7 @@ class BlockFetcher:
         with self._lock:
             self.stats.bytes_fetched += len(data)
             self.stats.requests += 1
+            self.stats.fetched.add(name)  # before the cache holds it: a read then counts it a miss
         self.cache.put(name, data)
         return data
 
@@ -160,13 +173,33 @@ class BlockFetcher:
                 while cursor < len(self._order) and self._order[cursor][0] < self._position:
                     cursor += 1
                 front = bisect.bisect_left(self._order, (self._position,))
-                if cursor >= len(self._order) or len(self._inflight) >= self.ahead or cursor >= front + self.ahead:
+                window_done = cursor >= len(self._order) or cursor >= front + self.ahead
+                if window_done or len(self._inflight) >= self.ahead:
+                    idle = window_done and not self._inflight
+                    if idle and not self._idle:
+                        self._wake.notify_all()  # wakes wait_idle()
+                    self._idle = idle
                     self._wake.wait(0.05)
                     continue
+                self._idle = False
                 _, name, key, block = self._order[cursor]
                 cursor += 1
                 if not self.cache.contains(name):
                     self._start_fetch(name, key, block)
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until the prefetcher has fetched everything it may fetch ahead of the reader's
+        current position (True), or ``timeout`` seconds passed (False)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            generation = self._generation
+            self._idle = False  # the prefetch loop confirms it after looking at the schedule
+            while not (self._idle and self._generation == generation):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._thread is None:
+                    return False
+                self._wake.wait(min(left, 0.05))
+        return True
 
     def read(self, key: str, start: int, stop: int) -> bytes:
         """Bytes [start, stop) of shard object ``key``, from cached or fetched blocks."""
@@ -186,11 +219,15 @@ class BlockFetcher:
             if data is None:
                 with self._lock:
                     self.stats.misses += 1
+                    self.stats.waits += 1
                     future = self._start_fetch(name, key, block)
                 data = future.result()
             else:
                 with self._lock:
-                    self.stats.hits += 1
+                    if name in self.stats.fetched:
+                        self.stats.misses += 1  # prefetched this epoch: fetched, not found in the cache
+                    else:
+                        self.stats.hits += 1
             if self.stats.first_read_s is None:
                 self.stats.first_read_s = time.perf_counter() - self.stats.started
             offset = block * self.block_size

@@ -240,6 +240,7 @@ class Store:
             )
         self.check_crc = check_crc
         self.fetcher: Any = None  # a prepkit.reader.remote.BlockFetcher once a cache is attached
+        self.cache_settings: dict[str, Any] | None = None  # attach_cache's arguments, once called
         self._shards: dict[tuple[str, int], _ShardFile | _RemoteShardFile] = {}
         self._lock = threading.Lock()
         self._bound_sizes()
@@ -540,9 +541,16 @@ class Store:
         from prepkit.store.cache import BlockCache
 
         if self.remote is None:
-            raise StoreError(f"{self.path}: a cache is for stores in object storage. Got a local store.")
+            raise StoreError(f"{self.path}: Expected a store in object storage for a cache. Got a local store.")
         self.close()
+        if self.fetcher is not None:
+            self.fetcher.close()
         self.fetcher = BlockFetcher(self, BlockCache(cache_dir, cache_limit, policy), block_size=block_size, ahead=ahead)
+        # Kept for pickling: a worker process that receives this store reads through the same cache.
+        self.cache_settings = {
+            "cache_dir": os.fspath(cache_dir), "cache_limit": int(cache_limit), "block_size": int(block_size),
+            "policy": policy, "ahead": int(ahead),
+        }
 
     def close(self) -> None:
         with self._lock:
@@ -557,13 +565,19 @@ class Store:
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        # Picklable for DataLoader workers: they reopen the shard files themselves.
-        return {"path": str(self.path), "check_crc": self.check_crc, "storage_options": self.storage_options}
+        # Picklable for DataLoader and spawn workers: they reopen the shard files themselves
+        # and, for a remote store with a cache, attach the same (node-shared) cache.
+        return {"path": str(self.path), "check_crc": self.check_crc, "storage_options": self.storage_options,
+                "cache": None if self.cache_settings is None else dict(self.cache_settings)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
             state["path"], check_crc=state["check_crc"], storage_options=state.get("storage_options")
         )
+        cache = state.get("cache")
+        if cache:
+            options = {key: value for key, value in cache.items() if key not in ("cache_dir", "cache_limit")}
+            self.attach_cache(cache["cache_dir"], cache["cache_limit"], **options)
 
 
 def open_store(

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -277,6 +278,29 @@ def check_destination(dest: str | os.PathLike[str], overwrite: bool) -> None:
     # A complete store: the writer compares its plan and finishes at once if they match.
 
 
+class ShardSink(Protocol):
+    """Takes each shard file away as soon as it is committed (an upload to object storage:
+    :class:`prepkit.store.publish.StreamingUpload`), so the local folder never holds the store.
+
+    ``start(writer)`` runs once the writer knows its resumed shards and returns those of them
+    whose files are gone locally and were not taken away safely (the writer writes them
+    again); ``shard_written(writer, shard)`` runs after each shard's commit; ``settle()``
+    before the per-sample arrays are written (every shard taken away, or an error).
+    """
+
+    def start(self, writer: StoreWriter) -> set[int]: ...
+
+    def shard_written(self, writer: StoreWriter, shard: int) -> None: ...
+
+    def settle(self) -> None: ...
+
+
+# (folder, sink): a writer of exactly that folder hands its shards to the sink. A context
+# variable rather than an argument: the writer sits under several builders (images, datasets,
+# convert) that need not know about object storage.
+SHARD_SINK: ContextVar[tuple[Path, ShardSink] | None] = ContextVar("prepkit_shard_sink", default=None)
+
+
 class StoreWriter:
     """Writes one store shard by shard; use as a context manager (or call ``write_all``)."""
 
@@ -287,15 +311,28 @@ class StoreWriter:
         self.resumed_shards: set[int] = set()
         self.already_complete = False
         self._lock_handle: Any = None
+        bound = SHARD_SINK.get()
+        self.sink = bound[1] if bound is not None and bound[0].resolve() == self.dest.resolve() else None
 
     # -- set-up -----------------------------------------------------------------------
     def __enter__(self) -> StoreWriter:
         try:
             self._prepare()
-        except OSError as error:
+            if self.sink is not None and not self.already_complete:
+                for shard in self.sink.start(self):
+                    # Committed, but its files are lost: write it again.
+                    (self.dest / STAGING / f"shard-{shard}.npz").unlink()
+                    self.resumed_shards.discard(shard)
+        except (OSError, StoreError) as error:
             self.close()
+            if isinstance(error, StoreError):
+                raise
             raise write_error(self.dest, error) from None
         return self
+
+    def shard_keys(self, shard: int) -> list[str]:
+        """The keys (paths relative to the store) of shard ``shard``'s files, one per field."""
+        return [shard_path(self.dest, name, shard).relative_to(self.dest).as_posix() for name in self.plan.fields]
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -414,6 +451,8 @@ class StoreWriter:
             self._write_shard(shard, results)
         except OSError as error:
             raise write_error(self.dest, error) from None
+        if self.sink is not None:
+            self.sink.shard_written(self, shard)
 
     def _write_shard(self, shard: int, results: list[EncodedSample | SampleFailure]) -> None:
         samples = [r for r in results if isinstance(r, EncodedSample)]
@@ -489,6 +528,8 @@ class StoreWriter:
         """
         if self.already_complete:
             return self._existing_summary()
+        if self.sink is not None:
+            self.sink.settle()
         try:
             return self._finalize(ignored)
         except OSError as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +102,116 @@ def test_ranks_of_a_node_share_the_cache(remote_store: tuple[Path, str], seaweed
     list(prepkit.Reader(two, batch_size=4, seed=0, rank=0, world_size=1, shuffle=False))
     assert one.fetcher.stats.requests > 0
     assert two.fetcher.stats.requests == 0 and two.fetcher.stats.misses == 0
+
+
+def test_the_reader_takes_the_cache_arguments_and_checks_them(
+    remote_store: tuple[Path, str], seaweed: SeaweedServer, tmp_path: Path
+) -> None:
+    local, url = remote_store
+    options = seaweed.storage_options()
+    reader = prepkit.Reader(url, batch_size=5, seed=1, shards_in_use=1, storage_options=options,
+                            cache_dir=tmp_path / "cache", cache_limit=1 << 20, cache_policy="lru")
+    assert reader.store.cache_settings is not None
+    assert reader.store.cache_settings["cache_limit"] == 1 << 20 and reader.store.fetcher.cache.policy == "lru"
+    mine = prepkit.Reader(local, batch_size=5, seed=1, shards_in_use=1)
+    for a, b in zip(mine, reader, strict=True):
+        assert np.array_equal(a.indices, b.indices) and np.array_equal(a.images, b.images)
+    assert reader.stats is not None and reader.stats.requests > 0
+    assert any(p.name.startswith("image-") for p in (tmp_path / "cache").iterdir())
+    # An open store without a cache gets one from the Reader.
+    store = prepkit.open_store(url, storage_options=options)
+    assert prepkit.Reader(store, batch_size=5, cache_dir=tmp_path / "other").store.fetcher is not None
+    with pytest.raises(ValueError, match="Expected cache_dir with cache_limit or cache_policy"):
+        prepkit.Reader(url, batch_size=5, storage_options=options, cache_limit=100)
+    with pytest.raises(ValueError, match="Expected cache_policy to be one of"):
+        prepkit.Reader(url, batch_size=5, storage_options=options, cache_dir=tmp_path / "c", cache_policy="fifo")
+    with pytest.raises(ValueError, match="Expected cache_limit >= 1. Got 0"):
+        prepkit.Reader(url, batch_size=5, storage_options=options, cache_dir=tmp_path / "c", cache_limit=0)
+    with pytest.raises(ValueError, match="Expected storage_options with a store path or URL"):
+        prepkit.Reader(store, batch_size=5, storage_options=options)
+    with pytest.raises(ValueError, match="Expected cache_dir with a store that has no cache"):
+        prepkit.Reader(reader.store, batch_size=5, cache_dir=tmp_path / "c")
+    with pytest.raises(prepkit.errors.StoreError, match="Expected a store in object storage for a cache. Got a local store"):
+        prepkit.Reader(local, batch_size=5, cache_dir=tmp_path / "c")
+
+
+def test_per_epoch_report_cold_then_warm(remote_store: tuple[Path, str], seaweed: SeaweedServer, tmp_path: Path) -> None:
+    _, url = remote_store
+    reader = prepkit.Reader(url, batch_size=5, seed=3, shards_in_use=1, storage_options=seaweed.storage_options(),
+                            cache_dir=tmp_path / "cache", cache_limit=1 << 30)
+    for epoch in (0, 1):
+        reader.set_epoch(epoch)
+        batches = list(reader)
+        stats = reader.stats
+        assert stats is not None and stats.epoch == epoch and stats.batches == len(batches) == len(reader)
+        assert stats.samples == 24
+        assert stats.time_to_first_batch_s is not None and stats.epoch_s is not None
+        assert 0 < stats.time_to_first_batch_s < stats.epoch_s
+    cold, warm = reader.history
+    # Cold: every block read was fetched in this epoch; the whole store came over the wire.
+    assert cold.hit_rate == 0.0 and cold.misses > 0 and cold.requests > 0
+    assert cold.bytes_fetched >= 24 * 16 * 16 * 3
+    # Warm (the store fits in the cache): every read is a hit, nothing is fetched.
+    assert warm.hit_rate == 1.0 and warm.requests == 0 and warm.bytes_fetched == 0 and warm.hits > 0
+    assert warm.summary()["hit_rate"] == 1.0 and cold.summary()["requests"] == cold.requests
+    # A local store reports its timings too, and no remote traffic.
+    local = prepkit.Reader(remote_store[0], batch_size=5)
+    list(local)
+    assert local.stats is not None and local.stats.requests == 0 and local.stats.time_to_first_batch_s is not None
+
+
+def test_the_next_epochs_first_blocks_are_fetched_before_it_starts(
+    remote_store: tuple[Path, str], seaweed: SeaweedServer, tmp_path: Path
+) -> None:
+    _, url = remote_store
+    store = prepkit.open_store(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "cache",
+                               cache_limit=1 << 30, block_size=768)  # about one block per sample
+    # Rank 0 of 2 reads half the samples per epoch: pick a seed whose epoch 1 starts with a
+    # block that epoch 0 never reads, so only the boundary prefetch can bring it in early.
+    for seed in range(20):
+        reader = prepkit.Reader(store, batch_size=3, seed=seed, rank=0, world_size=2)
+        read_in_0 = {b[0] for i in reader.plan(0).indices.tolist() for b in store.fetcher.blocks_of(i, "image")}
+        first_of_1 = {b[0] for i in reader.plan(1).batch(0).tolist() for b in store.fetcher.blocks_of(i, "image")}
+        if first_of_1 - read_in_0:
+            break
+    else:
+        pytest.fail("no seed gives an epoch 1 that starts outside epoch 0")
+    cache = store.fetcher.cache
+    list(reader)
+    assert store.fetcher.wait_idle(timeout=30)
+    epoch0 = reader.stats
+    assert epoch0 is not None and epoch0.fetch is not None
+    new = first_of_1 - read_in_0
+    assert all(cache.contains(name) for name in first_of_1)
+    assert new <= epoch0.fetch.fetched  # requested during epoch 0, for epoch 1
+    assert epoch0.requests > len(read_in_0)
+    reader.set_epoch(1)
+    iterator = iter(reader)
+    next(iterator)
+    epoch1 = reader.stats
+    assert epoch1 is not None and epoch1.fetch is not None
+    assert not (first_of_1 & epoch1.fetch.fetched)  # the first batch fetched nothing
+    iterator.close()
+
+
+def read_in_a_worker(store: prepkit.Store) -> tuple[dict[str, object] | None, int, int]:
+    """Runs in a spawn process: read one epoch of the unpickled store through its cache."""
+    reader = prepkit.Reader(store, batch_size=6, seed=0, shards_in_use=1)
+    list(reader)
+    assert reader.stats is not None
+    return store.cache_settings, reader.stats.requests, reader.stats.hits
+
+
+def test_a_pickled_store_keeps_its_cache(remote_store: tuple[Path, str], seaweed: SeaweedServer, tmp_path: Path) -> None:
+    _, url = remote_store
+    store = prepkit.open_store(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "cache",
+                               cache_limit=1 << 30, block_size=4096, cache_policy="lru")
+    list(prepkit.Reader(store, batch_size=6, seed=0, shards_in_use=1))  # fills the cache
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.cache_settings == store.cache_settings and copy.fetcher is not copy and copy.fetcher is not None
+    assert copy.fetcher.block_size == 4096 and copy.fetcher.cache.policy == "lru"
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        settings, requests, hits = pool.apply(read_in_a_worker, (store,))
+    # The worker read every block from the cache the parent filled: no request at all.
+    assert settings == store.cache_settings
+    assert requests == 0 and hits > 0

@@ -65,6 +65,8 @@ def decode_samples(
     stream: Any = 0,
     rois: np.ndarray | None = None,
     out: Any = None,
+    buffers: Any = None,
+    errors: Any = None,
 ) -> PackedImages:
     """Decode samples ``indices`` of ``store``'s ``field`` into a :class:`PackedImages`.
 
@@ -75,6 +77,10 @@ def decode_samples(
     ``out``: a reusable 1-D uint8 buffer (numpy on cpu, device array on cuda) for the decoded
     pixels, used when large enough: fresh memory costs a page fault per 4 KiB, which on some
     machines costs more than decoding (see docs/BENCHMARKS.md).
+    ``buffers`` (a prepkit.cudart.StreamBuffers) and ``errors`` (an ErrorSink), lossless on
+    cuda: the kernels' tables live in the stream slot's reusable memory and their error codes
+    are reduced on the device into ``errors`` instead of being read back here (the owner of
+    ``errors`` raises the DecodeError once the batch is done).
     """
     if device not in DEVICES:
         raise ValueError(f"Expected device to be one of {DEVICES}. Got {device!r}.")
@@ -86,8 +92,12 @@ def decode_samples(
         if layout == "raw":
             return _decode_raw(store, indices, field, shapes, offsets, device, pinned, stream, out)
         if layout == "jpeg":
-            return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream, out)
+            keep = None if buffers is None else buffers.keep
+            return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream, out, keep)
         if layout == "lossless":
+            if device == "cuda":
+                return _decode_lossless_cuda(store, indices, field, shapes, rois, stream, out, pinned, threads,
+                                             buffers, errors)
             return _decode_lossless(store, indices, field, shapes, device, rois, stream, out, pinned, threads)
     except CodecError as error:
         raise DecodeError(f"{store.path}: {error}") from None
@@ -133,7 +143,7 @@ def _decode_raw(store: Store, indices: list[int], field: str, shapes: np.ndarray
 
 
 def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarray, offsets: np.ndarray, total: int,
-                 device: str, threads: int | None, stream: Any, out: Any) -> PackedImages:
+                 device: str, threads: int | None, stream: Any, out: Any, keep: list[Any] | None = None) -> PackedImages:
     from prepkit.decode import jpeg
 
     datas = [store.read_bytes(i, field) for i in indices]
@@ -141,7 +151,7 @@ def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarra
         from numba import cuda
 
         flat = out[:total] if _fits(out, total) else cuda.device_array(max(total, 1), dtype=np.uint8, stream=stream)[:total]
-        jpeg.decode_device(datas, shapes, indices, flat, offsets, stream)
+        jpeg.decode_device(datas, shapes, indices, flat, offsets, stream, keep)
         return PackedImages(flat, offsets, shapes, "cuda")
     flat = out[:total] if _fits(out, total) else np.empty(total, dtype=np.uint8)
 
@@ -238,10 +248,11 @@ def lossless_host_plan(store: Store, indices: Indices, field: str, shapes: np.nd
 
 
 def _decode_lossless_cuda(store: Store, indices: list[int], field: str, shapes: np.ndarray, rois: np.ndarray | None,
-                          stream: Any, out: Any, pinned: np.ndarray | None, threads: int | None) -> PackedImages:
+                          stream: Any, out: Any, pinned: np.ndarray | None, threads: int | None,
+                          buffers: Any = None, errors: Any = None) -> PackedImages:
     from prepkit.lossless import cuda
 
     plan = lossless_host_plan(store, indices, field, shapes, rois, pinned, threads)
     target = out if _fits(out, plan.total) else None
-    flat = cuda.decode_plan(plan, stream=stream, out=target, pinned=pinned)[0]
+    flat = cuda.decode_plan(plan, stream=stream, out=target, pinned=pinned, buffers=buffers, errors=errors)[0]
     return PackedImages(flat, np.asarray(plan.offsets, dtype=np.int64), plan.shapes, "cuda")

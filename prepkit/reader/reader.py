@@ -17,6 +17,7 @@ seed and epoch only; call it every epoch), every rank yields ``len(reader)`` bat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from prepkit.cudart import activate, cuda_index, parse_device
 from prepkit.decode.engine import decode_samples, decoded_nbytes, supports_rois
 from prepkit.decode.packed import PackedImages
 from prepkit.errors import DecodeError, PipelineError, PrepkitError
@@ -122,7 +124,11 @@ class Reader:
         self.batch_size = int(batch_size)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.rank, self.world_size = int(rank), int(world_size)
-        self.device, self.output, self.on_error = device, output, on_error
+        # "cuda:N" is kept as device "cuda" on GPU N; plain "cuda" resolves N now (torch's
+        # current device, else LOCAL_RANK, else 0), so every thread of this reader uses one GPU.
+        kind, index = parse_device(device)
+        self.device, self.output, self.on_error = kind, output, on_error
+        self.device_index = cuda_index(index) if kind == "cuda" else None
         self.fields = tuple(fields)
         self.shards_in_use = shards_in_use
         self.prefetch = prefetch
@@ -137,15 +143,15 @@ class Reader:
         self.pipeline = self._make_pipeline(transforms, layout)
         self.transfer_index = 0 if transfer_index is None else int(transfer_index)
         self._cpu_part = self._gpu_part = None
-        if self.pipeline is not None and device == "cuda" and self.transfer_index:
+        if self.pipeline is not None and kind == "cuda" and self.transfer_index:
             self._cpu_part, self._gpu_part = self.pipeline.split(self.transfer_index)
-        elif self.transfer_index and device == "cpu":
+        elif self.transfer_index and kind == "cpu":
             raise PipelineError("transfer_index applies to device='cuda' only")
         self._stager: Any = None
-        if device == "cuda":
+        if kind == "cuda":
             from prepkit.reader.gpu import GpuStager
 
-            self._stager = GpuStager(self.store, gpu_memory_budget, use_torch=output == "torch")
+            self._stager = GpuStager(self.store, gpu_memory_budget, use_torch=output == "torch", device=self.device_index or 0)
         self._scratch: dict[str, np.ndarray] = {}
         self.epoch = 0
         self._next_batch = 0
@@ -241,7 +247,8 @@ class Reader:
             fetcher.schedule(np.concatenate([plan.indices[start * self.batch_size :], self.plan(self.epoch + 1).indices]),
                              tuple(f for f in self.store.fields if f in self.fields))
             stats.fetch = fetcher.stats
-        prefetcher: Prefetcher[Any] = Prefetcher(lambda n: self._make_batch(plan, n), range(start, len(plan)), depth=self.prefetch)
+        prefetcher: Prefetcher[Any] = Prefetcher(lambda n: self._make_batch(plan, n), range(start, len(plan)), depth=self.prefetch,
+                                                 on_start=self._select_device)
         self._active = prefetcher
         try:
             for batch in prefetcher:
@@ -278,6 +285,16 @@ class Reader:
         self.close()
 
     # -- producing one batch (background thread) ----------------------------------------------
+    def _select_device(self) -> None:
+        """Make the reader's GPU current in the producer thread: numba would attach device 0
+        to it (on a multi-GPU machine every rank would decode on GPU 0)."""
+        if self.device_index is not None:
+            activate(self.device_index)
+
+    @property
+    def _torch_device(self) -> str:
+        return "cpu" if self.device_index is None else f"cuda:{self.device_index}"
+
     def _make_batch(self, plan: EpochPlan, number: int) -> tuple[Batch, list[Any] | None]:
         indices = plan.batch(number)
         try:
@@ -373,20 +390,23 @@ class Reader:
         full_params, rois, params = self._crop_plan("image", indices)
         images = self._allocate_output(self.pipeline, len(indices), full_params)
 
-        def augment(packed: PackedImages, span: range, stream: Any) -> None:
-            self._run_on_stream(self.pipeline, packed, _slice_params(params, span), images, span, stream)
+        def augment(packed: PackedImages, span: range, stream: Any, buffers: Any) -> None:
+            self._run_on_stream(self.pipeline, packed, _slice_params(params, span), images, span, stream, buffers)
 
-        events += stager.run(indices, "image", augment, rois)
+        events.append(stager.run(indices, "image", augment, rois))
         if "mask" in self.fields:
             full_mask_params, mask_rois, mask_params = self._crop_plan("mask", indices)
             masks = self._allocate_output(self.pipeline, len(indices), full_mask_params, dtype="uint8", channels=1)
 
-            def mask(packed: PackedImages, span: range, stream: Any) -> None:
+            def mask(packed: PackedImages, span: range, stream: Any, buffers: Any) -> None:
                 target = _device_view(masks)[span.start : span.stop]
                 self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, _slice_params(mask_params, span), "cuda",
-                                         mode=self.mask_mode, out=target, stream=stream)
+                                         mode=self.mask_mode, out=target, stream=stream, buffers=buffers)
 
-            events += stager.run(indices, "mask", mask, mask_rois)
+            events.append(stager.run(indices, "mask", mask, mask_rois))
+        if self.on_error == "skip":
+            # The producer must know now, to decode the batch again without its bad samples.
+            self._check(events, release=False)
         return images, masks, events
 
     def _gpu_batch_after_cpu_part(self, indices: np.ndarray) -> tuple[Any, Any, list[Any]]:
@@ -413,10 +433,11 @@ class Reader:
         event.record(stream)
         return images, masks, [event]
 
-    def _run_on_stream(self, pipeline: Any, packed: PackedImages, params: Any, images: Any, span: range, stream: Any) -> None:
+    def _run_on_stream(self, pipeline: Any, packed: PackedImages, params: Any, images: Any, span: range, stream: Any,
+                       buffers: Any = None) -> None:
         """The fused kernel for one micro-batch, queued on ``stream`` after its decode."""
         target = _device_view(images)[span.start : span.stop]
-        pipeline(packed.flat, packed.offsets, packed.shapes, params, "cuda", out=target, stream=stream)
+        pipeline(packed.flat, packed.offsets, packed.shapes, params, "cuda", out=target, stream=stream, buffers=buffers)
 
     def _allocate_output(self, pipeline: Any, count: int, params: Any, dtype: str | None = None, channels: int | None = None) -> Any:
         if channels is None:
@@ -432,21 +453,50 @@ class Reader:
             stream = self._stager.torch_streams[0]
             if stream is not None:
                 with torch.cuda.stream(stream):
-                    return torch.empty(shape, dtype=torch_dtype, device="cuda")
-            return torch.empty(shape, dtype=torch_dtype, device="cuda")
+                    return torch.empty(shape, dtype=torch_dtype, device=self._torch_device)
+            return torch.empty(shape, dtype=torch_dtype, device=self._torch_device)
         from numba import cuda
 
         storage = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}[dtype]
         return cuda.device_array(shape, dtype=storage)
 
     # -- handing over (consumer thread) --------------------------------------------------------
+    def _check(self, events: list[Any], release: bool = True) -> None:
+        """Raise the DecodeError of a corrupt sample found by the kernels of these runs
+        (BatchTokens; plain events carry no error codes). The tokens go back to the pool at
+        hand-over (``release``) or when the batch fails (it is never handed over)."""
+        from prepkit.reader.gpu import BatchToken
+
+        tokens = [e for e in events if isinstance(e, BatchToken)]
+        failed = False
+        try:
+            for token in tokens:
+                token.check()
+        except DecodeError:
+            failed = True
+            raise
+        finally:
+            if release or failed:
+                for token in tokens:
+                    self._stager.release(token)
+
     def _hand_over(self, produced: Any) -> Batch:
         batch, events = produced
-        if events:
-            self._wait(events, batch)
-        if self.batch_ops:
-            self._mix(batch)
-        return self._convert(batch)
+        with self._device_scope():  # the consumer thread may have another GPU current
+            if events:
+                self._wait(events, batch)
+                self._check(events)
+            if self.batch_ops:
+                self._mix(batch)
+            return self._convert(batch)
+
+    def _device_scope(self) -> Any:
+        """A context with the reader's GPU current for numba (nothing on the CPU)."""
+        if self.device_index is None:
+            return contextlib.nullcontext()
+        from numba import cuda
+
+        return cuda.gpus[self.device_index]
 
     def _mix(self, batch: Batch) -> None:
         """MixUp / CutMix on the finished batch (on the consumer's stream on the GPU)."""
@@ -461,7 +511,7 @@ class Reader:
             import torch
             from numba import cuda
 
-            stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+            stream = cuda.external_stream(torch.cuda.current_stream(self.device_index).cuda_stream)
             if images.dtype == torch.bfloat16:  # no __cuda_array_interface__ for bfloat16
                 images = images.view(torch.int16)
         labels = batch.labels
@@ -473,11 +523,12 @@ class Reader:
         batch.labels = labels
 
     def _wait(self, events: list[Any], batch: Batch) -> None:
+        events = [event for e in events for event in getattr(e, "events", [e])]
         if self.output == "torch":
             import torch
             from numba import cuda
 
-            consumer = torch.cuda.current_stream()
+            consumer = torch.cuda.current_stream(self.device_index)
             numba_consumer = cuda.external_stream(consumer.cuda_stream)
             for event in events:
                 event.wait(numba_consumer)
@@ -497,15 +548,15 @@ class Reader:
         if self.output == "torch":
             import torch
 
-            batch.images = _to_torch(batch.images, dtype)
-            batch.masks = None if batch.masks is None else _to_torch(batch.masks, "uint8")
+            batch.images = _to_torch(batch.images, dtype, self._torch_device)
+            batch.masks = None if batch.masks is None else _to_torch(batch.masks, "uint8", self._torch_device)
             labels = torch.from_numpy(np.asarray(batch.labels))
-            batch.labels = labels.to("cuda", non_blocking=True) if self.device == "cuda" else labels
+            batch.labels = labels.to(self._torch_device, non_blocking=True) if self.device == "cuda" else labels
             # Numeric extras go where labels go; ragged lists stay lists (of CPU tensors).
             for name, values in batch.extras.items():
                 if isinstance(values, np.ndarray):
                     tensor = torch.from_numpy(values)
-                    batch.extras[name] = tensor.to("cuda", non_blocking=True) if self.device == "cuda" else tensor
+                    batch.extras[name] = tensor.to(self._torch_device, non_blocking=True) if self.device == "cuda" else tensor
                 else:
                     batch.extras[name] = [torch.from_numpy(v) if isinstance(v, np.ndarray) else v for v in values]
             batch.lengths = {name: torch.from_numpy(lengths) for name, lengths in batch.lengths.items()}
@@ -514,13 +565,18 @@ class Reader:
             from prepkit.interop import DLPackArray
 
             if self.device == "cuda":
-                batch.images = _map(batch.images, DLPackArray)
-                batch.masks = None if batch.masks is None else _map(batch.masks, DLPackArray)
+
+                def export(array: Any) -> DLPackArray:
+                    return DLPackArray(array, device_id=self.device_index)
+
+                batch.images = _map(batch.images, export)
+                batch.masks = None if batch.masks is None else _map(batch.masks, export)
             return batch
         import cupy
 
-        batch.images = _map(batch.images, cupy.asarray)
-        batch.masks = None if batch.masks is None else _map(batch.masks, cupy.asarray)
+        with cupy.cuda.Device(self.device_index or 0):  # CuPy arrays of this reader's GPU
+            batch.images = _map(batch.images, cupy.asarray)
+            batch.masks = None if batch.masks is None else _map(batch.masks, cupy.asarray)
         return batch
 
 
@@ -528,17 +584,17 @@ def _map(value: Any, function: Any) -> Any:
     return [function(v) for v in value] if isinstance(value, list) else function(value)
 
 
-def _to_torch(value: Any, dtype: str) -> Any:
+def _to_torch(value: Any, dtype: str, device: str = "cuda") -> Any:
     import torch
 
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, list):
-        return [_to_torch(v, dtype) for v in value]
+        return [_to_torch(v, dtype, device) for v in value]
     if isinstance(value, np.ndarray):
         tensor = torch.from_numpy(value)
     else:
-        tensor = torch.as_tensor(value, device="cuda")  # __cuda_array_interface__: no copy
+        tensor = torch.as_tensor(value, device=device)  # __cuda_array_interface__: no copy
     if dtype == "bfloat16" and tensor.dtype in (torch.uint16, torch.int16):
         return tensor.view(torch.bfloat16)
     if dtype == "float16" and tensor.dtype in (torch.uint16, torch.int16):

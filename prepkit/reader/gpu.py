@@ -153,6 +153,15 @@ class GpuStager:
         token.checked = False
         return token
 
+    def mark(self) -> BatchToken:
+        """A token for work queued outside ``run`` (decoded with its errors checked on the
+        host): its events are recorded now on both streams, it reports no error."""
+        token = self._token()
+        token.record[:] = 0
+        for event, stream in zip(token.events, self.streams, strict=True):
+            event.record(stream)
+        return token
+
     def micro_batches(self, indices: Sequence[int] | np.ndarray, field: str) -> list[range]:
         arrays = self.store.field_arrays[field]
         position = np.asarray(indices, dtype=np.int64)

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from prepkit.cudart import pointer_device
+
 CPU, CUDA = 1, 2  # DLDeviceType: kDLCPU, kDLCUDA
 _CODES = {"i": 0, "u": 1, "f": 2}  # DLDataTypeCode: kDLInt, kDLUInt, kDLFloat
 
@@ -98,10 +100,12 @@ def _interface(array: Any) -> tuple[dict[str, Any], int]:
 class DLPackArray:
     """A zero-copy DLPack view of a host or device array (see module docstring)."""
 
-    def __init__(self, array: Any, device_id: int = 0) -> None:
+    def __init__(self, array: Any, device_id: int | None = None) -> None:
         self.array = array
         interface, self.device_type = _interface(array)
-        self.device_id = device_id
+        if device_id is None:  # the GPU that holds the memory (0 for host arrays)
+            device_id = 0 if self.device_type == CPU else pointer_device(int(interface["data"][0]))
+        self.device_id = int(device_id)
         dtype = np.dtype(interface["typestr"])
         if dtype.kind not in _CODES:
             raise TypeError(f"Expected an integer or float array for DLPack export. Got dtype {dtype}.")

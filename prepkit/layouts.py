@@ -26,6 +26,12 @@ LAYOUT_NAMES = ("raw", "jpeg", "lossless")
 
 class Layout(Protocol):
     name: ClassVar[str]
+    crops: ClassVar[bool]  # whether decode_batch can decode just a region of each sample
+
+    def decode_batch(self, request: Any) -> Any:
+        """Decode a batch (a prepkit.decode.engine.DecodeRequest) into PackedImages, on the
+        request's device; raises CodecError or DecodeError naming the sample."""
+        ...
 
     def encode(self, pixels: np.ndarray) -> bytes: ...
 
@@ -41,6 +47,13 @@ class RawLayout:
     """Uncompressed pixels: the fastest to read, the largest on disk."""
 
     name: ClassVar[str] = "raw"
+    crops: ClassVar[bool] = False
+
+    def decode_batch(self, request: Any) -> Any:
+        """The batch's stored bytes are its packed pixels (checked against the shapes)."""
+        from prepkit.decode import engine
+
+        return engine.decode_raw(request)
 
     def encode(self, pixels: np.ndarray) -> bytes:
         return np.ascontiguousarray(pixels, dtype=np.uint8).tobytes()
@@ -67,6 +80,13 @@ class JpegLayout:
     """Baseline JPEG via Pillow (decoded by nvImageCodec on the GPU)."""
 
     name: ClassVar[str] = "jpeg"
+    crops: ClassVar[bool] = False
+
+    def decode_batch(self, request: Any) -> Any:
+        """nvImageCodec on cuda; its CPU backend or Pillow on the host, in a thread pool."""
+        from prepkit.decode import engine
+
+        return engine.decode_jpeg(request)
     quality: int = 90
     subsampling: str = "4:2:0"
 
@@ -122,6 +142,13 @@ class LosslessLayout:
     """prepkit's tiled lossless codec: smaller than PNG, decodes in parallel on GPU and CPU."""
 
     name: ClassVar[str] = "lossless"
+    crops: ClassVar[bool] = True
+
+    def decode_batch(self, request: Any) -> Any:
+        """One decode of the whole batch (one kernel launch on cuda), regions only with rois."""
+        from prepkit.decode import engine
+
+        return engine.decode_lossless(request)
     tile: int = 64
     version: int = 2  # bitstream version written (docs/LOSSLESS.md); stores record it
 

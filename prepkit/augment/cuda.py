@@ -174,7 +174,15 @@ def _as_device(name: str, array: Any) -> Any:
     return array if config.ENABLE_CUDASIM else cuda.as_cuda_array(array)
 
 
-def _device_inputs(flat: Any, offsets: Any, stream: Any) -> tuple[Any, Any]:
+def _upload(buffers: Any, name: str, array: np.ndarray, stream: Any) -> Any:
+    """A small host array on the device: through the caller's reusable buffers when given."""
+    array = np.ascontiguousarray(array)
+    if buffers is not None:
+        return buffers.to_device(name, array, stream)
+    return cuda.to_device(array, stream=stream)
+
+
+def _device_inputs(flat: Any, offsets: Any, stream: Any, buffers: Any = None) -> tuple[Any, Any]:
     # Pixels are never copied behind the caller's back: they must already be on the device.
     flat = _as_device("flat", flat)
     if flat.dtype != np.uint8 or flat.ndim != 1:
@@ -182,19 +190,19 @@ def _device_inputs(flat: Any, offsets: Any, stream: Any) -> tuple[Any, Any]:
     if _is_device(offsets):
         offsets = _as_device("offsets", offsets)
     else:
-        offsets = cuda.to_device(np.ascontiguousarray(offsets, dtype=np.int64), stream=stream)
+        offsets = _upload(buffers, "aug_offsets", np.asarray(offsets, dtype=np.int64), stream)
     if offsets.dtype != np.int64:
         raise PipelineError(f"offsets: Expected int64. Got {offsets.dtype}.")
     return flat, offsets
 
 
-def _device_params(shapes: np.ndarray, params: Params, out_offsets: np.ndarray, stream: Any) -> tuple[Any, ...]:
+def _device_params(shapes: np.ndarray, params: Params, out_offsets: np.ndarray, stream: Any,
+                   buffers: Any = None) -> tuple[Any, ...]:
     # A few bytes per sample: these are the only host -> device copies a call makes.
-    return tuple(
-        cuda.to_device(np.ascontiguousarray(a), stream=stream)
-        for a in (shapes, params.region, params.resized, params.offset, params.flip.astype(np.uint8),
-                  params.out_size, out_offsets)
-    )  # fmt: skip
+    arrays = (shapes, params.region, params.resized, params.offset, params.flip.astype(np.uint8), params.out_size,
+              out_offsets)  # fmt: skip
+    names = ("shapes", "region", "resized", "offset", "flip", "out_size", "out_offsets")
+    return tuple(_upload(buffers, f"aug_{name}", a, stream) for name, a in zip(names, arrays, strict=True))
 
 
 def _device_output(
@@ -212,15 +220,51 @@ def _device_output(
     return out, array.reshape(int(np.prod(shape))).view(storage)
 
 
-def _grid(params: Params) -> tuple[int, int, int]:
+#: Most images of one launch: images are on grid z (or y), whose limit is 65,535 blocks.
+#: Larger batches are launched in chunks (tests lower this to check the chunking).
+MAX_GRID_IMAGES = 65535
+
+
+def image_chunks(count: int) -> list[tuple[int, int]]:
+    """(start, stop) ranges of at most MAX_GRID_IMAGES images covering ``count`` images."""
+    step = max(1, MAX_GRID_IMAGES)
+    return [(start, min(start + step, count)) for start in range(0, count, step)]
+
+
+def _grid(params: Params, count: int | None = None) -> tuple[int, int, int]:
     h, w = params.out_size.max(axis=0)
-    return (-(-int(w) // BLOCK[0]), -(-int(h) // BLOCK[1]), len(params))
+    return (-(-int(w) // BLOCK[0]), -(-int(h) // BLOCK[1]), len(params) if count is None else count)
+
+
+def _check_sources(flat: Any, offsets: Any, shapes: np.ndarray, params: Params) -> None:
+    """The host-side bounds check the kernels rely on (they do not check, a GPU would read
+    out of bounds): every region non-empty inside its image (prepkit.decode.rois), every
+    image inside ``flat``. Raises PipelineError naming the image."""
+    from prepkit.decode.rois import check_rois
+    from prepkit.errors import DecodeError
+
+    n = shapes.shape[0]
+    if len(params) != n:
+        raise PipelineError(f"params: Expected one entry per image ({n}). Got {len(params)}.")
+    region = params.region.astype(np.int64)
+    rois = np.column_stack([region[:, 0], region[:, 1], region[:, 0] + region[:, 2], region[:, 1] + region[:, 3]])
+    try:
+        if n:
+            check_rois(rois, shapes, list(range(n)))  # "sample i": the i-th image of the call
+    except DecodeError as error:
+        raise PipelineError(f"params.region: {error}") from None
+    host_offsets = offsets.copy_to_host() if hasattr(offsets, "copy_to_host") else np.asarray(offsets)
+    ends = host_offsets.astype(np.int64) + shapes.astype(np.int64).prod(axis=1)
+    if n and (host_offsets.min() < 0 or ends.max() > flat.shape[0]):
+        image = int(np.flatnonzero((host_offsets < 0) | (ends > flat.shape[0]))[0])
+        raise PipelineError(f"offsets: image {image}: Expected images inside flat ({flat.shape[0]} bytes). "
+                            f"Got one from {int(host_offsets[image])} to {int(ends[image])}.")
 
 
 def augment(
     flat: Any, offsets: Any, shapes: np.ndarray, params: Params, plan: Plan, shape: tuple[int, ...],
     dtype: str, out: Any, out_offsets: np.ndarray, stream: Any = 0, erase: tuple[Any, ...] | None = None,
-    stage: tuple[Plan, Plan, bool] | None = None,
+    stage: tuple[Plan, Plan, bool] | None = None, buffers: Any = None,
 ) -> Any:  # fmt: skip
     """Launch :func:`augment_kernel` once for the batch on ``stream``; returns the output.
 
@@ -234,46 +278,53 @@ def augment(
     result, target = _device_output(out, shape, storage, accepted, stream)
     if out is None and dtype == "float16":
         result = target.view(np.float16).reshape(shape)
-    flat, offsets = _device_inputs(flat, offsets, stream)
-    device_params = _device_params(shapes, params, out_offsets, stream)
-    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = device_params
+    _check_sources(flat, offsets, shapes, params)
+    flat, offsets = _device_inputs(flat, offsets, stream, buffers)
+    device_params = _device_params(shapes, params, out_offsets, stream, buffers)
     first, first_out = plan, target
     if stage is not None:
         first = stage[0]
         first_out = cuda.device_array(int(np.prod(shape)), dtype=np.float32, stream=stream)
-    augment_kernel[_grid(params), BLOCK, stream](
-        flat, offsets, d_shapes, region, resized, offset, flip, out_size,
-        first.antialias, first.round_u8, cuda.to_device(first.scale, stream=stream),
-        cuda.to_device(first.bias, stream=stream),
-        first.kind, first.nchw, first_out, d_out_offsets,
-    )  # fmt: skip
+    scale, bias = _upload(buffers, "aug_scale", first.scale, stream), _upload(buffers, "aug_bias", first.bias, stream)
+    for start, stop in image_chunks(len(params)):  # images on grid z: chunks within its limit
+        d_shapes, region, resized, offset, flip, out_size, d_out_offsets = (a[start:stop] for a in device_params)
+        augment_kernel[_grid(params, stop - start), BLOCK, stream](
+            flat, offsets[start:stop], d_shapes, region, resized, offset, flip, out_size,
+            first.antialias, first.round_u8, scale, bias, first.kind, first.nchw, first_out, d_out_offsets,
+        )  # fmt: skip
     if stage is not None and len(params):
         _colour(first_out, params, stage[1], stage[2], shape, target, stream)
     if erase is not None and len(params) and int(params.erase[:, 2].max()) > 0:
         random, fill, scale, bias = erase
         nchw = plan.nchw
         n_channels, h, w = (shape[1], shape[2], shape[3]) if nchw else (shape[3], shape[1], shape[2])
-        grid = (-(-int(params.erase[:, 3].max()) // BLOCK[0]), -(-int(params.erase[:, 2].max()) // BLOCK[1]), len(params))
         to_device = lambda a: cuda.to_device(np.ascontiguousarray(a), stream=stream)  # noqa: E731
-        erase_kernel[grid, BLOCK, stream](
-            to_device(params.erase.astype(np.int32)), to_device(params.erase_key.astype(np.uint64)), random,
-            to_device(fill), to_device(scale), to_device(bias), plan.kind, nchw, n_channels, h, w, target,
-        )  # fmt: skip
+        boxes, keys = to_device(params.erase.astype(np.int32)), to_device(params.erase_key.astype(np.uint64))
+        fill_d, scale_d, bias_d = to_device(fill), to_device(scale), to_device(bias)
+        per_image = n_channels * h * w
+        for start, stop in image_chunks(len(params)):  # the kernel's image i writes target[i * per_image:]
+            grid = (-(-int(params.erase[:, 3].max()) // BLOCK[0]), -(-int(params.erase[:, 2].max()) // BLOCK[1]), stop - start)
+            erase_kernel[grid, BLOCK, stream](
+                boxes[start:stop], keys[start:stop], random, fill_d, scale_d, bias_d, plan.kind, nchw, n_channels, h, w,
+                target[start * per_image : stop * per_image],
+            )  # fmt: skip
     return result
 
 
 def mask(
     flat: Any, offsets: Any, shapes: np.ndarray, params: Params, exact: bool, nchw: bool,
-    shape: tuple[int, ...], out: Any, out_offsets: np.ndarray, stream: Any = 0,
+    shape: tuple[int, ...], out: Any, out_offsets: np.ndarray, stream: Any = 0, buffers: Any = None,
 ) -> Any:  # fmt: skip
-    """Launch :func:`mask_kernel` once for the batch on ``stream``; returns the uint8 output."""
+    """Launch :func:`mask_kernel` on ``stream`` (chunks of images); returns the uint8 output."""
     result, target = _device_output(out, shape, np.uint8, (np.uint8,), stream)
-    flat, offsets = _device_inputs(flat, offsets, stream)
-    device_params = _device_params(shapes, params, out_offsets, stream)
-    d_shapes, region, resized, offset, flip, out_size, d_out_offsets = device_params
-    mask_kernel[_grid(params), BLOCK, stream](
-        flat, offsets, d_shapes, region, resized, offset, flip, out_size, exact, nchw, target, d_out_offsets
-    )
+    _check_sources(flat, offsets, shapes, params)
+    flat, offsets = _device_inputs(flat, offsets, stream, buffers)
+    device_params = _device_params(shapes, params, out_offsets, stream, buffers)
+    for start, stop in image_chunks(len(params)):  # images on grid z: chunks within its limit
+        d_shapes, region, resized, offset, flip, out_size, d_out_offsets = (a[start:stop] for a in device_params)
+        mask_kernel[_grid(params, stop - start), BLOCK, stream](
+            flat, offsets[start:stop], d_shapes, region, resized, offset, flip, out_size, exact, nchw, target, d_out_offsets
+        )
     return result
 
 
@@ -309,18 +360,20 @@ def convert_channels(
     d_out_offsets = cuda.to_device(out_offsets, stream=stream)
     pixels = int((shapes[:, 0].astype(np.int64) * shapes[:, 1]).max()) if len(shapes) else 0
     if pixels:
-        grid = (-(-pixels // 128), len(shapes))
-        channels_kernel[grid, (128, 1), stream](
-            flat, offsets, cuda.to_device(np.ascontiguousarray(shapes, dtype=np.int32), stream=stream),
-            step.mode, step.channels, out, d_out_offsets,
-        )  # fmt: skip
+        d_shapes = cuda.to_device(np.ascontiguousarray(shapes, dtype=np.int32), stream=stream)
+        for start, stop in image_chunks(len(shapes)):  # images on grid y: chunks within its limit
+            channels_kernel[(-(-pixels // 128), stop - start), (128, 1), stream](
+                flat, offsets[start:stop], d_shapes[start:stop], step.mode, step.channels, out, d_out_offsets[start:stop],
+            )  # fmt: skip
     return out, d_out_offsets, out_shapes
 
 
 @cuda.jit
-def mixup_kernel(source, lam, out):
-    """out[i] = lam * source[i] + (1 - lam) * source[i - 1] over (image, element)."""
+def mixup_kernel(source, lam, first, out):
+    """out[i] = lam * source[i] + (1 - lam) * source[i - 1] over (image, element); images
+    from ``first`` (launches in chunks of images)."""
     k, i = cuda.grid(2)
+    i += first
     n = source.shape[0]
     if i >= n or k >= source.shape[1]:
         return
@@ -329,9 +382,11 @@ def mixup_kernel(source, lam, out):
 
 
 @cuda.jit
-def cutmix_kernel(source, box, nchw, channels, height, width, out):
-    """Inside the box, out[i] takes source[i - 1]'s pixel; elements outside are left alone."""
+def cutmix_kernel(source, box, nchw, channels, height, width, first, out):
+    """Inside the box, out[i] takes source[i - 1]'s pixel; elements outside are left alone
+    (images from ``first``)."""
     k, i = cuda.grid(2)
+    i += first
     n = source.shape[0]
     if i >= n or k >= source.shape[1]:
         return
@@ -363,14 +418,15 @@ def mix_batch(images: Any, lam: float, box: tuple[int, int, int, int] | None, la
         flat = flat.view(np.uint16)
     source = cuda.device_array(flat.shape, dtype=flat.dtype, stream=stream)
     source.copy_to_device(flat, stream=stream)
-    grid = (-(-flat.shape[1] // 256), shape[0])
-    if box is None:
-        mixup_kernel[grid, (256, 1), stream](source, np.float32(lam), flat)
-    else:
-        nchw = layout == "NCHW"
-        channels, height, width = (shape[1], shape[2], shape[3]) if nchw else (shape[3], shape[1], shape[2])
-        d_box = cuda.to_device(np.asarray(box, np.int64), stream=stream)
-        cutmix_kernel[grid, (256, 1), stream](source, d_box, nchw, channels, height, width, flat)
+    nchw = layout == "NCHW"
+    channels, height, width = (shape[1], shape[2], shape[3]) if nchw else (shape[3], shape[1], shape[2])
+    d_box = None if box is None else cuda.to_device(np.asarray(box, np.int64), stream=stream)
+    for start, stop in image_chunks(shape[0]):  # images on grid y: chunks within its limit
+        grid = (-(-flat.shape[1] // 256), stop - start)
+        if d_box is None:
+            mixup_kernel[grid, (256, 1), stream](source, np.float32(lam), start, flat)
+        else:
+            cutmix_kernel[grid, (256, 1), stream](source, d_box, nchw, channels, height, width, start, flat)
     return images
 
 

@@ -245,6 +245,7 @@ class Pipeline:
         device: Device = "cpu",
         out: Any = None,
         stream: Any = 0,
+        buffers: Any = None,
     ) -> Any:
         """Augment a packed batch into an (N, C, h, w) or (N, h, w, C) array.
 
@@ -257,6 +258,9 @@ class Pipeline:
         on (e.g. ``cuda.external_stream(torch.cuda.current_stream().cuda_stream)``);
         the call does not synchronise. Channel ops (Grayscale, RGB) run first, so the
         images of a batch may differ in channel count when the pipeline has one.
+        ``buffers`` (cuda, a prepkit.cudart.StreamBuffers owned by ``stream``'s caller):
+        the per-image parameters go through its reusable pinned and device buffers instead
+        of fresh allocations (the caller rewrites them only after the stream passed them).
         """
         flat, offsets, shapes = self.convert_channels(flat, offsets, shapes, device, stream)
         shapes_h, channels, shape, out_offsets = self._batch_output(shapes, params, device)
@@ -287,7 +291,7 @@ class Pipeline:
             colour.check_channels(channels)
             stage = (*self.colour_plans(channels), self.colour_dtype == "uint8")
         return cuda_kernels.augment(
-            flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream, erase, stage
+            flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream, erase, stage, buffers
         )
 
     def apply_mask(
@@ -300,12 +304,14 @@ class Pipeline:
         mode: Literal["nearest", "nearest-exact"] = "nearest",
         out: Any = None,
         stream: Any = 0,
+        buffers: Any = None,
     ) -> Any:
         """Apply the same geometry to masks (usually 1 channel) with nearest sampling.
 
         No value ops, uint8 out, shaped (N, C, h, w) or (N, h, w, C) by the layout.
         ``mode="nearest"`` picks pixel floor(r * s), what torchvision v2 does to masks;
         ``"nearest-exact"`` picks floor((r + 0.5) * s), centred like the bilinear image.
+        ``buffers``: as for ``__call__``.
         """
         if mode not in ("nearest", "nearest-exact"):
             raise PipelineError(f"mode: Expected 'nearest' or 'nearest-exact'. Got {mode!r}.")
@@ -320,7 +326,7 @@ class Pipeline:
         from prepkit.augment import cuda as cuda_kernels
 
         return cuda_kernels.mask(
-            flat, offsets, shapes_h, params, exact, self.layout == "NCHW", shape, out, out_offsets, stream
+            flat, offsets, shapes_h, params, exact, self.layout == "NCHW", shape, out, out_offsets, stream, buffers
         )
 
     def _batch_output(self, shapes: Any, params: Params, device: str) -> tuple[np.ndarray, int, tuple[int, ...], np.ndarray]:

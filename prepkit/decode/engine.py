@@ -1,5 +1,8 @@
 """One decode entry for a batch of stored samples, any layout, on "cpu" or "cuda".
 
+Each layout decodes batches itself (``Layout.decode_batch(request)`` in prepkit.layouts,
+on the CPU and on CUDA); the functions here are what the layouts call.
+
     packed = decode_samples(store, indices, device="cuda")
 
 - raw: the gathered stored bytes already are the packed pixels; on cuda that is one
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +34,27 @@ DEVICES = ("cpu", "cuda")
 
 #: Sample indices: a sequence of ints or an integer numpy array.
 Indices = Sequence[int] | np.ndarray
+
+
+@dataclass
+class DecodeRequest:
+    """One batch to decode: what ``Layout.decode_batch`` gets (see decode_samples for the
+    meaning of each option)."""
+
+    store: Store
+    indices: list[int]
+    field: str
+    shapes: np.ndarray  # int32 (N, 3): the recorded shapes
+    offsets: np.ndarray  # int64 (N,): where each whole image starts in the packed output
+    total: int  # bytes of the packed whole images
+    device: str = "cpu"
+    threads: int | None = None
+    pinned: np.ndarray | None = None
+    stream: Any = 0
+    rois: np.ndarray | None = None
+    out: Any = None
+    buffers: Any = None
+    errors: Any = None
 
 
 def gather_bytes(store: Store, indices: Indices, field: str = "image", out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,6 +90,8 @@ def decode_samples(
     stream: Any = 0,
     rois: np.ndarray | None = None,
     out: Any = None,
+    buffers: Any = None,
+    errors: Any = None,
 ) -> PackedImages:
     """Decode samples ``indices`` of ``store``'s ``field`` into a :class:`PackedImages`.
 
@@ -75,23 +102,26 @@ def decode_samples(
     ``out``: a reusable 1-D uint8 buffer (numpy on cpu, device array on cuda) for the decoded
     pixels, used when large enough: fresh memory costs a page fault per 4 KiB, which on some
     machines costs more than decoding (see docs/BENCHMARKS.md).
+    ``buffers`` (a prepkit.cudart.StreamBuffers) and ``errors`` (an ErrorSink), lossless on
+    cuda: the kernels' tables live in the stream slot's reusable memory and their error codes
+    are reduced on the device into ``errors`` instead of being read back here (the owner of
+    ``errors`` raises the DecodeError once the batch is done).
     """
     if device not in DEVICES:
         raise ValueError(f"Expected device to be one of {DEVICES}. Got {device!r}.")
     indices = [int(i) for i in indices]
     shapes = _shapes(store, indices, field)
-    layout = store.field_arrays[field].layout.name
+    layout = store.field_arrays[field].layout
     offsets, total = packed_offsets(shapes)
+    request = DecodeRequest(store, indices, field, shapes, offsets, total, device, threads, pinned, stream, rois, out,
+                            buffers, errors)
+    decode_batch = getattr(layout, "decode_batch", None)
+    if decode_batch is None:
+        raise DecodeError(f"{store.path}: no decoder for layout {layout.name!r}")
     try:
-        if layout == "raw":
-            return _decode_raw(store, indices, field, shapes, offsets, device, pinned, stream, out)
-        if layout == "jpeg":
-            return _decode_jpeg(store, indices, field, shapes, offsets, total, device, threads, stream, out)
-        if layout == "lossless":
-            return _decode_lossless(store, indices, field, shapes, device, rois, stream, out, pinned, threads)
+        return decode_batch(request)
     except CodecError as error:
         raise DecodeError(f"{store.path}: {error}") from None
-    raise DecodeError(f"{store.path}: no decoder for layout {layout!r}")
 
 
 def decoded_nbytes(store: Store, indices: Indices, field: str = "image", rois: np.ndarray | None = None) -> int:
@@ -105,15 +135,19 @@ def decoded_nbytes(store: Store, indices: Indices, field: str = "image", rois: n
 
 def supports_rois(store: Store, field: str = "image") -> bool:
     """Whether ``decode_samples`` can decode only a region of this field's samples."""
-    return store.field_arrays[field].layout.name == "lossless"
+    return bool(getattr(store.field_arrays[field].layout, "crops", False))
 
 
 def _fits(out: Any, nbytes: int) -> bool:
     return out is not None and out.size >= nbytes
 
 
-def _decode_raw(store: Store, indices: list[int], field: str, shapes: np.ndarray, offsets: np.ndarray,
-                device: str, pinned: np.ndarray | None, stream: Any, out: Any) -> PackedImages:
+def decode_raw(request: DecodeRequest) -> PackedImages:
+    """Raw layout: the gathered stored bytes are the packed pixels (one host-to-device copy
+    on cuda, from the pinned buffer when given)."""
+    r = request
+    store, indices, field, shapes, offsets, device, pinned, stream, out = (
+        r.store, r.indices, r.field, r.shapes, r.offsets, r.device, r.pinned, r.stream, r.out)
     host_target = pinned if device == "cuda" else out
     buffer, stored_offsets, lengths = gather_bytes(store, indices, field, out=host_target)
     expected = np.prod(shapes.astype(np.int64), axis=1) if len(shapes) else lengths
@@ -132,16 +166,22 @@ def _decode_raw(store: Store, indices: list[int], field: str, shapes: np.ndarray
     return PackedImages(cuda.to_device(buffer, stream=stream), offsets, shapes, "cuda")
 
 
-def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarray, offsets: np.ndarray, total: int,
-                 device: str, threads: int | None, stream: Any, out: Any) -> PackedImages:
+def decode_jpeg(request: DecodeRequest) -> PackedImages:
+    """JPEG layout: nvImageCodec on cuda; nvImageCodec's CPU backend or Pillow on the host,
+    in a pool of ``threads`` threads."""
     from prepkit.decode import jpeg
+
+    r = request
+    store, indices, field, shapes, offsets, total, device, threads, stream, out = (
+        r.store, r.indices, r.field, r.shapes, r.offsets, r.total, r.device, r.threads, r.stream, r.out)
+    keep = None if r.buffers is None else r.buffers.keep
 
     datas = [store.read_bytes(i, field) for i in indices]
     if device == "cuda":
         from numba import cuda
 
         flat = out[:total] if _fits(out, total) else cuda.device_array(max(total, 1), dtype=np.uint8, stream=stream)[:total]
-        jpeg.decode_device(datas, shapes, indices, flat, offsets, stream)
+        jpeg.decode_device(datas, shapes, indices, flat, offsets, stream, keep)
         return PackedImages(flat, offsets, shapes, "cuda")
     flat = out[:total] if _fits(out, total) else np.empty(total, dtype=np.uint8)
 
@@ -162,11 +202,12 @@ def _decode_jpeg(store: Store, indices: list[int], field: str, shapes: np.ndarra
 
 
 
-def _decode_lossless(store: Store, indices: list[int], field: str, shapes: np.ndarray, device: str,
-                     rois: np.ndarray | None, stream: Any, out: Any, pinned: np.ndarray | None = None,
-                     threads: int | None = None) -> PackedImages:
-    if device == "cuda":
-        return _decode_lossless_cuda(store, indices, field, shapes, rois, stream, out, pinned, threads)
+def decode_lossless(request: DecodeRequest) -> PackedImages:
+    """Lossless layout: prepkit's codec over the whole batch (regions only with rois)."""
+    if request.device == "cuda":
+        return _decode_lossless_cuda(request)
+    r = request
+    store, indices, field, shapes, rois, out = r.store, r.indices, r.field, r.shapes, r.rois, r.out
     from prepkit.lossless import plan as lossless_plan
     from prepkit.lossless.format import read_header
 
@@ -226,11 +267,10 @@ def lossless_host_plan(store: Store, indices: Indices, field: str, shapes: np.nd
         raise DecodeError(f"{store.path}: {error}") from None
 
 
-def _decode_lossless_cuda(store: Store, indices: list[int], field: str, shapes: np.ndarray, rois: np.ndarray | None,
-                          stream: Any, out: Any, pinned: np.ndarray | None, threads: int | None) -> PackedImages:
+def _decode_lossless_cuda(r: DecodeRequest) -> PackedImages:
     from prepkit.lossless import cuda
 
-    plan = lossless_host_plan(store, indices, field, shapes, rois, pinned, threads)
-    target = out if _fits(out, plan.total) else None
-    flat = cuda.decode_plan(plan, stream=stream, out=target, pinned=pinned)[0]
+    plan = lossless_host_plan(r.store, r.indices, r.field, r.shapes, r.rois, r.pinned, r.threads)
+    target = r.out if _fits(r.out, plan.total) else None
+    flat = cuda.decode_plan(plan, stream=r.stream, out=target, pinned=r.pinned, buffers=r.buffers, errors=r.errors)[0]
     return PackedImages(flat, np.asarray(plan.offsets, dtype=np.int64), plan.shapes, "cuda")

@@ -134,23 +134,40 @@ def decode_host(datas: Sequence[Any], shapes: np.ndarray, sample_ids: Sequence[i
     return results
 
 
-def decode_device(datas: Sequence[Any], shapes: np.ndarray, sample_ids: Sequence[int], out_flat: Any, offsets: np.ndarray, stream: Any = 0) -> None:
-    """Decode JPEGs with nvJPEG on the GPU straight into the packed device buffer."""
+def decode_device(datas: Sequence[Any], shapes: np.ndarray, sample_ids: Sequence[int], out_flat: Any, offsets: np.ndarray,
+                  stream: Any = 0, keep: list[Any] | None = None) -> None:
+    """Decode JPEGs with nvJPEG on the GPU straight into the packed device buffer.
+
+    nvImageCodec decodes on ``stream`` and the copies into ``out_flat`` are queued on it
+    too, so they are ordered without a host wait. Its output Images must outlive those
+    copies: they are appended to ``keep`` (the caller drops them once the stream has passed
+    an event recorded after this call); without ``keep`` the stream is synchronised here."""
     from numba import cuda
+
+    from prepkit.cudart import stream_handle
 
     nvimgcodec = nvimgcodec_module()
     if nvimgcodec is None:
         raise DecodeError(f"JPEG decoding on the GPU needs nvImageCodec ({nvimgcodec_error()})")
     decoder = _decoder("cuda")
+    handle = stream_handle(stream)
     for channels in sorted({int(s[2]) for s in shapes}):
         chosen = [i for i, s in enumerate(shapes) if int(s[2]) == channels]
-        images = decoder.decode([np.asarray(datas[i]) for i in chosen], params=_params(channels))
+        images = decoder.decode([np.asarray(datas[i]) for i in chosen], params=_params(channels), cuda_stream=handle)
+        if keep is not None:
+            keep.extend(images)
         for position, image in zip(chosen, images, strict=True):
             if image is None:
                 raise DecodeError(f"sample {sample_ids[position]}: nvImageCodec could not decode the stored JPEG")
             h, w, c = (int(v) for v in shapes[position])
             if tuple(image.shape) != (h, w, c):
                 raise DecodeError(f"sample {sample_ids[position]}: stored JPEG: Expected to decode to {(h, w, c)}. Got {tuple(image.shape)}.")
-            source = cuda.as_cuda_array(image).reshape(h * w * c)
+            # The Image was written on ``stream`` and is copied on it: no host sync on import.
+            source = cuda.as_cuda_array(image, sync=False).reshape(h * w * c)
             start = int(offsets[position])
             out_flat[start : start + h * w * c].copy_to_device(source, stream=stream)
+    if keep is None:
+        if handle:
+            stream.synchronize()
+        else:
+            cuda.synchronize()

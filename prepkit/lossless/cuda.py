@@ -235,36 +235,126 @@ def decode_kernel(src, work, out, errors):
         errors[item] = 0
 
 
+#: Most blocks of one launch along grid x (CUDA's limit is 2^31 - 1); tests lower it to
+#: check that larger batches are launched in chunks.
+MAX_GRID_X = 2**31 - 1
+#: The "no error" value of the running minimum in an error accumulator.
+NO_ERROR = np.iinfo(np.int64).max
+
+
+def chunks(count: int, limit: int) -> list[tuple[int, int]]:
+    """(start, stop) ranges of at most ``limit`` items covering ``count`` items."""
+    return [(start, min(start + limit, count)) for start in range(0, count, max(1, limit))]
+
+
+@cuda.jit
+def reset_errors_kernel(result):
+    """result = (0 bad tiles, no error): the start of a batch's error accumulator."""
+    if cuda.grid(1) == 0:
+        result[0] = 0
+        result[1] = NO_ERROR
+
+
+@cuda.jit
+def reduce_errors_kernel(errors, image_of_item, base, result):
+    """Fold per-tile error codes into result: [0] += bad tiles, [1] = min((base + image) << 8 | code),
+    so the host learns the first bad sample of the batch (and why) from 16 bytes."""
+    i = cuda.grid(1)
+    if i < errors.shape[0]:
+        code = errors[i]
+        if code != 0:
+            cuda.atomic.add(result, 0, 1)
+            cuda.atomic.min(result, 1, ((base + image_of_item[i]) << 8) | (code & 255))
+
+
+def report_errors(codes: Any, image_of_item: np.ndarray, stream: Any, buffers: Any, sink: Any, name: str) -> None:
+    """Queue the reduction of a launch's error codes into ``sink`` (an ErrorSink) on ``stream``:
+    nothing is read back here."""
+    n = codes.shape[0]
+    if n == 0:
+        return
+    images = upload(buffers, name, np.asarray(image_of_item, np.int64), stream)
+    for start, stop in chunks(-(-n // THREADS), MAX_GRID_X):
+        first, last = start * THREADS, min(stop * THREADS, n)
+        reduce_errors_kernel[stop - start, THREADS, stream](codes[first:last], images[first:last], sink.base, sink.result)
+
+
+def read_errors(plan: plan_mod.Plan, codes: Any, stream: Any) -> None:
+    """The synchronous check (no ErrorSink): copy the codes back, wait for the copy, raise."""
+    host = codes.copy_to_host(stream=stream)
+    if stream != 0:
+        stream.synchronize()  # copy_to_host(stream=...) is asynchronous: read only after it is done
+    plan_mod.raise_errors(plan, host[: plan.work.shape[0]])
+
+
+def stage_source(plan: plan_mod.Plan, pinned: np.ndarray | None) -> np.ndarray:
+    """The batch's stored bytes, in ``pinned`` when it is large enough (copied there unless
+    hostplan already gathered them there)."""
+    source = plan.src
+    if pinned is not None and pinned.size >= source.size and not plan_mod.staged_in(source, pinned):
+        pinned[: source.size] = source
+        source = pinned[: source.size]
+    return source
+
+
+def upload(buffers: Any, name: str, array: np.ndarray, stream: Any) -> Any:
+    """``array`` on the device: into the slot's reusable buffer when ``buffers`` is given,
+    else a fresh device array."""
+    if buffers is not None:
+        return buffers.to_device(name, array, stream)
+    return cuda.to_device(np.ascontiguousarray(array), stream=stream)
+
+
+def device_scratch(buffers: Any, name: str, size: int, dtype: Any, stream: Any) -> Any:
+    """An uninitialised device array (the slot's reusable one when ``buffers`` is given)."""
+    if buffers is not None:
+        return buffers.device(name, max(size, 1), dtype)
+    return cuda.device_array(max(size, 1), dtype, stream=stream)
+
+
 def decode_plan(
-    plan: plan_mod.Plan, stream: Any = 0, out: Any = None, pinned: np.ndarray | None = None
+    plan: plan_mod.Plan, stream: Any = 0, out: Any = None, pinned: np.ndarray | None = None,
+    buffers: Any = None, errors: Any = None,
 ) -> tuple[Any, Any, Any]:  # numba device arrays and streams (numba is untyped)
-    """Decode a validated plan on the GPU with one kernel launch.
+    """Decode a validated plan on the GPU (one kernel launch per MAX_GRID_X tiles).
 
     Returns (flat device uint8 buffer, offsets device int64[N], shapes device int32[N, 3]);
     the flat buffer is out[:total] when a device array `out` is given. With `pinned`, a
     page-locked host buffer at least as large as the compressed batch, the streams are
     staged there so that their host-to-device copy is asynchronous and at full speed.
-    Raises CodecError (after one small device-to-host copy of the error codes) if any tile
-    payload is corrupt.
+    With `buffers` (a prepkit.cudart.StreamBuffers) every device table lives in that slot's
+    reusable memory: nothing is allocated once the buffers are large enough, and offsets
+    and shapes are not copied (None is returned for them).
+    Errors: with `errors` (an ErrorSink) the per-tile codes are reduced on the device into
+    it and read by its owner later; without, raises CodecError after copying them back.
     """
+    assert 0 < THREADS <= MAX_THREADS, "the block scans hold MAX_THREADS entries"
     if 2 in plan.versions:  # v2 streams (docs/LOSSLESS.md section A) have their own kernel module
         from prepkit.lossless import cuda_v2
 
-        return cuda_v2.decode_plan(plan, stream=stream, out=out, pinned=pinned)
-    source = plan.src
-    if pinned is not None and pinned.size >= source.size and not plan_mod.staged_in(source, pinned):
-        pinned[: source.size] = source
-        source = pinned[: source.size]
-    src = cuda.to_device(source, stream=stream)
-    work = cuda.to_device(plan.work, stream=stream)
+        return cuda_v2.decode_plan(plan, stream=stream, out=out, pinned=pinned, buffers=buffers, errors=errors)
+    source = stage_source(plan, pinned)
+    if buffers is not None:
+        src = buffers.device("src", max(source.size, 1), np.uint8)
+        if source.size:
+            src[: source.size].copy_to_device(source, stream=stream)
+    else:
+        src = cuda.to_device(source, stream=stream)
+    n = plan.work.shape[0]
+    work = upload(buffers, "work", plan.work, stream)
     if out is None:
         out = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
     else:
         plan_mod.check_out(out, plan.total)
-    errors = cuda.device_array(max(plan.work.shape[0], 1), np.int32, stream=stream)
-    if plan.work.shape[0]:
-        decode_kernel[plan.work.shape[0], THREADS, stream](src, work, out, errors)
-        plan_mod.raise_errors(plan, errors.copy_to_host(stream=stream)[: plan.work.shape[0]])
+    codes = device_scratch(buffers, "errors", n, np.int32, stream)[:n]
+    for start, stop in chunks(n, MAX_GRID_X):
+        decode_kernel[stop - start, THREADS, stream](src, work[start:stop], out, codes[start:stop])
+    if n and errors is not None:
+        report_errors(codes, plan.image_of_item, stream, buffers, errors, "image_of_item")
+    elif n:
+        read_errors(plan, codes, stream)
+    if buffers is not None:
+        return out[: plan.total], None, None
     offsets = cuda.to_device(plan.offsets, stream=stream)
     shapes = cuda.to_device(plan.shapes, stream=stream)
     return out[: plan.total], offsets, shapes
@@ -275,4 +365,6 @@ def kernel_signatures() -> list[tuple]:
     from numba import types
 
     sig = (types.uint8[::1], types.int64[:, ::1], types.uint8[::1], types.int32[::1])
-    return [(decode_kernel.py_func, sig)]
+    reduce_sig = (types.int32[::1], types.int64[::1], types.int64, types.int64[::1])
+    return [(decode_kernel.py_func, sig), (reset_errors_kernel.py_func, (types.int64[::1],)),
+            (reduce_errors_kernel.py_func, reduce_sig)]

@@ -421,21 +421,23 @@ def shared_bytes(work: np.ndarray) -> int:
 
 
 def decode_plan(
-    plan: plan_mod.Plan, stream: object = 0, out: object | None = None, pinned: np.ndarray | None = None
+    plan: plan_mod.Plan, stream: object = 0, out: object | None = None, pinned: np.ndarray | None = None,
+    buffers: Any = None, errors: Any = None,
 ) -> tuple[object, object, object]:
-    """Same contract as cuda.decode_plan: (flat device uint8, offsets, shapes) on the device.
+    """Same contract as cuda.decode_plan (buffers, errors and the return value included).
 
-    v2 items run in one launch of decode_kernel; v1 items of a mixed batch in one launch of
-    the v1 kernel. Raises CodecError (after one small copy of the error codes) if any tile
-    payload is corrupt.
+    v2 items run in launches of decode_kernel; v1 items of a mixed batch in launches of the
+    v1 kernel (each in chunks of at most cuda.MAX_GRID_X tiles).
     """
     from prepkit.lossless import cuda as cuda_v1
 
-    source = plan.src
-    if pinned is not None and pinned.size >= source.size and not plan_mod.staged_in(source, pinned):
-        pinned[: source.size] = source
-        source = pinned[: source.size]
-    src = cuda.to_device(source if source.size else np.zeros(1, np.uint8), stream=stream)
+    source = cuda_v1.stage_source(plan, pinned)
+    if buffers is not None:
+        src = buffers.device("src", max(source.size, 1), np.uint8)
+        if source.size:
+            src[: source.size].copy_to_device(source, stream=stream)
+    else:
+        src = cuda.to_device(source if source.size else np.zeros(1, np.uint8), stream=stream)
     target: Any = out
     if target is None:
         target = cuda.device_array(max(plan.total, 1), np.uint8, stream=stream)
@@ -445,28 +447,47 @@ def decode_plan(
     is_v2 = plan.work[:, plan_mod.VERSION] == f2.VERSION
     v2_items = np.flatnonzero(is_v2)
     v1_items = np.flatnonzero(~is_v2)
-    errors = np.zeros(max(n_items, 1), np.int32)
+    codes = cuda_v1.device_scratch(buffers, "errors", n_items, np.int32, stream)
     if v2_items.size:
-        # All-v2 batches (the usual case) launch on the plan's own table: no copy of it.
-        work = plan.work if v2_items.size == n_items else np.ascontiguousarray(plan.work[v2_items])
-        dec = cuda.to_device(decode_table(plan), stream=stream)
-        empty = cuda.to_device(np.ascontiguousarray(plan.empty, np.int32), stream=stream)
-        codes = cuda.device_array(v2_items.size, np.int32, stream=stream)
-        decode_kernel[v2_items.size, WARP, stream, shared_bytes(work)](
-            src, cuda.to_device(work, stream=stream), dec, empty, target, codes
-        )
-        errors[v2_items] = codes.copy_to_host(stream=stream)
+        # All-v2 batches (the usual case) launch on the plan's own table: no gather of it.
+        whole = v2_items.size == n_items
+        work = cuda_v1.upload(buffers, "work", plan.work if whole else plan.work[v2_items], stream)
+        dec = cuda_v1.upload(buffers, "dec", decode_table(plan), stream)
+        empty = cuda_v1.upload(buffers, "empty", np.asarray(plan.empty, np.int32).reshape(-1)
+                               if plan.empty.size else np.zeros(1, np.int32), stream)
+        shared = shared_bytes(plan.work if whole else plan.work[v2_items])
+        for start, stop in cuda_v1.chunks(v2_items.size, cuda_v1.MAX_GRID_X):
+            decode_kernel[stop - start, WARP, stream, shared](src, work[start:stop], dec, empty, target, codes[start:stop])
     if v1_items.size:
-        work = np.ascontiguousarray(plan.work[v1_items])
-        codes = cuda.device_array(v1_items.size, np.int32, stream=stream)
-        cuda_v1.decode_kernel[v1_items.size, cuda_v1.THREADS, stream](
-            src, cuda.to_device(work, stream=stream), target, codes
-        )
-        errors[v1_items] = codes.copy_to_host(stream=stream)
-    plan_mod.raise_errors(plan, errors[:n_items])
+        base = v2_items.size  # the v1 codes follow the v2 codes in the one scratch array
+        work = cuda_v1.upload(buffers, "work_v1", plan.work[v1_items], stream)
+        for start, stop in cuda_v1.chunks(v1_items.size, cuda_v1.MAX_GRID_X):
+            cuda_v1.decode_kernel[stop - start, cuda_v1.THREADS, stream](
+                src, work[start:stop], target, codes[base + start : base + stop]
+            )
+    if n_items:
+        _check(plan, codes[:n_items], np.concatenate([v2_items, v1_items]), stream, buffers, errors)
+    if buffers is not None:
+        return target[: plan.total], None, None
     offsets = cuda.to_device(plan.offsets, stream=stream)
     shapes = cuda.to_device(plan.shapes, stream=stream)
     return target[: plan.total], offsets, shapes
+
+
+def _check(plan: plan_mod.Plan, codes: Any, items: np.ndarray, stream: Any, buffers: Any, errors: Any) -> None:
+    """Errors of the launches (``codes[j]`` is plan item ``items[j]``): reduced on the device
+    into ``errors`` when given, else read back now (CodecError naming the first bad image)."""
+    from prepkit.lossless import cuda as cuda_v1
+
+    if errors is not None:
+        cuda_v1.report_errors(codes, plan.image_of_item[items], stream, buffers, errors, "image_of_item")
+        return
+    host = codes.copy_to_host(stream=stream)
+    if stream != 0:
+        stream.synchronize()  # the copy is asynchronous: read only after it is done
+    full = np.zeros(plan.work.shape[0], np.int32)
+    full[items] = host
+    plan_mod.raise_errors(plan, full)
 
 
 def kernel_signatures() -> list[tuple]:

@@ -53,7 +53,8 @@ def check_reader_arguments(
         raise ValueError(f"Reader: Expected rank in [0, {world_size - 1}] (world_size {world_size}). Got {rank}.")  # type: ignore[operator]
     for name, value in (("shuffle", shuffle), ("drop_last", drop_last), ("crop_decode", crop_decode)):
         _flag(name, value)
-    _choice("device", device, ("cpu", "cuda"))
+    if not isinstance(device, str) or not (device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ValueError(f"Reader: Expected device to be 'cpu', 'cuda' or 'cuda:N'. Got {device!r}.")
     _choice("output", output, outputs)
     _choice("on_error", on_error, ("raise", "skip"))
     _choice("mask_mode", mask_mode, ("nearest", "nearest-exact"))

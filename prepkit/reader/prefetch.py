@@ -25,11 +25,13 @@ class _Failure:
 class Prefetcher(Generic[T]):
     """Runs ``produce(number)`` for numbers in ``numbers`` in a daemon thread, ``depth`` ahead."""
 
-    def __init__(self, produce: Callable[[int], T], numbers: range, depth: int = 2, name: str = "prepkit-reader") -> None:
+    def __init__(self, produce: Callable[[int], T], numbers: range, depth: int = 2, name: str = "prepkit-reader",
+                 on_start: Callable[[], None] | None = None) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
         self._produce = produce
         self._numbers = numbers
+        self._on_start = on_start  # run first in the thread (e.g. select its CUDA device)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -44,6 +46,8 @@ class Prefetcher(Generic[T]):
 
     def _run(self) -> None:
         try:
+            if self._on_start is not None:
+                self._on_start()
             for number in self._numbers:
                 if self._stop.is_set():
                     return

@@ -21,23 +21,23 @@ import os
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from prepkit.decode.engine import decode_samples, decoded_nbytes, supports_rois
-from prepkit.decode.packed import PackedImages
+from prepkit.cudart import activate
+from prepkit.decode.engine import decode_samples
 from prepkit.errors import DecodeError, PipelineError, PrepkitError
-from prepkit.reader.arguments import check_reader_arguments
 from prepkit.reader.batch import Batch
+from prepkit.reader.config import OUTPUTS, ReaderConfig
+from prepkit.reader.executors import CpuExecutor, Executor, GpuExecutor
 from prepkit.reader.order import EpochPlan, plan_epoch
+from prepkit.reader.outputs import convert
 from prepkit.reader.prefetch import Prefetcher
 from prepkit.reader.stats import EpochStats
-from prepkit.store.extras import check_pad_value
 from prepkit.store.reader import Store, open_store
 
-OUTPUTS = ("numpy", "torch", "cupy", "dlpack")
+__all__ = ["OUTPUTS", "Reader"]
 
 
 class Reader:
@@ -98,55 +98,23 @@ class Reader:
         cache_limit: int | None = None,
         cache_policy: str = "next-use",
     ) -> None:
-        check_reader_arguments(
-            batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, shuffle=shuffle, drop_last=drop_last,
-            device=device, output=output, outputs=OUTPUTS, on_error=on_error, fields=fields,
+        # Every option checked once, before the store is opened (ReaderConfig).
+        self.config = config = ReaderConfig.build(
+            batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last,
+            device=device, transfer_index=transfer_index, fields=fields, layout=layout, output=output,
             shards_in_use=shards_in_use, gpu_memory_budget=gpu_memory_budget, prefetch=prefetch, threads=threads,
-            transfer_index=transfer_index, mask_mode=mask_mode, crop_decode=crop_decode,
+            on_error=on_error, mask_mode=mask_mode, crop_decode=crop_decode, pad_fields=pad_fields,
             storage_options=storage_options, cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy,
         )
         self.store = self._open(store, storage_options, cache_dir, cache_limit, cache_policy)
-        if "mask" in fields and "mask" not in self.store.fields:
-            raise ValueError(f"Reader: Expected a store with a mask field (fields asks for 'mask'). Got {self.store.path} without one.")
-        schema = self.store.extra_fields
-        unknown = [f for f in fields if f not in ("image", "label", "mask") and f not in schema]
-        if unknown:
-            raise ValueError(f"Reader: Expected fields among image, label, mask and the store's extra fields "
-                             f"{sorted(schema)}. Got {unknown}.")
-        self.extra_names = tuple(f for f in fields if f in schema)
-        self.pad_fields = dict(pad_fields or {})
-        for name, value in self.pad_fields.items():
-            if name not in self.extra_names:
-                raise ValueError(f"Reader: pad_fields: Expected names of extra fields in fields {self.extra_names}. Got {name!r}.")
-            check_pad_value(schema[name], name, value)
-        self.batch_size = int(batch_size)
-        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.rank, self.world_size = int(rank), int(world_size)
-        self.device, self.output, self.on_error = device, output, on_error
-        self.fields = tuple(fields)
-        self.shards_in_use = shards_in_use
-        self.prefetch = prefetch
-        self.threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-        self.mask_mode = mask_mode
-        self.crop_decode = crop_decode
+        config.check_store(self.store)
         self.batch_ops: list[Any] = []
         if not hasattr(transforms, "ops"):  # a list of ops: MixUp / CutMix at its end run per batch
             from prepkit.augment.batch import split_batch_ops
 
             transforms, self.batch_ops = split_batch_ops(transforms)
         self.pipeline = self._make_pipeline(transforms, layout)
-        self.transfer_index = 0 if transfer_index is None else int(transfer_index)
-        self._cpu_part = self._gpu_part = None
-        if self.pipeline is not None and device == "cuda" and self.transfer_index:
-            self._cpu_part, self._gpu_part = self.pipeline.split(self.transfer_index)
-        elif self.transfer_index and device == "cpu":
-            raise PipelineError("transfer_index applies to device='cuda' only")
-        self._stager: Any = None
-        if device == "cuda":
-            from prepkit.reader.gpu import GpuStager
-
-            self._stager = GpuStager(self.store, gpu_memory_budget, use_torch=output == "torch")
-        self._scratch: dict[str, np.ndarray] = {}
+        self.executor: Executor = (GpuExecutor if config.device == "cuda" else CpuExecutor)(self.store, config, self.pipeline)
         self.epoch = 0
         self._next_batch = 0
         self._active: Prefetcher[Any] | None = None
@@ -154,6 +122,33 @@ class Reader:
         self.stats: EpochStats | None = None
         self.history: list[EpochStats] = []
         self.plan(0)  # validates rank, world size and batch size now
+
+    # The options, as attributes (read-only views of self.config).
+    batch_size = property(lambda self: self.config.batch_size)
+    shuffle = property(lambda self: self.config.shuffle)
+    seed = property(lambda self: self.config.seed)
+    drop_last = property(lambda self: self.config.drop_last)
+    rank = property(lambda self: self.config.rank)
+    world_size = property(lambda self: self.config.world_size)
+    device = property(lambda self: self.config.device)
+    device_index = property(lambda self: self.config.device_index)
+    output = property(lambda self: self.config.output)
+    on_error = property(lambda self: self.config.on_error)
+    fields = property(lambda self: self.config.fields)
+    shards_in_use = property(lambda self: self.config.shards_in_use)
+    prefetch = property(lambda self: self.config.prefetch)
+    threads = property(lambda self: self.config.threads)
+    mask_mode = property(lambda self: self.config.mask_mode)
+    crop_decode = property(lambda self: self.config.crop_decode)
+    transfer_index = property(lambda self: self.config.transfer_index)
+    extra_names = property(lambda self: self.config.extra_names)
+    pad_fields = property(lambda self: self.config.pad_fields)
+    _torch_device = property(lambda self: self.config.torch_device)
+
+    @property
+    def _stager(self) -> Any:
+        """The GPU executor's stager (None on the CPU)."""
+        return getattr(self.executor, "stager", None)
 
     @staticmethod
     def _open(store: str | os.PathLike[str] | Store, storage_options: Mapping[str, Any] | None,
@@ -241,7 +236,8 @@ class Reader:
             fetcher.schedule(np.concatenate([plan.indices[start * self.batch_size :], self.plan(self.epoch + 1).indices]),
                              tuple(f for f in self.store.fields if f in self.fields))
             stats.fetch = fetcher.stats
-        prefetcher: Prefetcher[Any] = Prefetcher(lambda n: self._make_batch(plan, n), range(start, len(plan)), depth=self.prefetch)
+        prefetcher: Prefetcher[Any] = Prefetcher(lambda n: self._make_batch(plan, n), range(start, len(plan)), depth=self.prefetch,
+                                                 on_start=self._select_device)
         self._active = prefetcher
         try:
             for batch in prefetcher:
@@ -278,6 +274,12 @@ class Reader:
         self.close()
 
     # -- producing one batch (background thread) ----------------------------------------------
+    def _select_device(self) -> None:
+        """Make the reader's GPU current in the producer thread: numba would attach device 0
+        to it (on a multi-GPU machine every rank would decode on GPU 0)."""
+        if self.device_index is not None:
+            activate(self.device_index)
+
     def _make_batch(self, plan: EpochPlan, number: int) -> tuple[Batch, list[Any] | None]:
         indices = plan.batch(number)
         try:
@@ -290,12 +292,7 @@ class Reader:
 
     def _produce(self, indices: np.ndarray, number: int) -> tuple[Batch, list[Any] | None]:
         labels = self.store.labels[indices]
-        events = None
-        if self.device == "cpu":
-            images = self._cpu_field(indices, "image")
-            masks = self._cpu_field(indices, "mask") if "mask" in self.fields else None
-        else:
-            images, masks, events = self._gpu_batch(indices)
+        images, masks, events = self.executor.produce(indices, self.epoch)
         batch = Batch(images=images, labels=labels, indices=indices, masks=masks, epoch=self.epoch, number=number)
         for name in self.extra_names:
             values, lengths = self.store.extra_columns[name].gather(indices, self.pad_fields.get(name))
@@ -308,145 +305,21 @@ class Reader:
         good = []
         for index in indices.tolist():
             try:
-                for field in ("image", "mask") if "mask" in self.fields else ("image",):
+                for field in self.config.pixel_fields:
                     decode_samples(self.store, [index], field=field, device="cpu")
                 good.append(index)
             except PrepkitError as error:
                 warnings.warn(f"skipping sample {index}: {error}", RuntimeWarning, stacklevel=2)
         return np.array(good, dtype=np.int64)
 
-    def _params(self, pipeline: Any, shapes: np.ndarray, indices: np.ndarray) -> Any:
-        return pipeline.params(shapes, indices, seed=self.seed, epoch=self.epoch)
-
-    def _host_scratch(self, field: str, nbytes: int) -> np.ndarray:
-        buffer = self._scratch.get(field)
-        if buffer is None or buffer.size < nbytes:
-            buffer = np.empty(int(nbytes * 1.25) + 1, dtype=np.uint8)
-            self._scratch[field] = buffer
-        return buffer
-
-    def _crop_plan(self, field: str, indices: np.ndarray) -> tuple[Any, np.ndarray | None, Any]:
-        """(params on the full images, regions to decode or None, params on those regions).
-
-        For lossless samples only the tiles under each sample's source window are decoded
-        (a RandomResizedCrop reads a fraction of the image); the params are then moved
-        into the decoded region's coordinates.
-        """
-        shapes = self.store.field_arrays[field].shapes[indices].astype(np.int32)
-        params = self._params(self.pipeline, shapes, indices)
-        if not (self.crop_decode and supports_rois(self.store, field)):
-            return params, None, params
-        region = params.region.astype(np.int64)
-        rois = np.column_stack([region[:, 0], region[:, 1], region[:, 0] + region[:, 2], region[:, 1] + region[:, 3]])
-        moved = np.array(params.region, copy=True)
-        moved[:, :2] = 0
-        return params, rois, replace(params, region=moved)
-
-    def _cpu_field(self, indices: np.ndarray, field: str) -> Any:
-        if self.pipeline is None:
-            return _stack_or_list(decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads))
-        _, rois, params = self._crop_plan(field, indices)
-        # The decoded pixels only live until the fused kernel has read them: decode into a
-        # buffer reused from batch to batch (fresh memory costs a page fault per 4 KiB).
-        scratch = self._host_scratch(field, decoded_nbytes(self.store, indices, field, rois))
-        packed = decode_samples(self.store, indices, field=field, device="cpu", threads=self.threads, rois=rois, out=scratch)
-        if field == "mask":
-            return self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, params, "cpu", mode=self.mask_mode)
-        return self.pipeline(packed.flat, packed.offsets, packed.shapes, params, "cpu")
-
-    def _gpu_batch(self, indices: np.ndarray) -> tuple[Any, Any, list[Any]]:
-        from numba import cuda
-
-        stager = self._stager
-        events: list[Any] = []
-        masks = None
-        if self.pipeline is None:
-            packed = decode_samples(self.store, indices, device="cuda", stream=stager.streams[0])
-            images = _stack_or_list(packed)
-            if "mask" in self.fields:
-                masks = _stack_or_list(decode_samples(self.store, indices, field="mask", device="cuda", stream=stager.streams[0]))
-            event = cuda.event()
-            event.record(stager.streams[0])
-            return images, masks, [event]
-        if self._cpu_part is not None:
-            return self._gpu_batch_after_cpu_part(indices)
-        full_params, rois, params = self._crop_plan("image", indices)
-        images = self._allocate_output(self.pipeline, len(indices), full_params)
-
-        def augment(packed: PackedImages, span: range, stream: Any) -> None:
-            self._run_on_stream(self.pipeline, packed, _slice_params(params, span), images, span, stream)
-
-        events += stager.run(indices, "image", augment, rois)
-        if "mask" in self.fields:
-            full_mask_params, mask_rois, mask_params = self._crop_plan("mask", indices)
-            masks = self._allocate_output(self.pipeline, len(indices), full_mask_params, dtype="uint8", channels=1)
-
-            def mask(packed: PackedImages, span: range, stream: Any) -> None:
-                target = _device_view(masks)[span.start : span.stop]
-                self.pipeline.apply_mask(packed.flat, packed.offsets, packed.shapes, _slice_params(mask_params, span), "cuda",
-                                         mode=self.mask_mode, out=target, stream=stream)
-
-            events += stager.run(indices, "mask", mask, mask_rois)
-        return images, masks, events
-
-    def _gpu_batch_after_cpu_part(self, indices: np.ndarray) -> tuple[Any, Any, list[Any]]:
-        """Transfer index k > 0: the first k ops in uint8 on the CPU, one copy, the rest on the GPU."""
-        from numba import cuda
-
-        assert self._cpu_part is not None and self._gpu_part is not None, "set when transfer_index > 0"
-        packed = decode_samples(self.store, indices, device="cpu", threads=self.threads)
-        first_params = self._params(self._cpu_part, packed.shapes, indices)
-        flat, offsets, shapes = self._cpu_part.apply_packed(packed.flat, packed.offsets, packed.shapes, first_params)
-        stream = self._stager.streams[0]
-        device_flat = cuda.to_device(flat, stream=stream)
-        second_params = self._params(self._gpu_part, shapes, indices)
-        images = self._allocate_output(self._gpu_part, len(indices), second_params, channels=self._gpu_part.output_channels(int(shapes[0][2])))
-        self._run_on_stream(self._gpu_part, PackedImages(device_flat, offsets, shapes, "cuda"), second_params, images, range(len(indices)), stream)
-        masks = None
-        if "mask" in self.fields:
-            mask_packed = decode_samples(self.store, indices, field="mask", device="cuda", stream=stream)
-            params = self._params(self.pipeline, mask_packed.shapes, indices)
-            masks = self._allocate_output(self.pipeline, len(indices), params, dtype="uint8", channels=1)
-            self.pipeline.apply_mask(mask_packed.flat, mask_packed.offsets, mask_packed.shapes, params, "cuda",
-                                     mode=self.mask_mode, out=_device_view(masks), stream=stream)
-        event = cuda.event()
-        event.record(stream)
-        return images, masks, [event]
-
-    def _run_on_stream(self, pipeline: Any, packed: PackedImages, params: Any, images: Any, span: range, stream: Any) -> None:
-        """The fused kernel for one micro-batch, queued on ``stream`` after its decode."""
-        target = _device_view(images)[span.start : span.stop]
-        pipeline(packed.flat, packed.offsets, packed.shapes, params, "cuda", out=target, stream=stream)
-
-    def _allocate_output(self, pipeline: Any, count: int, params: Any, dtype: str | None = None, channels: int | None = None) -> Any:
-        if channels is None:
-            stored = int(self.store.field_arrays["image"].shapes[0][2]) if len(self.store) else 3
-            channels = pipeline.output_channels(stored)
-        h, w = params.uniform_size()
-        shape = (count, channels, h, w) if pipeline.layout == "NCHW" else (count, h, w, channels)
-        dtype = dtype or pipeline.dtype
-        if self.output == "torch":
-            import torch
-
-            torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "uint8": torch.uint8}[dtype]
-            stream = self._stager.torch_streams[0]
-            if stream is not None:
-                with torch.cuda.stream(stream):
-                    return torch.empty(shape, dtype=torch_dtype, device="cuda")
-            return torch.empty(shape, dtype=torch_dtype, device="cuda")
-        from numba import cuda
-
-        storage = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}[dtype]
-        return cuda.device_array(shape, dtype=storage)
-
     # -- handing over (consumer thread) --------------------------------------------------------
     def _hand_over(self, produced: Any) -> Batch:
         batch, events = produced
-        if events:
-            self._wait(events, batch)
-        if self.batch_ops:
-            self._mix(batch)
-        return self._convert(batch)
+        with self.executor.scope():  # the consumer thread may have another GPU current
+            self.executor.hand_over(events, batch)
+            if self.batch_ops:
+                self._mix(batch)
+            return self._convert(batch)
 
     def _mix(self, batch: Batch) -> None:
         """MixUp / CutMix on the finished batch (on the consumer's stream on the GPU)."""
@@ -461,7 +334,7 @@ class Reader:
             import torch
             from numba import cuda
 
-            stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+            stream = cuda.external_stream(torch.cuda.current_stream(self.device_index).cuda_stream)
             if images.dtype == torch.bfloat16:  # no __cuda_array_interface__ for bfloat16
                 images = images.view(torch.int16)
         labels = batch.labels
@@ -472,106 +345,6 @@ class Reader:
             batch.images = images.view(batch.images.dtype) if dtype == "float16" else images
         batch.labels = labels
 
-    def _wait(self, events: list[Any], batch: Batch) -> None:
-        if self.output == "torch":
-            import torch
-            from numba import cuda
-
-            consumer = torch.cuda.current_stream()
-            numba_consumer = cuda.external_stream(consumer.cuda_stream)
-            for event in events:
-                event.wait(numba_consumer)
-            for tensor in (batch.images, batch.masks):
-                if isinstance(tensor, torch.Tensor):
-                    tensor.record_stream(consumer)  # memory stays reserved until the consumer is done
-        else:
-            for event in events:
-                event.synchronize()
-
     def _convert(self, batch: Batch) -> Batch:
         dtype = getattr(self.pipeline, "dtype", "uint8") if self.pipeline is not None else "uint8"
-        if self.output == "numpy":
-            if self.device == "cpu" and dtype == "float16" and isinstance(batch.images, np.ndarray) and batch.images.dtype == np.uint16:
-                batch.images = batch.images.view(np.float16)
-            return batch
-        if self.output == "torch":
-            import torch
-
-            batch.images = _to_torch(batch.images, dtype)
-            batch.masks = None if batch.masks is None else _to_torch(batch.masks, "uint8")
-            labels = torch.from_numpy(np.asarray(batch.labels))
-            batch.labels = labels.to("cuda", non_blocking=True) if self.device == "cuda" else labels
-            # Numeric extras go where labels go; ragged lists stay lists (of CPU tensors).
-            for name, values in batch.extras.items():
-                if isinstance(values, np.ndarray):
-                    tensor = torch.from_numpy(values)
-                    batch.extras[name] = tensor.to("cuda", non_blocking=True) if self.device == "cuda" else tensor
-                else:
-                    batch.extras[name] = [torch.from_numpy(v) if isinstance(v, np.ndarray) else v for v in values]
-            batch.lengths = {name: torch.from_numpy(lengths) for name, lengths in batch.lengths.items()}
-            return batch
-        if self.output == "dlpack":
-            from prepkit.interop import DLPackArray
-
-            if self.device == "cuda":
-                batch.images = _map(batch.images, DLPackArray)
-                batch.masks = None if batch.masks is None else _map(batch.masks, DLPackArray)
-            return batch
-        import cupy
-
-        batch.images = _map(batch.images, cupy.asarray)
-        batch.masks = None if batch.masks is None else _map(batch.masks, cupy.asarray)
-        return batch
-
-
-def _map(value: Any, function: Any) -> Any:
-    return [function(v) for v in value] if isinstance(value, list) else function(value)
-
-
-def _to_torch(value: Any, dtype: str) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, list):
-        return [_to_torch(v, dtype) for v in value]
-    if isinstance(value, np.ndarray):
-        tensor = torch.from_numpy(value)
-    else:
-        tensor = torch.as_tensor(value, device="cuda")  # __cuda_array_interface__: no copy
-    if dtype == "bfloat16" and tensor.dtype in (torch.uint16, torch.int16):
-        return tensor.view(torch.bfloat16)
-    if dtype == "float16" and tensor.dtype in (torch.uint16, torch.int16):
-        return tensor.view(torch.float16)
-    return tensor
-
-
-def _device_view(array: Any) -> Any:
-    """A numba view of a device output (numba array or torch tensor), writable in place."""
-    try:
-        import torch
-
-        if isinstance(array, torch.Tensor):
-            from numba import cuda
-
-            if array.dtype in (torch.bfloat16, torch.float16):
-                array = array.view(torch.int16)
-            return cuda.as_cuda_array(array)
-    except ImportError:
-        pass
-    return array
-
-
-def _slice_params(params: Any, span: range) -> Any:
-    from dataclasses import fields, replace
-
-    return replace(params, **{f.name: getattr(params, f.name)[span.start : span.stop] for f in fields(params)})
-
-
-def _stack_or_list(packed: PackedImages) -> Any:
-    """Images of one shape become one (N, H, W, C) array; mixed sizes stay a list."""
-    if len(packed) and (packed.shapes == packed.shapes[0]).all():
-        h, w, c = (int(v) for v in packed.shapes[0])
-        total = len(packed) * h * w * c
-        return packed.flat[:total].reshape((len(packed), h, w, c))
-    return packed.to_list()
+        return convert(batch, self.config, dtype)

@@ -69,11 +69,11 @@ def test_erase_kernel_compiles_to_ptx(out) -> None:
 
 def test_batch_op_kernels_compile_to_ptx() -> None:
     f32 = types.float32[:, ::1]
-    ptx, _ = cuda.compile_ptx(kernels.mixup_kernel.py_func, (f32, types.float32, f32), cc=(9, 0))
+    ptx, _ = cuda.compile_ptx(kernels.mixup_kernel.py_func, (f32, types.float32, types.int64, f32), cc=(9, 0))
     assert ".visible .entry" in ptx
     for element in (types.uint8, types.uint16, types.float32):
         array = element[:, ::1]
-        signature = (array, types.int64[::1], types.boolean, types.int64, types.int64, types.int64, array)
+        signature = (array, types.int64[::1], types.boolean, types.int64, types.int64, types.int64, types.int64, array)
         ptx, _ = cuda.compile_ptx(kernels.cutmix_kernel.py_func, signature, cc=(9, 0))
         assert ".visible .entry" in ptx
 

@@ -12,9 +12,10 @@ thread gets), ``identity`` (GPU decode == CPU decode == original on photographs 
 shapes, every tile size, several block sizes, regions, one large batch into a reused
 buffer), ``fuzz`` (mutated streams: CPU and GPU both reject or agree), ``reader`` (the
 GPU Reader against the CPU Reader), ``sanitize`` (compute-sanitizer memcheck, racecheck
-and synccheck on a small decode), ``bench`` (H2D bandwidth, PNG on every core, the
-lossless decoder on the CPU, the public GPU API, the kernel alone, a 2-stream pipeline
-from pinned memory, nvJPEG; each as x PNG(all cores) and % of the measured PCIe bound).
+and synccheck on a small decode), ``bench`` (``prepkit.bench.gpu`` on both image sets:
+PNG on every core, the public GPU API, the pipelined decoder from pinned memory on several
+streams, the kernel alone, the measured H2D bound, the Reader, nvJPEG and HTJ2K; each as
+x PNG(all cores) and % of the PCIe bound; the R/S protocol; tables in OUT/gpu-bench.txt).
 
 Every stage records its own failure and the next one runs; ``OUT/gpucheck.json`` is
 rewritten after each stage (a run cut off by a time limit still leaves its results) and

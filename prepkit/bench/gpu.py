@@ -689,9 +689,10 @@ def run_gpu_benchmark(images: list[np.ndarray], config: GpuBenchConfig,
             from prepkit.bench.reader import build
 
             progress("writing the Reader's store")
-            store = build(images, Path(folder), "lossless", max(count, config.rs_batch), 64)
+            in_store = max(count, config.rs_batch)  # R/S needs at least one full batch
+            store = build(images, Path(folder), "lossless", in_store, 64)
             if config.reader:
-                rows += attempt("reader", lambda: [reader_row(store, count, compressed, config)])
+                rows += attempt("reader", lambda: [reader_row(store, in_store, compressed, config)])
             if config.rs:
                 progress("R/S protocol")
                 try:

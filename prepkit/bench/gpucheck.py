@@ -12,9 +12,10 @@ thread gets), ``identity`` (GPU decode == CPU decode == original on photographs 
 shapes, every tile size, several block sizes, regions, one large batch into a reused
 buffer), ``fuzz`` (mutated streams: CPU and GPU both reject or agree), ``reader`` (the
 GPU Reader against the CPU Reader), ``sanitize`` (compute-sanitizer memcheck, racecheck
-and synccheck on a small decode), ``bench`` (H2D bandwidth, PNG on every core, the
-lossless decoder on the CPU, the public GPU API, the kernel alone, a 2-stream pipeline
-from pinned memory, nvJPEG; each as x PNG(all cores) and % of the measured PCIe bound).
+and synccheck on a small decode), ``bench`` (``prepkit.bench.gpu`` on both image sets:
+PNG on every core, the public GPU API, the pipelined decoder from pinned memory on several
+streams, the kernel alone, the measured H2D bound, the Reader, nvJPEG and HTJ2K; each as
+x PNG(all cores) and % of the PCIe bound; the R/S protocol; tables in OUT/gpu-bench.txt).
 
 Every stage records its own failure and the next one runs; ``OUT/gpucheck.json`` is
 rewritten after each stage (a run cut off by a time limit still leaves its results) and
@@ -24,7 +25,6 @@ rewritten after each stage (a run cut off by a time limit still leaves its resul
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -35,7 +35,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -373,152 +372,32 @@ def stage_sanitize(run: Run, timeout: int) -> dict[str, Any]:
 
 
 # -- benchmarks -----------------------------------------------------------------------
-def _encode_all(images: list[np.ndarray], fmt: str) -> list[bytes]:
-    from PIL import Image
-
-    out = []
-    for image in images:
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(buffer, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
-        out.append(buffer.getvalue())
-    return out
-
-
-def _pillow_decode(data: bytes) -> tuple[int, ...]:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image).shape
-
-
-def bench_h2d(smoke: bool) -> dict[str, float]:
-    """Host-to-device GB/s from pinned and from pageable memory."""
-    from numba import cuda
-
-    size = (16 << 20) if smoke else (512 << 20)
-    pinned = cuda.pinned_array(size, np.uint8)
-    pinned[:] = 1
-    pageable = np.ones(size, np.uint8)
-    device = cuda.device_array(size, np.uint8)
-    stream = cuda.stream()
-    rates = {}
-    for name, host in (("pinned", pinned), ("pageable", pageable)):
-
-        def copy(host: np.ndarray = host) -> None:
-            device.copy_to_device(host, stream=stream)
-            stream.synchronize()
-
-        rates[name] = size / median_seconds(copy, 5) / 1e9
-    return rates
-
-
-def bench_set(run: Run, name: str, images: list[np.ndarray], repeats: int, h2d: dict[str, float]) -> dict[str, Any]:
-    """Every decoder on one image set; rows as images/s and x PNG on every core."""
-    import numba
-    from numba import cuda
-
-    from prepkit import lossless
-    from prepkit.lossless import cuda as lossless_cuda
-    from prepkit.lossless import plan as plan_mod
-
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    count = len(images)
-    raw = sum(image.nbytes for image in images)
-    result: dict[str, Any] = {"images": count, "shape": list(images[0].shape), "threads": threads}
-    with ThreadPoolExecutor(threads) as pool:
-        pngs = _encode_all(images, "PNG")
-        result["png_cpu"] = count / median_seconds(lambda: list(pool.map(_pillow_decode, pngs)), 3)
-    numba.set_num_threads(threads)
-    encoded = [lossless.encode(image) for image in images]
-    result["compressed_per_image"] = sum(len(e) for e in encoded) / count
-    host_out = np.empty(raw, np.uint8)
-    result["lossless_cpu"] = count / median_seconds(lambda: lossless.decode_batch_packed(encoded, "cpu", out=host_out), 3)
-    many = [encoded[i % count] for i in range(repeats)]
-    total = sum(images[i % count].nbytes for i in range(repeats))
-    device_out = cuda.device_array(total, np.uint8)
-    # (A) the public API: validation, pageable copy, kernel, error check.
-    def public_api() -> None:
-        lossless.decode_batch_packed(many, "cuda", out=device_out)
-        _sync()
-
-    result["gpu_api"] = repeats / median_seconds(public_api, 5)
-    # (C) the kernel alone, input already on the device.
-    plan = plan_mod.build(many)
-    device_src, device_work = cuda.to_device(np.ascontiguousarray(plan.src)), cuda.to_device(plan.work)
-    device_errors = cuda.device_array(plan.work.shape[0], np.int32)
-    grid = plan.work.shape[0]
-
-    def kernel_only() -> None:
-        lossless_cuda.decode_kernel[grid, lossless_cuda.THREADS](device_src, device_work, device_out, device_errors)
-        _sync()
-
-    result["gpu_kernel_only"] = repeats / median_seconds(kernel_only, 5)
-    # (B) pipelined: compressed chunks in pinned memory, H2D of chunk k+1 overlapping the
-    # kernel of chunk k on two streams, one sync at the end.
-    chunk = max(1, min(repeats, 16 if images[0].size > 1_000_000 else 128))
-    chunks = []
-    for start in range(0, repeats, chunk):
-        part = plan_mod.build(many[start : start + chunk])
-        pinned_src = cuda.pinned_array(part.src.size, np.uint8)
-        pinned_src[:] = part.src
-        pinned_work = cuda.pinned_array(part.work.shape, np.int64)
-        pinned_work[:] = part.work
-        pinned_work[:, plan_mod.OUT_BASE] += sum(images[i % count].nbytes for i in range(start))
-        chunks.append((pinned_src, pinned_work))
-    streams = [cuda.stream() for _ in range(2)]
-    largest_src = max(c[0].size for c in chunks)
-    largest_work = max(c[1].shape[0] for c in chunks)
-    slots = [(cuda.device_array(largest_src, np.uint8), cuda.device_array((largest_work, plan_mod.N_COLS), np.int64),
-              cuda.device_array(largest_work, np.int32)) for _ in streams]
-
-    def pipelined() -> None:
-        for k, (pinned_src, pinned_work) in enumerate(chunks):
-            stream = streams[k % 2]
-            src, work, errors = slots[k % 2]
-            n = pinned_work.shape[0]
-            src[: pinned_src.size].copy_to_device(pinned_src, stream=stream)
-            work[:n].copy_to_device(pinned_work, stream=stream)
-            lossless_cuda.decode_kernel[n, lossless_cuda.THREADS, stream](src[: pinned_src.size], work[:n], device_out, errors[:n])
-        _sync()
-
-    result["gpu_pipelined_h2d"] = repeats / median_seconds(pipelined, 5)
-    first = device_out.copy_to_host()[: images[0].nbytes]
-    result["pipelined_correct"] = bool(np.array_equal(first, images[0].reshape(-1)))
-    if not result["pipelined_correct"]:
-        run.note(f"FAIL {name}: the pipelined decode wrote wrong pixels")
-    result["pcie_bound"] = h2d["pinned"] * 1e9 / result["compressed_per_image"]
-    try:
-        from prepkit.decode import jpeg as jpeg_module
-
-        if jpeg_module.nvimgcodec_module() is None:
-            raise RuntimeError(jpeg_module.nvimgcodec_error())
-        jpegs = [np.frombuffer(j, np.uint8) for j in _encode_all(images, "JPEG")]
-        decoder = jpeg_module._decoder("cuda")
-        batch = [jpegs[i % count] for i in range(repeats)]
-        def nvjpeg() -> None:
-            decoder.decode(batch)
-            _sync()
-
-        result["nvjpeg_gpu"] = repeats / median_seconds(nvjpeg, 3)
-    except Exception as error:  # a missing nvImageCodec is a skipped row, not a failed check
-        result["nvjpeg_gpu"] = f"skipped: {error}"
-    png = result["png_cpu"]
-    for key in ("lossless_cpu", "gpu_api", "gpu_kernel_only", "gpu_pipelined_h2d", "nvjpeg_gpu", "pcie_bound"):
-        value = result.get(key)
-        if isinstance(value, float):
-            share = f", {100 * value / result['pcie_bound']:.0f}% of PCIe" if key.startswith("gpu") else ""
-            run.note(f"{name} {key}: {value:,.0f} img/s = {value / png:.1f}x PNG({threads} threads){share}")
-    run.note(f"{name} png_cpu: {png:,.0f} img/s (baseline, {threads} threads)")
-    return result
-
-
 def stage_bench(run: Run) -> dict[str, Any]:
-    sets = image_sets(run.smoke)
-    h2d = bench_h2d(run.smoke)
-    run.note(f"H2D: pinned {h2d['pinned']:.1f} GB/s, pageable {h2d['pageable']:.1f} GB/s")
-    results: dict[str, Any] = {"h2d": h2d}
-    results["big"] = bench_set(run, "big" if run.smoke else "2048x1024", sets["big"], 4 if run.smoke else 64, h2d)
-    results["small"] = bench_set(run, "small" if run.smoke else "500x375", sets["small"], 6 if run.smoke else 512, h2d)
+    """prepkit.bench.gpu on both image sets (its reduced mode with --smoke); the tables go to
+    OUT/gpu-bench.txt and the summary."""
+    from prepkit.bench import gpu
+
+    config = gpu.GpuBenchConfig.quick() if run.smoke else gpu.GpuBenchConfig()
+    results: dict[str, Any] = {}
+    tables = []
+    for name, images in gpu.benchmark_images(run.smoke).items():
+        result = gpu.run_gpu_benchmark(images, config, progress=lambda text: print(f"  {text}", flush=True))
+        results[name] = result.record()
+        tables.append(f"== {name}\n{gpu.format_table(result)}")
+        for row in result.rows:
+            if row.skipped:
+                run.note(f"{name} {row.name}: skipped ({row.skipped})")
+            elif row.images_per_s is not None:
+                shares = "".join(f", {text}" for text in (
+                    None if row.x_png is None else f"{row.x_png:.1f}x PNG({config.png_workers or 'all'} cores)",
+                    None if row.pct_pcie is None else f"{row.pct_pcie:.0f}% of PCIe") if text)
+                run.note(f"{name} {row.name}: {row.images_per_s:,.0f} img/s{shares}" + (f" [{row.check}]" if row.check else ""))
+        if result.rs.get("ratio") is not None:
+            run.note(f"{name} R/S: {result.rs['ratio']:.2f} ({result.rs['model']})")
+        run.out.mkdir(parents=True, exist_ok=True)
+        (run.out / "gpu-bench.txt").write_text("\n\n".join(tables) + "\n")
+        run.results["bench"] = results  # a run cut off later still leaves this set
+        run.dump()
     return results
 
 

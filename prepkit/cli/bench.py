@@ -53,14 +53,26 @@ def load_inputs(inputs: tuple[str, ...], limit: int | None) -> list:  # list[np.
 @click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True, help="JPEG quality.")
 @click.option("--no-reader", is_flag=True, help="Leave out the end-to-end Reader measurement.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write one record per measurement to FILE.")
+@click.option("--quick", is_flag=True, help="GPU benchmark in its reduced mode (tiny passes; runs under the CUDA simulator).")
+@click.option("--pass-bytes", type=click.IntRange(1, None), default=None,
+              help="GPU benchmark: compressed bytes per pass [default: 1 GiB; --quick: a few MB].")
+@click.option("--streams", type=click.IntRange(1, 16), default=None, help="GPU benchmark: CUDA streams [default: 3].")
+@click.option("--no-rs", is_flag=True, help="GPU benchmark: leave out the R/S training-step protocol.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write a bar chart (PNG) to FILE; needs matplotlib.")
 def bench_decode(inputs: tuple[str, ...], threads: int, device: str, repeat: int, warmup: int, limit: int | None,
-                 quality: int, no_reader: bool, json_path: str | None, plot_path: str | None) -> None:
+                 quality: int, no_reader: bool, json_path: str | None, quick: bool, pass_bytes: int | None,
+                 streams: int | None, no_rs: bool, plot_path: str | None) -> None:
     """Decode the same images in every format side by side: PNG, JPEG, WebP lossless,
     QOI, raw and prepkit lossless, on the CPU and the GPU, and the Reader end to end.
 
     INPUT is a folder of images, a manifest or a prepkit store (default: the bundled
     sample photos). Each figure is the median of --repeat passes after --warmup.
+
+    With --device cuda or all, the GPU benchmark follows (prepkit.bench.gpu,
+    docs/BENCHMARKS.md): the compressed images repeated to a pass (1 GiB by default) in
+    pinned memory, decoded on several streams; the public API, the pipelined decoder, the
+    kernel alone, the measured H2D bound, the Reader, nvJPEG and HTJ2K (nvImageCodec) and
+    PNG on every core, as x PNG and % of the PCIe bound; then the R/S training-step protocol.
     """
     from prepkit.bench.decode import format_table, plot, run_benchmark
     from prepkit.bench.machine import machine_line
@@ -86,10 +98,27 @@ def bench_decode(inputs: tuple[str, ...], threads: int, device: str, repeat: int
             images, threads=threads, devices=devices, repeat=repeat, warmup=warmup, quality=quality,
             with_reader=not no_reader, progress=lambda text: click.echo(f"  {text}", err=True),
         )
+        gpu_result = None
+        if "cuda" in devices:
+            from prepkit.bench import gpu
+
+            config = gpu.GpuBenchConfig.quick() if quick else gpu.GpuBenchConfig(repeat=repeat, warmup=warmup)
+            config.quality, config.png_workers, config.reader = quality, threads, not no_reader
+            config.rs = config.rs and not no_rs
+            if pass_bytes is not None:
+                config.pass_bytes = pass_bytes
+            if streams is not None:
+                config.streams = streams
+            gpu_result = gpu.run_gpu_benchmark(images, config, progress=lambda text: click.echo(f"  gpu: {text}", err=True))
     click.echo(f"machine: {machine_line(machine)}")
     click.echo(format_table(results))
+    if gpu_result is not None:
+        click.echo("\nGPU benchmark (x PNG: over png-cpu; % PCIe: input bytes/s over the measured H2D bound)")
+        click.echo(gpu.format_table(gpu_result))
     if json_path:
         records = [{"record": "machine", **machine}] + [{"record": "result", **r.record()} for r in results]
+        if gpu_result is not None:
+            records.append({"record": "gpu", **gpu_result.record()})
         Path(json_path).write_text(json.dumps(records, indent=1, default=str))
         click.echo(f"wrote {json_path}")
     if plot_path:

@@ -58,7 +58,8 @@ def _install(job: Callable[[int], Any], parent_pid: int) -> None:
     _JOB = job
 
 
-def _call(index: int) -> Any:
+def call_job(index: int) -> Any:
+    """Run the job a spawn_pool worker was started with on ``index`` (map it over a pool)."""
     assert _JOB is not None, "worker started without a job"
     return _JOB(index)
 
@@ -116,7 +117,7 @@ def run_ordered(
     try:
         pending: deque[Future[T]] = deque()
         for index in indices:
-            pending.append(pool.submit(_call, index))
+            pending.append(pool.submit(call_job, index))
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:

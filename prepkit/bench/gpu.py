@@ -218,7 +218,7 @@ def _png_bytes(image: np.ndarray) -> bytes:
 
 def png_row(images: list[np.ndarray], count: int, workers: int, config: GpuBenchConfig) -> GpuRow:
     """PNG decoded on ``workers`` processes, ``count`` images per pass (the set repeated)."""
-    from prepkit.parallel import _call, spawn_pool, stop_pool
+    from prepkit.parallel import call_job, spawn_pool, stop_pool
 
     try:
         import pyspng  # noqa: F401
@@ -235,9 +235,9 @@ def png_row(images: list[np.ndarray], count: int, workers: int, config: GpuBench
         per_task = max(1, count // (workers * 4))
 
         def one_pass() -> None:
-            list(pool.map(_call, range(count), chunksize=per_task))
+            list(pool.map(call_job, range(count), chunksize=per_task))
 
-        list(pool.map(_call, range(workers)))  # start every worker before timing
+        list(pool.map(call_job, range(workers)))  # start every worker before timing
         row.seconds = _median(one_pass, config.repeat, config.warmup)
         row.check = f"{library} decodes, {count} per pass"
     finally:
@@ -337,10 +337,13 @@ class Slots:
     def __init__(self, chunks: list[Chunk], count: int) -> None:
         from numba import cuda
 
+        from prepkit.cudart import make_stream
+
         def largest(get: Callable[[Chunk], Any]) -> int:
             return max(int(get(c).shape[0]) for c in chunks)
 
-        self.streams = [cuda.stream() for _ in range(count)]
+        # Non-blocking streams (the Reader's): no implicit sync with the legacy default stream.
+        self.streams = [make_stream() for _ in range(count)]
         self.buffers = [{
             "src": cuda.device_array(largest(lambda c: c.src), np.uint8),
             "work": cuda.device_array((largest(lambda c: c.work), chunks[0].work.shape[1]), np.int64),

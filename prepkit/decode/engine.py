@@ -200,8 +200,6 @@ def decode_jpeg(request: DecodeRequest) -> PackedImages:
     return PackedImages(flat, offsets, shapes, "cpu")
 
 
-
-
 def decode_lossless(request: DecodeRequest) -> PackedImages:
     """Lossless layout: prepkit's codec over the whole batch (regions only with rois)."""
     if request.device == "cuda":

@@ -20,8 +20,11 @@ from prepkit.augment import (
     Resize,
     ToDtype,
 )
+from prepkit.cudart import simulated
 
 MEAN, STD = (0.485, 0.456, 0.406, 0.5), (0.229, 0.224, 0.225, 0.25)
+
+SIMULATED = simulated()  # the simulator computes float32 without fused multiply-adds
 
 
 def _pack(images):
@@ -56,7 +59,12 @@ def test_cuda_kernel_equals_cpu_kernel(channels) -> None:
         want = pipe(flat, offsets, shapes, params, device="cpu")
         got = pipe(d_flat, d_offsets, shapes, params, device="cuda").copy_to_host()
         assert got.dtype == want.dtype and got.shape == want.shape
-        if want.dtype == np.uint8:
+        if want.dtype == np.uint8 and not SIMULATED:
+            # A real GPU fuses a * b + c (NVVM's default -fma=1, which numba-cuda cannot turn
+            # off): a value within an ulp of a rounding point may land one level apart.
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+            assert (got == want).mean() > 0.999
+        elif want.dtype == np.uint8:
             np.testing.assert_array_equal(got, want)
         elif pipe.dtype == "bfloat16":  # bit patterns: at most one unit in the last place
             assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
@@ -207,7 +215,12 @@ def test_cuda_colour_stage_equals_cpu(channels, float_stage) -> None:
         want = pipe(flat, offsets, shapes, p)
         got = pipe(d_flat, d_offsets, shapes, p, device="cuda").copy_to_host()
         assert got.dtype == want.dtype
-        if want.dtype == np.uint8:
+        if want.dtype == np.uint8 and not SIMULATED:
+            # A real GPU fuses a * b + c (NVVM's default -fma=1, which numba-cuda cannot turn
+            # off): a value within an ulp of a rounding point may land one level apart.
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+            assert (got == want).mean() > 0.999
+        elif want.dtype == np.uint8:
             np.testing.assert_array_equal(got, want)
         else:
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)

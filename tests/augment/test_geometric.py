@@ -90,7 +90,7 @@ def test_bilinear_and_float_data_close_to_torch(channels, is_u8, fill) -> None:
                 off, total = off + int((diff > 0).sum()), total + diff.size
             else:
                 assert diff.max() <= 2e-5, (where, diff.max())
-    assert off <= total * 0.002, (off, total)
+    assert off <= total * 0.001, (off, total)  # measured: about 0.005%
     # nearest on float data copies values: exact
     image = random_images(3, [(13, 13)], channels)[0].astype(np.float32) / 255
     code, row = geometric_step("Rotate", 33.0, 13, 13, TrivialAugmentWide())

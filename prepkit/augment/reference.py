@@ -198,8 +198,8 @@ def warp(img: np.ndarray, code: int, row: np.ndarray, is_u8: bool) -> np.ndarray
         return _fma(np.broadcast_to(yb, (h, w)), b, np.broadcast_to(xb * a, (h, w))) + c  # its gemm
 
     gx, gy = grid(*row[0:3]), grid(*row[3:6])
-    ix = (gx + _F(1)) * _F(0.5 * w) - _F(0.5)
-    iy = (gy + _F(1)) * _F(0.5 * h) - _F(0.5)
+    ix = _fma(gx + _F(1), _F(0.5 * w), np.full((h, w), _F(-0.5)))  # torch's kernel fuses these
+    iy = _fma(gy + _F(1), _F(0.5 * h), np.full((h, w), _F(-0.5)))
     padded = np.zeros((h + 2, w + 2, channels), np.float32)  # one ring of grid_sample's zeros
     padded[1:-1, 1:-1] = img
     fill = row[wm.WARP_FILL : wm.WARP_FILL + channels]
@@ -224,14 +224,15 @@ def warp(img: np.ndarray, code: int, row: np.ndarray, is_u8: bool) -> np.ndarray
             for (dy, dx), weight in zip(((0, 0), (0, 1), (1, 0), (1, 1)), weights, strict=True):
                 y, x = y0 + dy, x0 + dx
                 inside = (x >= 0) & (x < w) & (y >= 0) & (y < h)
-                total = total + source[np.where(inside, y, -1) + 1, np.where(inside, x, -1) + 1] * weight
+                value = source[np.where(inside, y, -1) + 1, np.where(inside, x, -1) + 1]
+                total = (np.asarray(value, np.float64) * weight + total).astype(np.float32)  # fused, as torch
             return total
 
         out = sample(padded)
         if has_fill:  # the mask: ones sampled the same way
             ones = np.zeros((h + 2, w + 2, 1), np.float32)
             ones[1:-1, 1:-1] = 1
-            out = (out - fill) * sample(ones) + fill
+            out = ((out - fill) * sample(ones)).astype(np.float32) + fill
     out = out.astype(np.float32)
     return np.clip(np.rint(out), 0, 255).astype(np.float32) if is_u8 else out
 

@@ -4,9 +4,9 @@ and rotations), compiled for both the CPU and CUDA kernels.
 Restates torchvision.transforms.v2.functional.affine / rotate on tensors for one output
 pixel: ``_affine_grid`` (pixel centres relative to the image centre, times the inverse
 matrix rescaled by the half size, in float32) then ``grid_sample(align_corners=False,
-padding_mode="zeros")`` with torch's CPU arithmetic: ``(g + 1) * (size / 2) - 0.5``,
-nearest = round half to even, bilinear weights ``(1 - dy)(1 - dx)`` ... summed nw, ne, sw,
-se. The grid's two sums follow torch's CPU ``bmm``: a fused multiply-add chain (its gemm)
+padding_mode="zeros")`` with torch's CPU arithmetic, whose compiled kernel fuses multiply-adds:
+``fma(g + 1, size / 2, -0.5)``, nearest = round half to even, bilinear weights
+``(1 - dy)(1 - dx)`` ... summed nw, ne, sw, se as a chain of fused multiply-adds. The grid's two sums follow torch's CPU ``bmm``: a fused multiply-add chain (its gemm)
 or, for images under 67 pixels, its small-matrix loop of plain float32 sums.
 
 The host computes each step's float32 row (:data:`WARP` values, see ``WARP_*``) in
@@ -65,9 +65,9 @@ def source_point(ox: int, oy: int, h: int, w: int, warp: Any, i: int, k: int, sm
     yb = np.float32(oy) - np.float32(0.5 * (h - 1))
     gx = _grid(xb, yb, warp[i, k, 0], warp[i, k, 1], warp[i, k, 2], small)
     gy = _grid(xb, yb, warp[i, k, 3], warp[i, k, 4], warp[i, k, 5], small)
-    half = np.float32(0.5)
-    ix = mul32(gx + np.float32(1.0), np.float32(0.5 * w)) - half
-    iy = mul32(gy + np.float32(1.0), np.float32(0.5 * h)) - half
+    half = np.float32(-0.5)  # torch's compiled unnormalize fuses (g + 1) * (size / 2) - 0.5
+    ix = fma32(gx + np.float32(1.0), np.float32(0.5 * w), half)
+    iy = fma32(gy + np.float32(1.0), np.float32(0.5 * h), half)
     return ix, iy
 
 
@@ -117,10 +117,12 @@ def _bilinear(
     src: Any, base: int, channels: int, h: int, w: int, y0: int, x0: int, c: int, nw: Value, ne: Value, sw: Value,
     se: Value,
 ) -> Value:  # fmt: skip
-    """Channel c of grid_sample's bilinear value: nw + ne + sw + se, in that order."""
-    return (_corner(src, base, channels, h, w, y0, x0, c) * nw + _corner(src, base, channels, h, w, y0, x0 + 1, c) * ne
-            + _corner(src, base, channels, h, w, y0 + 1, x0, c) * sw
-            + _corner(src, base, channels, h, w, y0 + 1, x0 + 1, c) * se)  # fmt: skip
+    """Channel c of grid_sample's bilinear value: nw + ne + sw + se, in that order, each term
+    after the first fused into the sum (as torch's compiled CPU kernel computes it)."""
+    v = mul32(_corner(src, base, channels, h, w, y0, x0, c), nw)
+    v = fma32(_corner(src, base, channels, h, w, y0, x0 + 1, c), ne, v)
+    v = fma32(_corner(src, base, channels, h, w, y0 + 1, x0, c), sw, v)
+    return fma32(_corner(src, base, channels, h, w, y0 + 1, x0 + 1, c), se, v)
 
 
 @register_jitable
@@ -158,11 +160,14 @@ def warp_pixel(
         v2 = _bilinear(src, base, channels, h, w, y0, x0, 2, nw, ne, sw, se) if channels == 3 else v0
         if has_fill:
             # The mask (ones) sampled the same way; torch: (v - fill) * mask + fill.
-            m = (_inside(h, w, y0, x0) * nw + _inside(h, w, y0, x0 + 1) * ne + _inside(h, w, y0 + 1, x0) * sw
-                 + _inside(h, w, y0 + 1, x0 + 1) * se)  # fmt: skip
-            v0 = (v0 - warp[i, k, WARP_FILL]) * m + warp[i, k, WARP_FILL]
-            v1 = (v1 - warp[i, k, WARP_FILL + 1]) * m + warp[i, k, WARP_FILL + 1]
-            v2 = (v2 - warp[i, k, WARP_FILL + 2]) * m + warp[i, k, WARP_FILL + 2]
+            m = mul32(_inside(h, w, y0, x0), nw)
+            m = fma32(_inside(h, w, y0, x0 + 1), ne, m)
+            m = fma32(_inside(h, w, y0 + 1, x0), sw, m)
+            m = fma32(_inside(h, w, y0 + 1, x0 + 1), se, m)
+            # torch's sub_, mul_, add_: three roundings.
+            v0 = mul32(v0 - warp[i, k, WARP_FILL], m) + warp[i, k, WARP_FILL]
+            v1 = mul32(v1 - warp[i, k, WARP_FILL + 1], m) + warp[i, k, WARP_FILL + 1]
+            v2 = mul32(v2 - warp[i, k, WARP_FILL + 2], m) + warp[i, k, WARP_FILL + 2]
     if is_u8:
         v0, v1, v2 = settle_u8(v0), settle_u8(v1), settle_u8(v2)
     return v0, v1, v2

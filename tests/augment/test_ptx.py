@@ -97,3 +97,7 @@ def test_mask_warp_kernel_compiles_to_ptx() -> None:
                  types.boolean)  # fmt: skip
     ptx, _ = cuda.compile_ptx(kernels.mask_warp_kernel.py_func, signature, cc=(9, 0))
     assert ".visible .entry" in ptx and "bar.sync" in ptx
+    # The grid's products must round on their own, as torch's: NVVM may only have turned them
+    # into fma(a, b, 0) (warp_math.mul32), never fused one into the following add.
+    fused = [line for line in ptx.splitlines() if "fma.rn.f32" in line]
+    assert fused and all(line.rstrip().endswith("0f00000000;") for line in fused), fused

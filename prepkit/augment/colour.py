@@ -14,6 +14,11 @@ Per sample the ops become a row of (code, argument) steps, drawn on the host fro
 four adjustments in a random permutation, TrivialAugmentWide one op, RandAugment
 ``num_ops``. The arithmetic is :mod:`prepkit.augment.colour_math`, shared by both kernels;
 :func:`prepkit.augment.reference.colour` restates it in numpy.
+
+Auto-augment's shears, translations and rotations are steps of the same pass: the host
+computes each one's inverse affine matrix (:func:`geometric_step`, a row of ``Params.colour_warp``)
+and the kernels resample the stage's buffer through it (:mod:`prepkit.augment.warp_math`), reading
+a copy of the image as it was before the step. Masks follow those steps (:func:`warp_masks_cpu`).
 """
 
 from __future__ import annotations
@@ -361,7 +366,7 @@ def colour_cpu(
 ) -> None:  # fmt: skip
     """Run every sample's steps over ``scratch`` (float32, NHWC, uniform size) and write
     ``value * scale + bias``, cast, into the 1-D ``out`` in the output layout. ``warp`` holds
-    the geometric steps' rows (:func:`warp_rows`)."""
+    the geometric steps' rows (``Params.warp_rows()``)."""
     _colour_kernel(
         scratch, np.ascontiguousarray(codes, np.int32), np.ascontiguousarray(args, np.float64),
         np.ascontiguousarray(warp, np.float32), is_u8, channels,

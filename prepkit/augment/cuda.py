@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import config, cuda
 
-from prepkit.augment import bits, channels, colour_math, erasing, sampling
+from prepkit.augment import bits, channels, colour_math, erasing, sampling, warp_math
 from prepkit.augment.cpu import KIND_FLOAT16, KIND_FLOAT32, KIND_UINT8, Plan
 from prepkit.augment.params import Params
 from prepkit.errors import PipelineError
@@ -315,7 +315,8 @@ def mask(
     flat: Any, offsets: Any, shapes: np.ndarray, params: Params, exact: bool, nchw: bool,
     shape: tuple[int, ...], out: Any, out_offsets: np.ndarray, stream: Any = 0, buffers: Any = None,
 ) -> Any:  # fmt: skip
-    """Launch :func:`mask_kernel` on ``stream`` (chunks of images); returns the uint8 output."""
+    """Launch :func:`mask_kernel` on ``stream`` (chunks of images), then :func:`mask_warp_kernel`
+    when auto-augment drew geometric steps; returns the uint8 output."""
     result, target = _device_output(out, shape, np.uint8, (np.uint8,), stream)
     _check_sources(flat, offsets, shapes, params)
     flat, offsets = _device_inputs(flat, offsets, stream, buffers)
@@ -325,6 +326,14 @@ def mask(
         mask_kernel[_grid(params, stop - start), BLOCK, stream](
             flat, offsets[start:stop], d_shapes, region, resized, offset, flip, out_size, exact, nchw, target, d_out_offsets
         )
+    if len(params) and bool((params.colour_op >= warp_math.AFFINE_NEAREST).any()):
+        # One block per image on grid x (limit 2**31 - 1): no chunking needed.
+        n_channels, h, w = (shape[1], shape[2], shape[3]) if nchw else (shape[3], shape[1], shape[2])
+        spare = cuda.device_array(target.shape[0], dtype=np.uint8, stream=stream)
+        mask_warp_kernel[len(params), COLOUR_THREADS, stream](
+            target, spare, cuda.to_device(np.ascontiguousarray(params.colour_op, np.int32), stream=stream),
+            cuda.to_device(params.warp_rows(), stream=stream), n_channels, h, w, nchw,
+        )  # fmt: skip
     return result
 
 
@@ -436,6 +445,10 @@ colour_sharpen = _device(colour_math.sharpen)
 colour_autocontrast_stats = _device(colour_math.autocontrast_stats)
 colour_equalize_lut = _device(colour_math.equalize_lut)
 colour_quantize = _device(colour_math.quantize)
+warp_is_warp = _device(warp_math.is_warp)
+warp_pixel = _device(warp_math.warp_pixel)
+warp_nearest_source = _device(warp_math.nearest_source)
+_SMALL_GRID_PIXELS = warp_math.SMALL_GRID_PIXELS
 
 _STATS = colour_math.STATS  # a global int is a compile-time constant, as shared.array needs
 
@@ -445,7 +458,7 @@ COLOUR_THREADS = 32 if config.ENABLE_CUDASIM else 128
 
 
 @cuda.jit
-def colour_kernel(src, spare, codes, args, is_u8, channels, h, w, ch_scale, ch_bias, kind, nchw, out):
+def colour_kernel(src, spare, codes, args, warp, is_u8, channels, h, w, ch_scale, ch_bias, kind, nchw, out):
     """One block per image: every step of the colour stage in order over the float32 NHWC
     scratch ``src`` (statistics reduced in shared memory between steps), then value ops,
     cast and layout into ``out``. The twin of ``colour._colour_kernel``."""
@@ -464,6 +477,19 @@ def colour_kernel(src, spare, codes, args, is_u8, channels, h, w, ch_scale, ch_b
         arg = args[i, k]
         # code is the same for the whole block, so every thread reaches the same barriers.
         if code == colour_math.IDENTITY:
+            continue
+        if warp_is_warp(code):
+            for p in range(t, pixels * channels, nt):
+                spare[base + p] = src[base + p]
+            cuda.syncthreads()
+            small = pixels < _SMALL_GRID_PIXELS
+            for p in range(t, pixels, nt):
+                v0, v1, v2 = warp_pixel(spare, base, channels, h, w, p % w, p // w, code, warp, i, k, small, is_u8)
+                src[base + p * channels] = v0
+                if channels == 3:
+                    src[base + p * channels + 1] = v1
+                    src[base + p * channels + 2] = v2
+            cuda.syncthreads()
             continue
         if code == colour_math.SHARPNESS:
             if h > 2 and w > 2:
@@ -554,5 +580,34 @@ def _colour(scratch: Any, params: Params, after: Plan, is_u8: bool, shape: tuple
     spare = cuda.device_array(scratch.shape[0], dtype=np.float32, stream=stream)
     colour_kernel[len(params), COLOUR_THREADS, stream](
         scratch, spare, to_device(params.colour_op.astype(np.int32)), to_device(params.colour_arg.astype(np.float64)),
+        to_device(params.warp_rows()),
         is_u8, n_channels, h, w, to_device(after.scale), to_device(after.bias), after.kind, after.nchw, target,
     )  # fmt: skip
+
+
+@cuda.jit
+def mask_warp_kernel(out, spare, codes, warp, channels, h, w, nchw):
+    """One block per mask: its geometric steps in order, nearest, 0 where uncovered (the
+    twin of ``colour._mask_warp_kernel``); ``out`` is uint8 in the output layout."""
+    i = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    pixels = h * w
+    size = pixels * channels
+    base = i * size
+    small = pixels < _SMALL_GRID_PIXELS
+    for k in range(codes.shape[1]):
+        code = codes[i, k]
+        if not warp_is_warp(code):  # the same for the whole block: every thread meets the barriers
+            continue
+        for p in range(t, size, nt):
+            spare[base + p] = out[base + p]
+        cuda.syncthreads()
+        for p in range(t, pixels, nt):
+            q = warp_nearest_source(code, p % w, p // w, h, w, warp, i, k, small)
+            for c in range(channels):
+                value = np.uint8(0)
+                if q >= 0:
+                    value = spare[_out_index(base, c, q // w, q % w, channels, h, w, nchw)]
+                out[_out_index(base, c, p // w, p % w, channels, h, w, nchw)] = value
+        cuda.syncthreads()

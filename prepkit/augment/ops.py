@@ -474,43 +474,88 @@ def _bins(name: str, value: Any) -> int:
     return int(value)
 
 
-@dataclass(frozen=True)
-class TrivialAugmentWide(Op):
-    """torchvision's ``TrivialAugmentWide``: one op of its list with a random magnitude bin.
+def _interpolation(name: str, value: Any) -> str:
+    """"nearest" or "bilinear" from a string or a torchvision InterpolationMode (its ``.value``)."""
+    text = getattr(value, "value", value)
+    if isinstance(text, str) and text.lower() in ("nearest", "bilinear"):
+        return text.lower()
+    raise PipelineError(f"{name}.interpolation: Expected 'nearest' or 'bilinear' (InterpolationMode). Got {value!r}.")
 
-    Only the ops prepkit computes exactly are in the list (Identity, Brightness, Color,
-    Contrast, Sharpness, Posterize, Solarize, AutoContrast, Equalize): torchvision's shears,
-    translations and rotation need an affine sampler and are left out, so each remaining
-    op is drawn with probability 1/9 instead of 1/14. No ``interpolation`` / ``fill``.
-    """
 
-    num_magnitude_bins: int = 31
+def _fill(name: str, value: Any) -> tuple[float, ...] | None:
+    """torchvision's fill: None (zero padding), a number, or one number per channel."""
+    if value is None:
+        return None
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    if not 1 <= len(values) <= 3 or not all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+        for v in values
+    ):
+        raise PipelineError(f"{name}.fill: Expected None, a number or 1 to 3 finite numbers. Got {value!r}.")
+    return tuple(float(v) for v in values)
+
+
+class _AutoAugment(Op):
+    """What TrivialAugmentWide and RandAugment share: the op list, ``interpolation`` and ``fill``."""
+
+    interpolation: Any
+    fill: Any
 
     changes_values: ClassVar[bool] = True
     colour_stage: ClassVar[bool] = True
-    draws: ClassVar[int] = 3  # op, bin, sign
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "num_magnitude_bins", _bins("TrivialAugmentWide", self.num_magnitude_bins))
+    def _check_geometry_args(self) -> None:
+        name = type(self).__name__
+        object.__setattr__(self, "interpolation", _interpolation(name, self.interpolation))
+        object.__setattr__(self, "fill", _fill(name, self.fill))
 
     def output_spec(self, spec: Spec) -> Spec:
         _check_colour_op(self, spec)
+        if self.fill is not None and spec.channels is not None and len(self.fill) not in (1, spec.channels):
+            raise PipelineError(
+                f"{type(self).__name__}.fill: Expected 1 or {spec.channels} values for {spec.channels}-channel "
+                f"images. Got {len(self.fill)}."
+            )
         return spec
 
 
 @dataclass(frozen=True)
-class RandAugment(Op):
+class TrivialAugmentWide(_AutoAugment):
+    """torchvision's ``TrivialAugmentWide``: one op of its 14 with a random magnitude bin.
+
+    The list is torchvision's (Identity, ShearX, ShearY, TranslateX, TranslateY, Rotate,
+    Brightness, Color, Contrast, Sharpness, Posterize, Solarize, AutoContrast, Equalize),
+    each drawn with probability 1/14, with its magnitudes (shear 0..0.99, translation
+    0..32 px, rotation 0..135 degrees, signed). The geometric ops sample with
+    ``interpolation`` ("nearest" or "bilinear") and put ``fill`` (None: zeros; a number or
+    one per channel) where they uncover the image, as torchvision's affine / rotate.
+    """
+
+    num_magnitude_bins: int = 31
+    interpolation: Any = "nearest"
+    fill: Any = None
+
+    draws: ClassVar[int] = 3  # op, bin, sign
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_magnitude_bins", _bins("TrivialAugmentWide", self.num_magnitude_bins))
+        self._check_geometry_args()
+
+
+@dataclass(frozen=True)
+class RandAugment(_AutoAugment):
     """torchvision's ``RandAugment``: ``num_ops`` ops of its list at bin ``magnitude``.
 
-    Same op list as :class:`TrivialAugmentWide` (no geometric ops; see there).
+    Same op list, ``interpolation`` and ``fill`` as :class:`TrivialAugmentWide`, with
+    RandAugment's magnitudes (shear 0..0.3, translation 0..150/331 of the image size,
+    rotation 0..30 degrees).
     """
 
     num_ops: int = 2
     magnitude: int = 9
     num_magnitude_bins: int = 31
-
-    changes_values: ClassVar[bool] = True
-    colour_stage: ClassVar[bool] = True
+    interpolation: Any = "nearest"
+    fill: Any = None
 
     def __post_init__(self) -> None:
         bins = _bins("RandAugment", self.num_magnitude_bins)
@@ -519,10 +564,7 @@ class RandAugment(Op):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= hi:
                 raise PipelineError(f"RandAugment.{name}: Expected an int in [0, {hi}]. Got {value!r}.")
             object.__setattr__(self, name, int(value))
-
-    def output_spec(self, spec: Spec) -> Spec:
-        _check_colour_op(self, spec)
-        return spec
+        self._check_geometry_args()
 
 
 def _bool(name: str, value: Any) -> bool:

@@ -45,6 +45,8 @@ class Params:
     colour_op: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))
     #: float64[N, K]: each step's argument (factor, hue shift, bits or solarize magnitude).
     colour_arg: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float64))
+    #: float32[N, K, 10]: each geometric step's row (warp_math.WARP_*; zeros for colour steps).
+    colour_warp: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 10), np.float32))
 
     def __len__(self) -> int:
         return int(self.flip.shape[0])
@@ -67,6 +69,13 @@ class Params:
                 f"Resize((h, w))). Got sizes {[tuple(map(int, s)) for s in sizes[:4]]}."
             )
         return int(sizes[0][0]), int(sizes[0][1])
+
+    def warp_rows(self) -> np.ndarray:
+        """``colour_warp``, or zeros shaped like ``colour_op`` when it was not drawn (Params
+        built by hand with colour steps only)."""
+        if self.colour_warp.shape[:2] == self.colour_op.shape:
+            return np.ascontiguousarray(self.colour_warp, dtype=np.float32)
+        return np.zeros((*self.colour_op.shape, 10), np.float32)
 
 
 def _random_resized_crop_boxes(
@@ -173,6 +182,7 @@ def compute_params(
     flipped = np.zeros(n, bool)
     erase, erase_key = np.zeros((n, 4), np.int32), np.zeros(n, np.uint64)
     colour_op, colour_arg = [np.zeros((n, 0), np.int32)], [np.zeros((n, 0))]
+    colour_warp = [np.zeros((n, 0, 10), np.float32)]
 
     def crop(top: np.ndarray, left: np.ndarray, ch: np.ndarray, cw: np.ndarray) -> None:
         nonlocal y0, x0, rh, rw, oy, ox, cur_h, cur_w
@@ -220,9 +230,11 @@ def compute_params(
         elif op.colour_stage:
             from prepkit.augment import colour  # lazy: colour imports cpu, which imports this module
 
-            codes, args = colour.steps(op, rng.uniform(seed, epoch, indices, stream, colour.draws(op)))
+            u = rng.uniform(seed, epoch, indices, stream, colour.draws(op))
+            codes, args, warp = colour.steps(op, u, cur_h, cur_w)
             colour_op.append(codes)
             colour_arg.append(args)
+            colour_warp.append(warp)
         # Value ops (ToDtype, Normalize) do not touch the geometry.
 
     if res_h is None:
@@ -238,4 +250,5 @@ def compute_params(
         erase_key=erase_key,
         colour_op=np.ascontiguousarray(np.concatenate(colour_op, axis=1), dtype=np.int32),
         colour_arg=np.ascontiguousarray(np.concatenate(colour_arg, axis=1), dtype=np.float64),
+        colour_warp=np.ascontiguousarray(np.concatenate(colour_warp, axis=1), dtype=np.float32),
     )

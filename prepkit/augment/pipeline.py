@@ -270,11 +270,12 @@ class Pipeline:
             flat, offsets = _host_inputs(flat, offsets, shapes_h)
             if self.has_colour:
                 colour.check_channels(channels)
+                colour.check_fill(self.ops, channels)
                 before, after = self.colour_plans(channels)
                 scratch = np.empty(target.shape[0], np.float32)
                 cpu.augment(flat, offsets, shapes_h, params, before, scratch, out_offsets)
                 h, w = params.uniform_size()
-                colour.colour_cpu(scratch, params.colour_op, params.colour_arg, self.colour_dtype == "uint8",
+                colour.colour_cpu(scratch, params.colour_op, params.colour_arg, params.warp_rows(), self.colour_dtype == "uint8",
                                   channels, h, w, after.scale, after.bias, after.kind, after.nchw, target)  # fmt: skip
             else:
                 cpu.augment(flat, offsets, shapes_h, params, plan, target, out_offsets)
@@ -289,6 +290,7 @@ class Pipeline:
         stage = None
         if self.has_colour:
             colour.check_channels(channels)
+            colour.check_fill(self.ops, channels)
             stage = (*self.colour_plans(channels), self.colour_dtype == "uint8")
         return cuda_kernels.augment(
             flat, offsets, shapes_h, params, plan, shape, self.dtype, out, out_offsets, stream, erase, stage, buffers
@@ -308,7 +310,10 @@ class Pipeline:
     ) -> Any:
         """Apply the same geometry to masks (usually 1 channel) with nearest sampling.
 
-        No value ops, uint8 out, shaped (N, C, h, w) or (N, h, w, C) by the layout.
+        No value ops, uint8 out, shaped (N, C, h, w) or (N, h, w, C) by the layout. The
+        geometric steps of TrivialAugmentWide / RandAugment (shears, translations, rotations)
+        move the masks as they move the images, with nearest sampling and 0 where the mask is
+        uncovered (torchvision's auto-augment refuses masks; prepkit keeps them aligned).
         ``mode="nearest"`` picks pixel floor(r * s), what torchvision v2 does to masks;
         ``"nearest-exact"`` picks floor((r + 0.5) * s), centred like the bilinear image.
         ``buffers``: as for ``__call__``.
@@ -321,6 +326,9 @@ class Pipeline:
             result, target = _host_output(out, shape, "uint8")
             flat, offsets = _host_inputs(flat, offsets, shapes_h)
             cpu.mask(flat, offsets, shapes_h, params, exact, self.layout == "NCHW", target, out_offsets)
+            if colour.has_warp(params.colour_op):
+                h, w = params.uniform_size()
+                colour.warp_masks_cpu(target, params.colour_op, params.warp_rows(), channels, h, w, self.layout == "NCHW")
             return result
         _check_device(device)
         from prepkit.augment import cuda as cuda_kernels

@@ -180,16 +180,80 @@ def _equalize(img: np.ndarray, is_u8: bool) -> np.ndarray:
     return out if is_u8 else out * _F(1.0 / 255)
 
 
-def colour(image: np.ndarray, codes: np.ndarray, args: np.ndarray, is_u8: bool) -> np.ndarray:
-    """The colour stage's steps on one float32 HWC image (1 or 3 channels), in order."""
+def warp(img: np.ndarray, code: int, row: np.ndarray, is_u8: bool) -> np.ndarray:
+    """A geometric step of the colour stage on one float32 HWC image: torchvision's affine
+    grid (pixel centres about the image centre times ``row``'s rescaled inverse matrix, the
+    two sums as torch's CPU bmm rounds them) and grid_sample, or a rot90 fast path."""
+    from prepkit.augment import warp_math as wm
+
+    if code in (wm.ROTATE_90, wm.ROTATE_180, wm.ROTATE_270):
+        return np.ascontiguousarray(np.rot90(img, {wm.ROTATE_90: 1, wm.ROTATE_180: 2, wm.ROTATE_270: 3}[code]))
+    h, w, channels = img.shape
+    xb = (np.arange(w, dtype=np.float32) - _F(0.5 * (w - 1)))[None, :]
+    yb = (np.arange(h, dtype=np.float32) - _F(0.5 * (h - 1)))[:, None]
+
+    def grid(a: np.float32, b: np.float32, c: np.float32) -> np.ndarray:
+        if h * w < wm.SMALL_GRID_PIXELS:  # torch's small-matrix loop
+            return (xb * a + yb * b) + c
+        return _fma(np.broadcast_to(yb, (h, w)), b, np.broadcast_to(xb * a, (h, w))) + c  # its gemm
+
+    gx, gy = grid(*row[0:3]), grid(*row[3:6])
+    ix = _fma(gx + _F(1), _F(0.5 * w), np.full((h, w), _F(-0.5)))  # torch's kernel fuses these
+    iy = _fma(gy + _F(1), _F(0.5 * h), np.full((h, w), _F(-0.5)))
+    padded = np.zeros((h + 2, w + 2, channels), np.float32)  # one ring of grid_sample's zeros
+    padded[1:-1, 1:-1] = img
+    fill = row[wm.WARP_FILL : wm.WARP_FILL + channels]
+    has_fill = row[wm.WARP_HAS_FILL] != 0
+    if code == wm.AFFINE_NEAREST:
+        x, y = np.rint(ix).astype(np.int64), np.rint(iy).astype(np.int64)
+        inside = (x >= 0) & (x < w) & (y >= 0) & (y < h)
+        out = np.where(inside[..., None], padded[np.where(inside, y, -1) + 1, np.where(inside, x, -1) + 1], _F(0))
+        if has_fill:
+            out = np.where(inside[..., None], out, fill)
+    else:
+        x0, y0 = np.floor(ix), np.floor(iy)
+        we, no = ix - x0, iy - y0
+        ea, so = _F(1) - we, _F(1) - no
+        x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
+
+        weights = ((so * ea)[..., None], (so * we)[..., None], (no * ea)[..., None], (no * we)[..., None])
+
+        def sample(source: np.ndarray) -> np.ndarray:
+            """grid_sample's nw + ne + sw + se of a zero-ringed image."""
+            total = np.zeros((h, w, source.shape[-1]), np.float32)
+            for (dy, dx), weight in zip(((0, 0), (0, 1), (1, 0), (1, 1)), weights, strict=True):
+                y, x = y0 + dy, x0 + dx
+                inside = (x >= 0) & (x < w) & (y >= 0) & (y < h)
+                value = source[np.where(inside, y, -1) + 1, np.where(inside, x, -1) + 1]
+                total = (np.asarray(value, np.float64) * weight + total).astype(np.float32)  # fused, as torch
+            return total
+
+        out = sample(padded)
+        if has_fill:  # the mask: ones sampled the same way
+            ones = np.zeros((h + 2, w + 2, 1), np.float32)
+            ones[1:-1, 1:-1] = 1
+            out = ((out - fill) * sample(ones)).astype(np.float32) + fill
+    out = out.astype(np.float32)
+    return np.clip(np.rint(out), 0, 255).astype(np.float32) if is_u8 else out
+
+
+def colour(
+    image: np.ndarray, codes: np.ndarray, args: np.ndarray, is_u8: bool, warps: np.ndarray | None = None
+) -> np.ndarray:
+    """The colour stage's steps on one float32 HWC image (1 or 3 channels), in order;
+    ``warps`` (float32[K, WARP]) holds the geometric steps' rows."""
     from prepkit.augment import colour_math as cm
+    from prepkit.augment import warp_math as wm
 
     img = image.astype(np.float32).copy()
     bound = _F(255 if is_u8 else 1)
     rgb = img.shape[-1] == 3
-    for code, arg in zip(codes, args, strict=True):
+    for k, (code, arg) in enumerate(zip(codes, args, strict=True)):
         ratio, rest = _F(arg), _F(1.0 - arg)
-        if code == cm.BRIGHTNESS:
+        if wm.is_warp(code):
+            assert warps is not None, "a geometric step needs its warp row"
+            img = warp(img, int(code), warps[k], is_u8)
+        elif code == cm.BRIGHTNESS:
             img = _settle(img * ratio, bound, is_u8)
         elif code == cm.CONTRAST:
             values = _gray(img, is_u8) if rgb else img[..., 0]

@@ -82,9 +82,22 @@ def test_batch_op_kernels_compile_to_ptx() -> None:
 def test_colour_kernel_compiles_to_ptx(out) -> None:
     f32 = types.float32[::1]
     signature = (
-        f32, f32, types.int32[:, ::1], types.float64[:, ::1], types.boolean, types.int64, types.int64, types.int64,
+        f32, f32, types.int32[:, ::1], types.float64[:, ::1], types.float32[:, :, ::1], types.boolean, types.int64,
+        types.int64, types.int64,
         f32, f32, types.int64, types.boolean, out[::1],
     )  # fmt: skip
     ptx, _ = cuda.compile_ptx(kernels.colour_kernel.py_func, signature, cc=(9, 0))
     assert ".visible .entry" in ptx and "sm_90" in ptx
     assert "bar.sync" in ptx  # the block synchronises between steps
+
+
+def test_mask_warp_kernel_compiles_to_ptx() -> None:
+    u8 = types.uint8[::1]
+    signature = (u8, u8, types.int32[:, ::1], types.float32[:, :, ::1], types.int64, types.int64, types.int64,
+                 types.boolean)  # fmt: skip
+    ptx, _ = cuda.compile_ptx(kernels.mask_warp_kernel.py_func, signature, cc=(9, 0))
+    assert ".visible .entry" in ptx and "bar.sync" in ptx
+    # The grid's products must round on their own, as torch's: NVVM may only have turned them
+    # into fma(a, b, 0) (warp_math.mul32), never fused one into the following add.
+    fused = [line for line in ptx.splitlines() if "fma.rn.f32" in line]
+    assert fused and all(line.rstrip().endswith("0f00000000;") for line in fused), fused

@@ -297,16 +297,26 @@ def equalize(img: torch.Tensor) -> torch.Tensor:
     return out if dtype == torch.uint8 else _to_dtype(out, "float32", True)
 
 
-#: torchvision's auto-augment op names prepkit implements (its geometric ones are left out).
-AUTO_OPS = ("Identity", "Brightness", "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")
+#: torchvision's auto-augment op names (v2 ``_AUGMENTATION_SPACE``), in its order.
+AUTO_OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
+            "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")  # fmt: skip
+_SIGNED = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness")
 
 
-def auto_magnitudes(name: str, bins: int, wide: bool) -> torch.Tensor | None:
+def auto_magnitudes(name: str, bins: int, wide: bool, height: int = 1, width: int = 1) -> torch.Tensor | None:
     """torchvision's _AUGMENTATION_SPACE tables (TrivialAugmentWide if ``wide``, else RandAugment)."""
     import torch
 
     if name in ("Brightness", "Color", "Contrast", "Sharpness"):
         return torch.linspace(0.0, 0.99 if wide else 0.9, bins)
+    if name in ("ShearX", "ShearY"):
+        return torch.linspace(0.0, 0.99 if wide else 0.3, bins)
+    if name == "TranslateX":
+        return torch.linspace(0.0, 32.0 if wide else 150.0 / 331.0 * width, bins)
+    if name == "TranslateY":
+        return torch.linspace(0.0, 32.0 if wide else 150.0 / 331.0 * height, bins)
+    if name == "Rotate":
+        return torch.linspace(0.0, 135.0 if wide else 30.0, bins)
     if name == "Posterize":
         return (8 - (torch.arange(bins) / ((bins - 1) / (6 if wide else 4)))).round().int()
     if name == "Solarize":
@@ -314,8 +324,114 @@ def auto_magnitudes(name: str, bins: int, wide: bool) -> torch.Tensor | None:
     return None
 
 
-def auto_apply(img: torch.Tensor, name: str, magnitude: float) -> torch.Tensor:
-    """_apply_image_or_video_transform for the ops above."""
+def get_inverse_affine_matrix(center, angle: float, translate, scale: float, shear) -> list[float]:
+    """_get_inverse_affine_matrix: the inverse of T * C * RotateScaleShear * C^-1, in Python floats."""
+    rot = math.radians(angle)
+    sx, sy = math.radians(shear[0]), math.radians(shear[1])
+    cx, cy = center
+    tx, ty = translate
+    cos_sy, tan_sx = math.cos(sy), math.tan(sx)
+    rot_minus_sy = rot - sy
+    cx_plus_tx, cy_plus_ty = cx + tx, cy + ty
+    a = math.cos(rot_minus_sy) / cos_sy
+    b = -(a * tan_sx + math.sin(rot))
+    c = math.sin(rot_minus_sy) / cos_sy
+    d = math.cos(rot) - c * tan_sx
+    matrix = [d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0]
+    matrix[2] += cx - matrix[0] * cx_plus_tx - matrix[1] * cy_plus_ty
+    matrix[5] += cy - matrix[3] * cx_plus_tx - matrix[4] * cy_plus_ty
+    return matrix
+
+
+def affine_grid(theta: torch.Tensor, w: int, h: int, ow: int, oh: int) -> torch.Tensor:
+    """_affine_grid: pixel centres (relative to the centre) times theta, normalised after."""
+    import torch
+
+    base_grid = torch.empty(1, oh, ow, 3, dtype=theta.dtype)
+    base_grid[..., 0].copy_(torch.linspace((1.0 - ow) * 0.5, (ow - 1.0) * 0.5, steps=ow))
+    base_grid[..., 1].copy_(torch.linspace((1.0 - oh) * 0.5, (oh - 1.0) * 0.5, steps=oh).unsqueeze_(-1))
+    base_grid[..., 2].fill_(1)
+    rescaled_theta = theta.transpose(1, 2).div_(torch.tensor([0.5 * w, 0.5 * h], dtype=theta.dtype))
+    return base_grid.view(1, oh * ow, 3).bmm(rescaled_theta).view(1, oh, ow, 2)
+
+
+def apply_grid_transform(img: torch.Tensor, grid: torch.Tensor, mode: str, fill) -> torch.Tensor:
+    """_apply_grid_transform: grid_sample (zeros padding), a ones channel as the fill mask."""
+    import torch
+    from torch.nn.functional import grid_sample
+
+    shape = img.shape
+    img = img.reshape(-1, *shape[-3:])
+    fp = img.dtype == grid.dtype
+    float_img = img if fp else img.to(grid.dtype)
+    if fill is not None:
+        mask = torch.ones((img.shape[0], 1, *shape[-2:]), dtype=float_img.dtype)
+        float_img = torch.cat((float_img, mask), dim=1)
+    float_img = grid_sample(float_img, grid, mode=mode, padding_mode="zeros", align_corners=False)
+    if fill is not None:
+        float_img, mask = torch.tensor_split(float_img, indices=(-1,), dim=-3)
+        mask = mask.expand_as(float_img)
+        fill_list = fill if isinstance(fill, (tuple, list)) else [float(fill)]
+        fill_img = torch.tensor(fill_list, dtype=float_img.dtype).view(1, -1, 1, 1)
+        if mode == "nearest":
+            float_img = torch.where(mask < 0.5, fill_img.expand_as(float_img), float_img)
+        else:
+            float_img = float_img.sub_(fill_img).mul_(mask).add_(fill_img)
+    img = float_img.round_().to(img.dtype) if not fp else float_img
+    return img.reshape(shape)
+
+
+def affine(img: torch.Tensor, angle: float, translate, scale: float, shear, interpolation: str, fill, center=None):
+    """affine_image on a CHW tensor."""
+    import torch
+
+    height, width = img.shape[-2:]
+    center_f = [0.0, 0.0]
+    if center is not None:
+        center_f = [(c - s * 0.5) for c, s in zip(center, [width, height], strict=True)]
+    matrix = get_inverse_affine_matrix(center_f, float(angle), [float(t) for t in translate], scale, shear)
+    dtype = img.dtype if torch.is_floating_point(img) else torch.float32
+    theta = torch.tensor(matrix, dtype=dtype).reshape(1, 2, 3)
+    grid = affine_grid(theta, w=width, h=height, ow=width, oh=height)
+    return apply_grid_transform(img, grid, interpolation, fill)
+
+
+def rotate(img: torch.Tensor, angle: float, interpolation: str, fill) -> torch.Tensor:
+    """rotate_image (expand=False, centre): rot90 fast paths, else the affine grid with -angle."""
+    import torch
+
+    angle = angle % 360
+    if angle == 0:
+        return img.clone()
+    if angle == 180:
+        return torch.rot90(img, k=2, dims=(-2, -1))
+    if img.shape[-1] == img.shape[-2]:
+        if angle == 90:
+            return torch.rot90(img, k=1, dims=(-2, -1))
+        if angle == 270:
+            return torch.rot90(img, k=3, dims=(-2, -1))
+    height, width = img.shape[-2:]
+    matrix = get_inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0])
+    dtype = img.dtype if torch.is_floating_point(img) else torch.float32
+    theta = torch.tensor(matrix, dtype=dtype).reshape(1, 2, 3)
+    grid = affine_grid(theta, w=width, h=height, ow=width, oh=height)
+    return apply_grid_transform(img, grid, interpolation, fill)
+
+
+def auto_apply(img: torch.Tensor, name: str, magnitude: float, interpolation: str = "nearest", fill=None) -> torch.Tensor:
+    """_apply_image_or_video_transform."""
+    if name == "ShearX":
+        shear = [math.degrees(math.atan(magnitude)), 0.0]
+        return affine(img, 0.0, [0, 0], 1.0, shear, interpolation, fill, center=[0, 0])
+    if name == "ShearY":
+        shear = [0.0, math.degrees(math.atan(magnitude))]
+        return affine(img, 0.0, [0, 0], 1.0, shear, interpolation, fill, center=[0, 0])
+    if name == "TranslateX":
+        return affine(img, 0.0, [int(magnitude), 0], 1.0, [0.0, 0.0], interpolation, fill)
+    if name == "TranslateY":
+        return affine(img, 0.0, [0, int(magnitude)], 1.0, [0.0, 0.0], interpolation, fill)
+    if name == "Rotate":
+        return rotate(img, magnitude, interpolation, fill)
     if name == "Brightness":
         return adjust_brightness(img, 1.0 + magnitude)
     if name == "Color":
@@ -335,15 +451,16 @@ def auto_apply(img: torch.Tensor, name: str, magnitude: float) -> torch.Tensor:
     return img
 
 
-def _auto_pick(img: torch.Tensor, u_op: float, bins: int, chosen_bin: int, u_sign: float, wide: bool) -> torch.Tensor:
+def _auto_pick(img: torch.Tensor, op, u_op: float, chosen_bin: int, u_sign: float, wide: bool) -> torch.Tensor:
     name = AUTO_OPS[int(u_op * len(AUTO_OPS))]
-    table = auto_magnitudes(name, bins, wide)
+    height, width = img.shape[-2:]
+    table = auto_magnitudes(name, op.num_magnitude_bins, wide, height, width)
     magnitude = 0.0
     if table is not None:
         magnitude = float(table[chosen_bin])
-        if name in ("Brightness", "Color", "Contrast", "Sharpness") and u_sign <= 0.5:
+        if name in _SIGNED and u_sign <= 0.5:
             magnitude *= -1
-    return auto_apply(img, name, magnitude)
+    return auto_apply(img, name, magnitude, op.interpolation, None if op.fill is None else list(op.fill))
 
 
 def colour_op(op, img: torch.Tensor, u: np.ndarray) -> torch.Tensor:
@@ -358,10 +475,10 @@ def colour_op(op, img: torch.Tensor, u: np.ndarray) -> torch.Tensor:
         return img
     if isinstance(op, TrivialAugmentWide):
         bins = op.num_magnitude_bins
-        return _auto_pick(img, u[0], bins, int(u[1] * bins), u[2], wide=True)
+        return _auto_pick(img, op, u[0], int(u[1] * bins), u[2], wide=True)
     assert isinstance(op, RandAugment)
     for k in range(op.num_ops):
-        img = _auto_pick(img, u[2 * k], op.num_magnitude_bins, op.magnitude, u[2 * k + 1], wide=False)
+        img = _auto_pick(img, op, u[2 * k], op.magnitude, u[2 * k + 1], wide=False)
     return img
 
 

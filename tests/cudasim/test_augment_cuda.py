@@ -224,3 +224,36 @@ def test_cuda_colour_stage_equals_cpu(channels, float_stage) -> None:
             np.testing.assert_array_equal(got, want)
         else:
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [(7, 7), (9, 8)], ids=["small-grid", "gemm-grid"])  # under / over 67 pixels
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+def test_cuda_geometric_steps_equal_cpu(size, interpolation) -> None:
+    from dataclasses import replace
+
+    from prepkit.augment import TrivialAugmentWide
+    from prepkit.augment.colour import geometric_step
+
+    h, w = size
+    rs = np.random.default_rng(h)
+    images = [rs.integers(0, 256, (10, 11, 3), dtype=np.uint8) for _ in range(3)]
+    flat, offsets, shapes = _pack(images)
+    op = TrivialAugmentWide(interpolation=interpolation, fill=(250, 3, 128) if interpolation == "bilinear" else None)
+    steps = [[("ShearX", 0.5), ("Rotate", 90.0)], [("TranslateY", -3.7), ("Rotate", 33.0)],
+             [("ShearY", -0.3), ("Rotate", -180.0)]]  # fmt: skip
+    rows = [[geometric_step(name, m, h, w, op) for name, m in sample] for sample in steps]
+    for float_stage in (False, True):
+        to_float = ToDtype("float32", scale=True)
+        ops = [Resize(size), to_float, op] if float_stage else [Resize(size), op, to_float]
+        pipe = Pipeline(ops, layout="NHWC")
+        params = replace(
+            pipe.params(shapes, [0, 1, 2]),
+            colour_op=np.array([[code for code, _ in sample] for sample in rows], np.int32),
+            colour_arg=np.zeros((3, 2)), colour_warp=np.array([[row for _, row in sample] for sample in rows]),
+        )  # fmt: skip
+        want = pipe(flat, offsets, shapes, params)
+        got = pipe(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda").copy_to_host()
+        np.testing.assert_array_equal(got, want)
+        masks = pipe.apply_mask(flat, offsets, shapes, params)
+        got_masks = pipe.apply_mask(cuda.to_device(flat), cuda.to_device(offsets), shapes, params, device="cuda")
+        np.testing.assert_array_equal(got_masks.copy_to_host(), masks)

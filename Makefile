@@ -60,6 +60,9 @@ bench: setup
 	$(PY) -m prepkit.bench.crop
 	$(PY) -m prepkit.bench.reader
 	$(PY) -m prepkit.bench.remote
+	$(PY) -m prepkit.bench.hostprep --make-store out/hostprep --images 64 --version 2
+	$(PY) -m prepkit.bench.hostprep out/hostprep/lossless --batch 64 --threads 2 --json out/hostprep.json
+	$(PY) -m prepkit.bench.hostprep out/hostprep/lossless --batch 64 --threads 2 --crop 224 --json out/hostprep-crop.json
 	$(PY) recipes/l3_comparison.py --out out/l3
 
 # The GPU machine (Python 3.12, CUDA 13, torch/numba/numba-cuda/CuPy installed; no zarr and no

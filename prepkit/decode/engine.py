@@ -248,7 +248,8 @@ def lossless_host_plan(store: Store, indices: Indices, field: str, shapes: np.nd
     against the recorded shapes, tables validated and the work table built in numba
     (prepkit.lossless.hostplan), the stored bytes (only the tile rows of ``rois``) gathered
     from the shard memory maps into ``pinned`` by ``threads`` threads. Returns the Plan the
-    CUDA kernels take; raises DecodeError naming the bad sample.
+    CUDA kernels take (without packed v2 decode tables: the device expands them); raises
+    DecodeError naming the bad sample.
 
     The plan's tables live in this thread's reused workspace until its next call: the
     caller copies them to the device first (a copy from pageable memory has read them when
@@ -260,7 +261,7 @@ def lossless_host_plan(store: Store, indices: Indices, field: str, shapes: np.nd
         space = _host_plan_space.space = hostplan.Workspace()
     try:
         return hostplan.store_plan(store, indices, field, shapes, rois, staging=pinned, threads=threads,
-                                   timings=timings, workspace=space)
+                                   timings=timings, workspace=space, pack_tables=False)
     except CodecError as error:
         raise DecodeError(f"{store.path}: {error}") from None
 

@@ -42,6 +42,7 @@ from prepkit.lossless import plan as plan_mod
 
 i32 = np.int32
 u32 = np.uint32
+PROB_SCALE = f2.PROB_SCALE
 u64 = np.uint64
 WARP = 32
 FULL_MASK = 0xFFFFFFFF
@@ -399,6 +400,43 @@ def decode_kernel(src, work, dec, empty, out, errors):
         errors[item] = 0
 
 
+@cuda.jit
+def expand_tables_kernel(freq, cum, dec):
+    """Packed decode tables on the device: one block per table, thread v writes the slots of
+    symbol v (cum[v] .. cum[v] + freq[v] - 1) as decode_table does; an empty table (all
+    frequencies 0) becomes 0 in every slot. The host then copies 2 KiB per table (freq, cum)
+    instead of 16 KiB, and never builds the 4096-slot tables itself."""
+    t = cuda.blockIdx.x
+    v = cuda.threadIdx.x
+    base = t * PROB_SCALE
+    if cum[t, 256] == 0:
+        per = PROB_SCALE // 256
+        for k in range(per):
+            dec[base + v * per + k] = u32(0)
+        return
+    f = freq[t, v]
+    start = cum[t, v]
+    packed = u32(v) | (u32(f - 1) << u32(8))
+    for j in range(f):
+        dec[base + start + j] = packed | (u32(j) << u32(20))
+
+
+def device_tables(plan: plan_mod.Plan, buffers: Any, stream: Any) -> Any:
+    """The plan's packed decode tables on the device: copied when the host built them
+    (plan.dec), else expanded there from freq/cum (expand_tables_kernel)."""
+    from prepkit.lossless import cuda as cuda_v1
+
+    n_tables = plan.freq.shape[0]
+    if plan.dec is not None or n_tables == 0:
+        return cuda_v1.upload(buffers, "dec", decode_table(plan), stream)
+    freq = cuda_v1.upload(buffers, "freq", np.ascontiguousarray(plan.freq, np.int32), stream)
+    cum = cuda_v1.upload(buffers, "cum", np.ascontiguousarray(plan.cum, np.int32), stream)
+    dec = cuda_v1.device_scratch(buffers, "dec", n_tables * PROB_SCALE, np.uint32, stream)
+    for start, stop in cuda_v1.chunks(n_tables, cuda_v1.MAX_GRID_X):
+        expand_tables_kernel[stop - start, 256, stream](freq[start:stop], cum[start:stop], dec[start * PROB_SCALE :])
+    return dec
+
+
 def decode_table(plan: plan_mod.Plan) -> np.ndarray:
     """uint32 (n_tables * 4096): symbol | (f - 1) << 8 | (slot - cum) << 20 per (table, slot),
     the CPU decoder's packed table (cpu_v2.decode_table), flat. One load per decoded symbol
@@ -452,7 +490,7 @@ def decode_plan(
         # All-v2 batches (the usual case) launch on the plan's own table: no gather of it.
         whole = v2_items.size == n_items
         work = cuda_v1.upload(buffers, "work", plan.work if whole else plan.work[v2_items], stream)
-        dec = cuda_v1.upload(buffers, "dec", decode_table(plan), stream)
+        dec = device_tables(plan, buffers, stream)
         empty = cuda_v1.upload(buffers, "empty", np.asarray(plan.empty, np.int32).reshape(-1)
                                if plan.empty.size else np.zeros(1, np.int32), stream)
         shared = shared_bytes(plan.work if whole else plan.work[v2_items])

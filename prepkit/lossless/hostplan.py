@@ -124,9 +124,10 @@ def _read_headers(src, starts, stops, rows, info):
 
 
 @njit(nogil=True, cache=True)
-def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row):
+def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
     """format_v2.parse_tables on src[pos:end] (same refusals, step for step), writing tables
-    row .. row + n_tables - 1 of freq/cum and their packed decode table into dec."""
+    row .. row + n_tables - 1 of freq/cum and, with ``pack``, their packed decode table into
+    dec (the GPU path builds it on the device from freq/cum instead: cuda_v2.expand_tables)."""
     length = end - pos
     data = src[pos:end]
     p = np.int64(0)
@@ -198,19 +199,19 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row):
         return False
     for t in range(n_tables):
         run = np.int64(0)
-        table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE]
+        table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE] if pack else dec[:0]
         for v in range(256):
             cum[row + t, v] = run
             f = np.int64(freq[row + t, v])
-            if f:
+            if f and pack:
                 # cuda_v2.decode_table: symbol | (f - 1) << 8 | (slot - cum) << 20
                 packed = np.uint32(v | ((f - 1) << 8))
                 slots = table[run : run + f]  # a view indexed from 0: the loop vectorises
                 for j in range(f):
                     slots[j] = packed | np.uint32(j << 20)
-                run += f
+            run += f
         cum[row + t, 256] = run
-        if run == 0:  # an empty table: 0 in every slot (flagged through plan.empty)
+        if run == 0 and pack:  # an empty table: 0 in every slot (flagged through plan.empty)
             table[:] = 0
     return True
 
@@ -288,7 +289,8 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
 
 
 @njit(nogil=True, cache=True)
-def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner, segs, freq, cum, dec, errors, staged):
+def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner, segs, freq, cum, dec, pack, errors,
+                   staged):
     """Validate the tables of every sample in ``rows`` and fill its work items and copy
     segments (lay: the bases _layout computed). A sample's staged bytes are its whole stream
     (at lay[r, L_DST], final offsets), or with ``crop`` the tile rows of its region back to
@@ -318,7 +320,7 @@ def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner,
             if size < at + 4 * (n + 1):
                 continue
             n_tables = info[r, I_SETS] * f2.CONTEXTS
-            if not _parse_tables(src, s + f2.HEADER_SIZE, s + at, n_tables, freq, cum, dec, lay[r, L_TABLE]):
+            if not _parse_tables(src, s + f2.HEADER_SIZE, s + at, n_tables, freq, cum, dec, lay[r, L_TABLE], pack):
                 continue
             if not _tile_table(src, s, size, at, n, offsets) or not _check_v2(
                 src, s, size, h, w, c, t, tiles_x, n, info[r, I_SETS], offsets
@@ -568,14 +570,17 @@ def header_error(sources: Sources, info: np.ndarray, position: int) -> CodecErro
 
 def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, staging: np.ndarray | None = None,
                threads: int = 1, timings: dict[str, float] | None = None,
-               workspace: Workspace | None = None) -> plan_mod.Plan:
+               workspace: Workspace | None = None, pack_tables: bool = True) -> plan_mod.Plan:
     """Validate the tables of every sample (headers already checked: info[:, I_ERR] == 0),
     build the work table and gather the bytes the plan reads into ``staging`` (used when large
     enough, else a fresh buffer). With ``rois`` (int64 (n, 4), checked) only the tile rows each
     region touches are copied. Raises CodecError("image {position}: ...") like plan.build.
     ``timings["gather"]`` and ``["gather_cpu"]`` (when given) grow by the wall and CPU (all
     threads) seconds spent copying. With a ``workspace`` the plan's tables are views of its
-    reused buffers (valid until its next use): fresh memory costs a page fault per 4 KiB."""
+    reused buffers (valid until its next use): fresh memory costs a page fault per 4 KiB.
+    Without ``pack_tables`` the plan carries no packed v2 decode tables (``plan.dec`` None):
+    the CUDA decoder expands them on the device from freq/cum, 16 KiB per table less to write
+    and copy."""
     n = info.shape[0]
     crop = rois is not None
     c = info[:, I_C]
@@ -591,14 +596,14 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
     segs = space.take("segs", (total_segs, 4), np.int64)
     freq = space.take("freq", (total_tables, 256), np.int32)
     cum = space.take("cum", (total_tables, 257), np.int32)
-    dec = space.take("dec", (max(total_tables * f2.PROB_SCALE, 1),), np.uint32)
+    dec = space.take("dec", (max(total_tables * f2.PROB_SCALE if pack_tables else 0, 1),), np.uint32)
     if total_tables == 0:
         dec[0] = 0  # what cuda_v2.decode_table gives for no tables
     errors = np.zeros(n, np.int64)
     staged = np.zeros(n, np.int64)
     for array, rows in zip(sources.arrays, sources.groups, strict=True):
         _validate_fill(array, sources.starts, sources.stops, rows, info, regions, crop, lay, work, owner, segs,
-                       freq, cum, dec, errors, staged)
+                       freq, cum, dec, pack_tables, errors, staged)
     bad = np.flatnonzero(errors)
     if bad.size:
         i = int(bad[0])
@@ -626,7 +631,8 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
     empty = (cum[:, 256] == 0).astype(np.int32)
     versions = frozenset(int(v) for v in np.unique(info[:, I_VERSION]).tolist()) if total_items else frozenset()
     return plan_mod.Plan(src, work, owner, lay[:, L_OUT].copy(), shapes, out_shapes, total_out, freq, cum,
-                         np.zeros((0, f2.PROB_SCALE), np.uint8), empty, dec=dec, known_versions=versions)
+                         np.zeros((0, f2.PROB_SCALE), np.uint8), empty, dec=dec if pack_tables else None,
+                         known_versions=versions)
 
 
 def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] | None = None,
@@ -659,7 +665,8 @@ def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] 
 
 def store_plan(store: Any, indices: Sequence[int] | np.ndarray, field: str, shapes: np.ndarray,
                rois: np.ndarray | None, staging: np.ndarray | None = None, threads: int | None = None,
-               timings: dict[str, float] | None = None, workspace: Workspace | None = None) -> plan_mod.Plan:
+               timings: dict[str, float] | None = None, workspace: Workspace | None = None,
+               pack_tables: bool = True) -> plan_mod.Plan:
     """The GPU path's host work for a batch of a lossless store: headers checked against the
     recorded ``shapes`` (DecodeError naming the sample), ``rois`` checked (check_rois), tables
     validated, work table built and the stored bytes gathered into ``staging`` (see build_plan
@@ -680,4 +687,4 @@ def store_plan(store: Any, indices: Sequence[int] | np.ndarray, field: str, shap
         raise DecodeError(f"{where}: Expected a stored image of the recorded shape {tuple(recorded[i].tolist())}. "
                           f"Got {tuple(found[i].tolist())}.")
     regions = None if rois is None else check_rois(rois, shapes, [int(v) for v in np.asarray(indices).reshape(-1)])
-    return build_plan(sources, info, regions, staging, threads or default_threads(), timings, workspace)
+    return build_plan(sources, info, regions, staging, threads or default_threads(), timings, workspace, pack_tables)

@@ -202,3 +202,19 @@ def test_differential_fuzz_runs_clean() -> None:
     report = fuzz_lossless_cuda(seconds=3.0, seed=7)
     assert report.cases > 0
     assert report.findings == [], report.findings[:2]
+
+
+def test_decode_tables_expanded_on_the_device_equal_the_host_ones() -> None:
+    """expand_tables_kernel (what the GPU Reader uses: its host plan carries no packed tables)
+    against the CPU decoder's packed tables, empty tables included (the mask's contexts)."""
+    from numba import cuda
+
+    from prepkit.lossless import cpu_v2, cuda_v2
+    from prepkit.lossless import plan as plan_mod
+
+    plan = plan_mod.build(_small_streams()[:10])
+    assert plan.empty.any() and not plan.empty.all()  # both kinds of table are covered
+    want = cpu_v2.decode_table(plan).reshape(-1)
+    plan.dec = None
+    got = cuda_v2.device_tables(plan, None, cuda.default_stream()).copy_to_host()
+    np.testing.assert_array_equal(got, want)

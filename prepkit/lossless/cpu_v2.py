@@ -128,6 +128,7 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals):
             total += costs[best_p]
         if best_cost < 0 or total < best_cost:
             best_cost = total
+            choice_row[9] = total
             choice_row[0] = colour
             for k in range(c):
                 choice_row[1 + k] = preds[k]
@@ -138,6 +139,79 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals):
                         same &= planes[k, y, x] == first
                 choice_row[5 + k] = same
                 const_vals[k] = first
+
+
+# Columns of the encoder's per-tile choice rows: colour, predictors 0-3, constant flags 0-3,
+# the coded choice's bit-length cost, then the palette candidate: palette size P (0: none),
+# index predictor, its bit-length cost.
+COL_COST, COL_PAL_SIZE, COL_PAL_PRED, COL_PAL_COST = 9, 10, 11, 12
+N_CHOICE = 13
+MAX_PALETTE = 64  # as reference_v2.MAX_PALETTE
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _packed(image, y, x, c):
+    """The pixel as one integer, channel 0 most significant (reference_v2.pack_colours)."""
+    v = np.int64(0)
+    for k in range(c):
+        v = (v << 8) | np.int64(image[y, x, k])
+    return v
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
+    """Palette indices of the tile into padded[1:th+1, 1:tw+1] (binary search in the sorted
+    colours); row 0 and column 0 stay 0."""
+    c = image.shape[2]
+    for y in range(th):
+        for x in range(tw):
+            v = _packed(image, y0 + y, x0 + x, c)
+            lo = 0
+            hi = n_colours - 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if colours[mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            padded[y + 1, x + 1] = lo
+    for x in range(tw + 1):
+        padded[0, x] = 0
+    for y in range(th + 1):
+        padded[y, 0] = 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _choose_palette(image, y0, x0, th, tw, padded, choice_row, colours):
+    """The palette candidate (reference_v2.choose_palette): colours[:P] sorted, P, the index
+    predictor and its cost into choice_row; P = 0 when the tile has more than MAX_PALETTE colours."""
+    c = image.shape[2]
+    n_colours = 0
+    choice_row[COL_PAL_SIZE] = 0
+    for y in range(th):
+        for x in range(tw):
+            v = _packed(image, y0 + y, x0 + x, c)
+            j = n_colours - 1
+            while j >= 0 and colours[j] > v:  # insertion into the sorted list
+                j -= 1
+            if j >= 0 and colours[j] == v:
+                continue
+            if n_colours == MAX_PALETTE:
+                return
+            for q in range(n_colours, j + 1, -1):
+                colours[q] = colours[q - 1]
+            colours[j + 1] = v
+            n_colours += 1
+    _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
+    costs = np.zeros(4, np.int64)
+    _predictor_costs(padded, th, tw, costs)
+    best_p = 0
+    for p in range(1, 4):
+        if costs[p] < costs[best_p]:
+            best_p = p
+    choice_row[COL_PAL_SIZE] = n_colours
+    choice_row[COL_PAL_PRED] = best_p
+    choice_row[COL_PAL_COST] = costs[best_p]
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -174,10 +248,16 @@ def _tile_symbols(image, y0, x0, th, tw, choice_row, planes, out, o):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_tables(syms, s0, n, choice_row, c, plane, n_sets, tables):
+def _tile_tables(syms, s0, n, choice_row, c, plane, n_sets, tables, pal):
     """Table index (A4: set * 4 + context of the symbol 64 earlier) of the tile's n symbols
-    syms[s0 : s0 + n], into tables[:n]."""
+    syms[s0 : s0 + n], into tables[:n]; pal: the palette tile's index plane (set C)."""
     i = 0
+    if pal:
+        s4 = min(c, n_sets - 1) * 4
+        for _ in range(plane):
+            tables[i] = s4 + (CONTEXT_OF[syms[s0 + i - 64]] if i >= 64 else 0)
+            i += 1
+        return
     for k in range(c):
         if choice_row[5 + k]:
             continue
@@ -197,13 +277,42 @@ def _lanes_log2(estimate):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _choose_all(image, tile, choices, const_vals, planes):
+def _choose_all(image, tile, choices, const_vals, planes, colours):
     h, w = image.shape[0], image.shape[1]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
             _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i])
+            _choose_palette(image, y0, x0, th, tw, planes[chunk, 0], choices[i], colours[i])
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _palette_symbols(image, y0, x0, th, tw, choice_row, colours, padded, out, o):
+    """The palette candidate's index symbols (row-major, zig-zag residuals) at out[o:]."""
+    _index_plane(image, y0, x0, th, tw, colours, choice_row[COL_PAL_SIZE], padded)
+    p = choice_row[COL_PAL_PRED]
+    wl = np.int32(p & 1)
+    wu = np.int32(p >> 1)
+    wul = wl * wu
+    n = o
+    for y in range(1, th + 1):
+        for x in range(1, tw + 1):
+            pred = wl * padded[y, x - 1] + wu * padded[y - 1, x] - wul * padded[y - 1, x - 1]
+            out[n] = ZIGZAG[(padded[y, x] - pred) & 255]
+            n += 1
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, planes):
+    h, w = image.shape[0], image.shape[1]
+    chunks = planes.shape[0]
+    for chunk in prange(chunks):
+        for i in range(chunk, choices.shape[0], chunks):
+            if choices[i, COL_PAL_SIZE]:
+                y0, x0, th, tw = _tile_box(i, tile, h, w)
+                _palette_symbols(image, y0, x0, th, tw, choices[i], colours[i], planes[chunk, 0], psyms,
+                                 psym_start[i])
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
@@ -217,8 +326,16 @@ def _symbols_all(image, tile, choices, sym_start, syms, planes):
             _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _source(i, pick, sym_start, syms, psym_start, psyms):
+    """(symbols array, first, count) of tile i's picked choice (pick[i]: 1 palette, 0 coded)."""
+    if pick[i]:
+        return psyms, psym_start[i], psym_start[i + 1] - psym_start[i]
+    return syms, sym_start[i], sym_start[i + 1] - sym_start[i]
+
+
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _count_all(h, w, c, tile, choices, keep, n_sets, sym_start, syms, counts, tables):
+def _count_all(h, w, c, tile, choices, keep, pick, n_sets, sym_start, syms, psym_start, psyms, counts, tables):
     """Histograms per (table, symbol), one per chunk (summed by the caller)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
@@ -226,34 +343,77 @@ def _count_all(h, w, c, tile, choices, keep, n_sets, sym_start, syms, counts, ta
             if not keep[i]:
                 continue
             _, _, th, tw = _tile_box(i, tile, h, w)
-            s0 = sym_start[i]
-            n = sym_start[i + 1] - s0
-            _tile_tables(syms, s0, n, choices[i], c, th * tw, n_sets, tables[chunk])
+            src, s0, n = _source(i, pick, sym_start, syms, psym_start, psyms)
+            _tile_tables(src, s0, n, choices[i], c, th * tw, n_sets, tables[chunk], pick[i])
             # Four interleaved histograms: runs of one symbol (masks, flat areas) would
             # otherwise make every increment wait for the previous one.
             for j in range(n):
-                counts[chunk, j & 3, tables[chunk, j], syms[s0 + j]] += 1
+                counts[chunk, j & 3, tables[chunk, j], src[s0 + j]] += 1
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_all(h, w, c, tile, choices, n_sets, cost, sizes, sym_start, syms, tables):
-    """Estimated coded size in bytes of every tile (reference_v2.estimate)."""
+def _estimate_all(h, w, c, tile, choices, pick, n_sets, cost, sizes, sym_start, syms, psym_start, psyms, tables):
+    """Estimated coded size in bytes of every tile's picked choice (reference_v2.estimate)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             _, _, th, tw = _tile_box(i, tile, h, w)
-            s0 = sym_start[i]
-            n = sym_start[i + 1] - s0
-            size = 2 + c
-            for k in range(c):
-                size += choices[i, 5 + k]
+            src, s0, n = _source(i, pick, sym_start, syms, psym_start, psyms)
+            if pick[i]:
+                size = 4 + choices[i, COL_PAL_SIZE] * c
+            else:
+                size = 2 + c
+                for k in range(c):
+                    size += choices[i, 5 + k]
             if n:
-                _tile_tables(syms, s0, n, choices[i], c, th * tw, n_sets, tables[chunk])
+                _tile_tables(src, s0, n, choices[i], c, th * tw, n_sets, tables[chunk], pick[i])
                 total = 0
                 for j in range(n):
-                    total += cost[tables[chunk, j], syms[s0 + j]]
+                    total += cost[tables[chunk, j], src[s0 + j]]
                 size += (4 << _lanes_log2(total)) + total // 128
             sizes[i] = size
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit):
+    """Interleaved rANS of syms[s0 : s0 + n] (tables[:n] their tables): lane states then
+    words at out[pos:]. Returns (new pos, lanes log2), or (-1, 0) when the body would
+    reach `limit` (the caller then writes the raw tile)."""
+    total = 0
+    for j in range(n):
+        total += cost[tables[j], syms[s0 + j]]
+    log2 = _lanes_log2(total)
+    lanes = 1 << log2
+    states = np.empty(MAX_LANES, np.int64)
+    for j in range(lanes):
+        states[j] = STATE_LOW
+    n_words = 0
+    for i in range(n - 1, -1, -1):
+        packed = coder[tables[i], syms[s0 + i]]
+        f = packed & 0xFFFF
+        j = i & (lanes - 1)
+        x = states[j]
+        # Renormalise without a branch: the word is always written, kept when emitted.
+        emit = np.int64(x >= (f << (32 - PROB_BITS)))
+        words[n_words] = x & 0xFFFF
+        n_words += emit
+        x >>= 16 * emit
+        # x < 2^32 and f <= 4096: the float64 quotient is exact enough that its floor is
+        # x // f (a 64-bit integer division costs several times more).
+        q = np.int64(np.float64(x) / np.float64(f))
+        states[j] = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
+    if pos + 4 * lanes + 2 * n_words >= limit:
+        return -1, 0
+    for j in range(lanes):
+        x = states[j]
+        for b in range(4):
+            out[pos] = (x >> (8 * b)) & 255
+            pos += 1
+    for w in range(n_words - 1, -1, -1):
+        out[pos] = words[w] & 255
+        out[pos + 1] = words[w] >> 8
+        pos += 2
+    return pos, log2
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -277,45 +437,39 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, coder, cost,
             pos += 1
     log2 = 0
     if n:
-        _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables)
-        total = 0
-        for j in range(n):
-            total += cost[tables[j], syms[s0 + j]]
-        log2 = _lanes_log2(total)
-        lanes = 1 << log2
-        states = np.empty(MAX_LANES, np.int64)
-        for j in range(lanes):
-            states[j] = STATE_LOW
-        n_words = 0
-        for i in range(n - 1, -1, -1):
-            packed = coder[tables[i], syms[s0 + i]]
-            f = packed & 0xFFFF
-            j = i & (lanes - 1)
-            x = states[j]
-            # Renormalise without a branch: the word is always written, kept when emitted.
-            emit = np.int64(x >= (f << (32 - PROB_BITS)))
-            words[n_words] = x & 0xFFFF
-            n_words += emit
-            x >>= 16 * emit
-            # x < 2^32 and f <= 4096: the float64 quotient is exact enough that its floor is
-            # x // f (a 64-bit integer division costs several times more).
-            q = np.int64(np.float64(x) / np.float64(f))
-            states[j] = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
-        if pos + 4 * lanes + 2 * n_words - base >= raw_len:
+        _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables, False)
+        pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len)
+        if pos < 0:
             return _raw_tile(image, y0, x0, th, tw, out, base)
-        for j in range(lanes):
-            x = states[j]
-            for b in range(4):
-                out[pos] = (x >> (8 * b)) & 255
-                pos += 1
-        for w in range(n_words - 1, -1, -1):
-            out[pos] = words[w] & 255
-            out[pos + 1] = words[w] >> 8
-            pos += 2
     if pos - base >= raw_len:
         return _raw_tile(image, y0, x0, th, tw, out, base)
     out[base] = f2.TILE_CODED
     out[base + 1] = choice[0] | (log2 << 4)
+    return pos - base
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, coder, cost, out, base,
+                         syms, s0, n, tables, words):
+    """Write one palette tile (A2 mode 2) at out[base:]; return its length (raw when not smaller)."""
+    c = image.shape[2]
+    raw_len = 1 + th * tw * c
+    n_colours = choice[COL_PAL_SIZE]
+    if 4 + n_colours * c >= raw_len:  # nothing written past the raw tile's room
+        return _raw_tile(image, y0, x0, th, tw, out, base)
+    out[base + 2] = n_colours - 1
+    out[base + 3] = 1 | (choice[COL_PAL_PRED] << 2) | (min(c, n_sets - 1) << 4)
+    pos = base + 4
+    for q in range(n_colours):
+        for k in range(c):
+            out[pos] = (colours[q] >> (8 * (c - 1 - k))) & 255
+            pos += 1
+    _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables, True)
+    pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len)
+    if pos < 0:
+        return _raw_tile(image, y0, x0, th, tw, out, base)
+    out[base] = f2.TILE_PALETTE
+    out[base + 1] = log2 << 4
     return pos - base
 
 
@@ -333,14 +487,19 @@ def _raw_tile(image, y0, x0, th, tw, out, base):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_all(image, tile, choices, const_vals, keep, n_sets, coder, cost, out, starts, lengths,
-                sym_start, syms, tables, words):
+def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, coder, cost, out, starts, lengths,
+                sym_start, syms, psym_start, psyms, tables, words):
     h, w = image.shape[0], image.shape[1]
     chunks = tables.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
-            if keep[i]:
+            if keep[i] and pick[i]:
+                s0 = psym_start[i]
+                lengths[i] = _encode_palette_tile(image, y0, x0, th, tw, choices[i], colours[i], n_sets, coder,
+                                                  cost, out, starts[i], psyms, s0, psym_start[i + 1] - s0,
+                                                  tables[chunk], words[chunk])
+            elif keep[i]:
                 s0 = sym_start[i]
                 lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], n_sets, coder, cost,
                                           out, starts[i], syms, s0, sym_start[i + 1] - s0, tables[chunk],
@@ -381,24 +540,47 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
     n = header.n_tiles
     chunks = numba.get_num_threads() if cpu.use_parallel(n) else 1
     scr = _encode_scratch(chunks)
-    choices = np.zeros((n, 9), np.int64)
+    choices = np.zeros((n, N_CHOICE), np.int64)
     const_vals = np.zeros((n, 4), np.int64)
-    _choose_all(image, tile, choices, const_vals, scr.planes)
+    colours = np.zeros((n, MAX_PALETTE), np.int64)
+    _choose_all(image, tile, choices, const_vals, scr.planes, colours)
     th, tw = fmt.tile_geometry(header)
     n_coded = c - choices[:, 5 : 5 + c].sum(axis=1)
     sym_start = np.zeros(n + 1, np.int64)
     np.cumsum(n_coded * th * tw, out=sym_start[1:])
     syms = np.empty(int(sym_start[-1]), np.uint8)
     _symbols_all(image, tile, choices, sym_start, syms, scr.planes)
-    n_sets = c
+    n_colours = choices[:, COL_PAL_SIZE]
+    first = (n_colours > 0) & (choices[:, COL_PAL_COST] + 8 * n_colours * c < choices[:, COL_COST])
+    psym_start = np.zeros(n + 1, np.int64)
+    if first.any():
+        np.cumsum(np.where(n_colours > 0, th * tw, 0), out=psym_start[1:])
+    psyms = np.empty(int(psym_start[-1]), np.uint8)
+    symbols = (sym_start, syms, psym_start, psyms)
     keep = np.ones(n, np.bool_)
-    freq = _tables(h, w, c, tile, choices, keep, n_sets, sym_start, syms, scr.tables)
+    pick = np.zeros(n, np.bool_)
+    n_sets = c
+    if first.any():
+        # As reference_v2.encode: a first guess gives tables (index planes in set C); each
+        # candidate then takes the smaller estimate; set C stays only if a palette tile does.
+        _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes)
+        n_sets = c + 1
+        freq = _tables(h, w, c, tile, choices, keep, first, n_sets, symbols, scr.tables)
+        cost = f2.cost_table(freq)
+        coded_size = np.zeros(n, np.int64)
+        palette_size = np.zeros(n, np.int64)
+        _estimate_all(h, w, c, tile, choices, pick, n_sets, cost, coded_size, *symbols, scr.tables)
+        _estimate_all(h, w, c, tile, choices, n_colours > 0, n_sets, cost, palette_size, *symbols, scr.tables)
+        pick = (n_colours > 0) & (palette_size < coded_size)
+        if not pick.any():
+            n_sets = c
+    freq = _tables(h, w, c, tile, choices, keep, pick, n_sets, symbols, scr.tables)
     sizes = np.zeros(n, np.int64)
-    _estimate_all(h, w, c, tile, choices, n_sets, f2.cost_table(freq), sizes, sym_start, syms, scr.tables)
+    _estimate_all(h, w, c, tile, choices, pick, n_sets, f2.cost_table(freq), sizes, *symbols, scr.tables)
     raw_len = 1 + th * tw * c
     keep = sizes < raw_len
     if not keep.all():
-        freq = _tables(h, w, c, tile, choices, keep, n_sets, sym_start, syms, scr.tables)
+        freq = _tables(h, w, c, tile, choices, keep, pick, n_sets, symbols, scr.tables)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     coder = freq.astype(np.int64) | (cum[:, :256] << 16)
@@ -408,8 +590,8 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
     scratch = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(n, np.int64)
     cost = f2.cost_table(freq)
-    _encode_all(image, tile, choices, const_vals, keep, n_sets, coder, cost, scratch, starts, lengths,
-                sym_start, syms, scr.tables, scr.words)
+    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, coder, cost, scratch, starts,
+                lengths, *symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     stream = f2.assemble(header, freq, payloads)
     n_tables = c * f2.CONTEXTS
@@ -417,16 +599,16 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
     if len(stream) <= all_raw:
         return stream
     keep[:] = False
-    _encode_all(image, tile, choices, const_vals, keep, n_sets, coder, cost, scratch, starts, lengths,
-                sym_start, syms, scr.tables, scr.words)
+    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, coder, cost, scratch, starts,
+                lengths, *symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
 
 
-def _tables(h: int, w: int, c: int, tile: int, choices: np.ndarray, keep: np.ndarray, n_sets: int,
-            sym_start: np.ndarray, syms: np.ndarray, tables: np.ndarray) -> np.ndarray:
+def _tables(h: int, w: int, c: int, tile: int, choices: np.ndarray, keep: np.ndarray, pick: np.ndarray,
+            n_sets: int, symbols: tuple[np.ndarray, ...], tables: np.ndarray) -> np.ndarray:
     counts = np.zeros((tables.shape[0], 4, n_sets * f2.CONTEXTS, 256), np.int64)
-    _count_all(h, w, c, tile, choices, keep, n_sets, sym_start, syms, counts, tables)
+    _count_all(h, w, c, tile, choices, keep, pick, n_sets, *symbols, counts, tables)
     return np.stack([f2.normalize(row) for row in counts.sum(axis=(0, 1))])
 
 
@@ -539,6 +721,76 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _unpredict(symbols, i, p, row, th, tw):
+    """Residuals -> plane: undo zig-zag of symbols[64 + i:], then the predictor's prefix sums
+    (uint8 wraps mod 256)."""
+    plane = th * tw
+    zs = symbols[64 + i : 64 + i + plane]
+    for q in range(plane):
+        z = zs[q]
+        row[q] = (z >> 1) ^ -(z & 1)
+    if p == 1 or p == 3:
+        for y in range(th):
+            line = row[y * tw : y * tw + tw]
+            run = np.uint8(0)
+            for x in range(tw):
+                run += line[x]
+                line[x] = run
+    if p == 2 or p == 3:
+        for y in range(1, th):
+            cur = row[y * tw : y * tw + tw]
+            above = row[(y - 1) * tw : y * tw]
+            for x in range(tw):
+                cur[x] += above[x]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _lane_states(src, pos, lanes, states):
+    """Read the lane states at src[pos:]; False when one is below 2^16."""
+    for j in range(lanes):
+        value = np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8) | (np.int64(src[pos + 2]) << 16) | (
+            np.int64(src[pos + 3]) << 24)
+        if value < STATE_LOW:
+            return False
+        states[j] = value
+        pos += 4
+    return True
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
+                    dec, empty, ctx_of, symbols, index):
+    """A palette tile (A2 mode 2): the index plane is a one-plane rANS decode whose channel
+    byte sits at start + 3 (so _rans reads it as plane 0 of a tile starting at start + 1);
+    every index must lie below P, then each pixel is its palette colour."""
+    n_colours = np.int64(src[start + 2]) + 1
+    lanes = np.int64(1) << (np.int64(src[start + 1]) >> 4)
+    pal = start + 4
+    pos = pal + n_colours * c
+    states = np.empty(MAX_LANES, np.int64)
+    if not _lane_states(src, pos, lanes, states):
+        return plan_mod.ERR_STATE
+    err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, symbols, states)
+    if err:
+        return err
+    _unpredict(symbols, 0, (np.int64(src[start + 3]) >> 2) & 3, index, th, tw)
+    top = np.uint8(0)
+    for q in range(th * tw):
+        top = max(top, index[q])
+    if top >= n_colours:
+        return plan_mod.ERR_INDEX
+    for y in range(ya, yb):
+        d = out_base + ((oy + y) * out_w + ox + xa) * c
+        line = out[d : d + (xb - xa) * c]
+        row = index[y * tw + xa : y * tw + xb]
+        for x in range(xb - xa):
+            colour = src[pal + np.int64(row[x]) * c : pal + np.int64(row[x]) * c + c]
+            for k in range(c):
+                line[c * x + k] = colour[k]
+    return 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
     """Decode one v2 work item (plan.py columns) into the flat output; return an error code."""
     start, end = item[0], item[1]
@@ -557,6 +809,9 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
             for j in range((xb - xa) * c):
                 line[j] = raw[j]
         return 0
+    if src[start] == f2.TILE_PALETTE:
+        return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
+                               dec, empty, ctx_of, symbols, planes[0, :plane])
     info = np.int64(src[start + 1])
     colour = info & 15
     lanes = np.int64(1) << (info >> 4)
@@ -573,42 +828,19 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
             n_rans += 1
     if n_rans:
         states = np.empty(MAX_LANES, np.int64)
-        for j in range(lanes):
-            value = np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8) | (np.int64(src[pos + 2]) << 16) | (
-                np.int64(src[pos + 3]) << 24)
-            if value < STATE_LOW:
-                return plan_mod.ERR_STATE
-            states[j] = value
-            pos += 4
+        if not _lane_states(src, pos, lanes, states):
+            return plan_mod.ERR_STATE
+        pos += 4 * lanes
         err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states)
         if err:
             return err
-        # Residuals -> planes: undo zig-zag, then the predictor's prefix sums (uint8 wraps mod 256).
         i = 0
         for k in range(c):
             chb = np.int64(src[start + 2 + k])
             if chb == 0:
                 continue
-            p = (chb >> 2) & 3
-            row = planes[k, :plane]
-            zs = symbols[64 + i : 64 + i + plane]
-            for q in range(plane):
-                z = zs[q]
-                row[q] = (z >> 1) ^ -(z & 1)
+            _unpredict(symbols, i, (chb >> 2) & 3, planes[k, :plane], th, tw)
             i += plane
-            if p == 1 or p == 3:
-                for y in range(th):
-                    line = row[y * tw : y * tw + tw]
-                    run = np.uint8(0)
-                    for x in range(tw):
-                        run += line[x]
-                        line[x] = run
-            if p == 2 or p == 3:
-                for y in range(1, th):
-                    cur = row[y * tw : y * tw + tw]
-                    above = row[(y - 1) * tw : y * tw]
-                    for x in range(tw):
-                        cur[x] += above[x]
     # Inverse colour transform and the interleaved copy of the requested region.
     width = xb - xa
     for y in range(ya, yb):

@@ -184,33 +184,45 @@ def decode_kernel(src, work, dec, empty, out, errors):
     colour = i32(info & i32(15))
     lanes_log2 = i32(info >> i32(4))
     lanes = i32(i32(1) << lanes_log2)
-    # Per channel: its shared-memory slot (rANS planes first, in channel order, then the
-    # constant ones); per rANS plane r: table set and predictor, packed in registers.
-    n_rans = i32(0)
-    for k in range(c):
-        if src[start + u64(u32(k + 2))] != 0:
-            n_rans = i32(n_rans + i32(1))
-    slots = i32(0)
-    r_sets = i32(0)
-    r_preds = i32(0)
-    rans_i = i32(0)
-    const_i = n_rans
-    pos = start + u64(u32(c + 2))
-    for k in range(c):
-        chb = i32(src[start + u64(u32(k + 2))])
-        if chb != 0:
-            slots = i32(slots | (rans_i << i32(2 * k)))
-            r_sets = i32(r_sets | ((chb >> i32(4)) << i32(4 * rans_i)))
-            r_preds = i32(r_preds | (((chb >> i32(2)) & i32(3)) << i32(2 * rans_i)))
-            rans_i = i32(rans_i + i32(1))
-        else:
-            slots = i32(slots | (const_i << i32(2 * k)))
-            fill = u32(u32(src[pos]) * u32(ONES))
-            pos += u64(1)
-            row0 = i32(const_i * th)
-            for j in range(lane, i32(th << i32(4)), WARP):
-                words[u32(i32(row0 << i32(4)) + j)] = fill
-            const_i = i32(const_i + i32(1))
+    # Palette tile (A2 mode 2): one rANS plane (the indices) in slot 0, channel byte at byte 3.
+    n_colours = i32(0)
+    pal_at = start + u64(4)
+    if src[start] == f2.TILE_PALETTE:
+        n_colours = i32(i32(src[start + u64(2)]) + i32(1))
+        chb = i32(src[start + u64(3)])
+        n_rans = i32(1)
+        slots = i32(0)
+        r_sets = i32(chb >> i32(4))
+        r_preds = i32((chb >> i32(2)) & i32(3))
+        pos = pal_at + u64(u32(n_colours * c))
+    else:
+        # Per channel: its shared-memory slot (rANS planes first, in channel order, then the
+        # constant ones); per rANS plane r: table set and predictor, packed in registers.
+        n_rans = i32(0)
+        for k in range(c):
+            if src[start + u64(u32(k + 2))] != 0:
+                n_rans = i32(n_rans + i32(1))
+        slots = i32(0)
+        r_sets = i32(0)
+        r_preds = i32(0)
+        rans_i = i32(0)
+        const_i = n_rans
+        pos = start + u64(u32(c + 2))
+        for k in range(c):
+            chb = i32(src[start + u64(u32(k + 2))])
+            if chb != 0:
+                slots = i32(slots | (rans_i << i32(2 * k)))
+                r_sets = i32(r_sets | ((chb >> i32(4)) << i32(4 * rans_i)))
+                r_preds = i32(r_preds | (((chb >> i32(2)) & i32(3)) << i32(2 * rans_i)))
+                rans_i = i32(rans_i + i32(1))
+            else:
+                slots = i32(slots | (const_i << i32(2 * k)))
+                fill = u32(u32(src[pos]) * u32(ONES))
+                pos += u64(1)
+                row0 = i32(const_i * th)
+                for j in range(lane, i32(th << i32(4)), WARP):
+                    words[u32(i32(row0 << i32(4)) + j)] = fill
+                const_i = i32(const_i + i32(1))
 
     code = i32(0)
     if n_rans > 0:
@@ -345,6 +357,32 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 words[a] = run
                 a = u32(a + u32(WORDS_PER_ROW))
     cuda.syncthreads()
+
+    if n_colours > 0:
+        # Every index of the tile below P (whatever the region), then pixel = palette colour.
+        bad = i32(0)
+        for yq in range(th):
+            for xq in range(lane, tw, WARP):  # sass: palette check
+                if i32(smem[u32(i32(i32(yq) << i32(PITCH_LOG2)) + i32(xq))]) >= n_colours:
+                    bad = i32(plan_mod.ERR_INDEX)
+        for d in (16, 8, 4, 2, 1):
+            bad = i32(max(bad, i32(_shfl_xor(scratch, bad, d))))
+        if bad != 0:
+            if lane == 0:
+                errors[item] = bad
+            return
+        span = i32(xb - xa)
+        for yo in range(ya, yb):
+            first = i32(i32(i32(oy + yo) * out_w) + ox + xa)
+            for xo in range(lane, span, WARP):  # sass: palette output
+                idx = i32(smem[u32(i32(i32(yo) << i32(PITCH_LOG2)) + xa + i32(xo))])
+                colour_at = pal_at + u64(u32(i32(idx * c)))
+                dst = out_base + u64(u32(i32(i32(first + i32(xo)) * c)))
+                for k in range(c):
+                    out[dst + u64(k)] = src[colour_at + u64(k)]
+        if lane == 0:
+            errors[item] = 0
+        return
 
     # Colour inverse (4 pixels per word) and the interleaved write of the requested region.
     # Lanes form rows of 2^width_log2 word columns (>= the words the region spans in a

@@ -36,6 +36,8 @@ MAX_SETS_PER_CHANNEL = 2  # table sets per image: 1 .. 2 * C (the reference enco
 
 TILE_RAW = 0
 TILE_CODED = 1
+TILE_PALETTE = 2  # A2: one rANS-coded index plane and a palette of up to 256 colours
+PALETTE_MAX = 256
 CH_CONST = 0
 CH_RANS = 1
 PREDICTORS = 4  # 0 none, 1 left, 2 up, 3 gradient
@@ -186,6 +188,9 @@ class StreamV2:
     predictor: np.ndarray  # int64 (N, C)
     table_set: np.ndarray  # int64 (N, C)
     words_start: np.ndarray  # int64 (N,): absolute offset of the 16-bit word stream (after the states)
+    # int64 (N,): palette size P of a palette tile (its index plane is ch_mode/predictor/
+    # table_set column 0), 0 for other tiles.
+    palette_size: np.ndarray
 
 
 def read_header(buf: np.ndarray) -> tuple[fmt.Header, int, int]:
@@ -234,35 +239,42 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     th, tw = fmt.tile_geometry(header)
     first = offsets[:-1]
     mode = buf[first].astype(np.int64)
-    _check(mode > TILE_CODED, mode, "tile mode", "0 (raw) or 1 (coded)")
+    _check(mode > TILE_PALETTE, mode, "tile mode", "0 (raw), 1 (coded) or 2 (palette)")
     raw = mode == TILE_RAW
+    pal = mode == TILE_PALETTE
     raw_len = 1 + th * tw * c
     _check(raw & (lengths != raw_len), lengths, "raw tile length", "1 + th*tw*C")
-    coded = ~raw
+    coded = mode == TILE_CODED
     _check(coded & (lengths < 2 + c), lengths, "coded tile length", f"at least {2 + c}")
+    _check(pal & (lengths < 4), lengths, "palette tile length", "at least 4")
 
-    def byte(k: int) -> np.ndarray:  # byte k of every coded tile (0 for raw tiles)
-        return np.where(coded, buf[np.minimum(first + k, buf.size - 1)], 0).astype(np.int64)
+    def byte(k: int, where: np.ndarray) -> np.ndarray:  # byte k of the tiles `where` (0 elsewhere)
+        return np.where(where, buf[np.minimum(first + k, buf.size - 1)], 0).astype(np.int64)
 
-    info = byte(1)
+    info = byte(1, ~raw)
     colour = info & 15
     lanes_log2 = info >> 4
-    _check(colour >= (COLOURS if c >= 3 else 1), colour, "colour transform", "0..2 (0 for 1 channel)")
+    _check(coded & (colour >= (COLOURS if c >= 3 else 1)), colour, "colour transform", "0..2 (0 for 1 channel)")
+    _check(pal & (colour != 0), colour, "palette tile byte 1 bits 0-3", "0")
     _check(lanes_log2 > MAX_LANES_LOG2, lanes_log2, "lane count log2", f"0..{MAX_LANES_LOG2}")
-    chb = np.stack([byte(2 + k) for k in range(c)], axis=1)
+    # Palette tiles: byte 2 is P - 1, byte 3 the index plane's channel byte (rANS only).
+    palette_size = np.where(pal, byte(2, pal) + 1, 0)
+    chb = np.stack([byte(2 + k, coded) + (byte(3, pal) if k == 0 else 0) for k in range(c)], axis=1)
     ch_mode = chb & 3
     predictor = (chb >> 2) & 3
     table_set = chb >> 4
     bad_ch = (ch_mode > CH_RANS) | ((ch_mode == CH_CONST) & (chb != CH_CONST)) | (table_set >= n_sets)
     _check(bad_ch.any(axis=1), chb.max(axis=1), "channel byte", "mode 0 (no other bits) or 1 with a known table set")
+    _check(pal & (ch_mode[:, 0] != CH_RANS), chb[:, 0], "palette index channel byte", "1 | P<<2 | s<<4")
     n_const = (coded[:, None] & (ch_mode == CH_CONST)).sum(axis=1)
-    any_rans = coded & (ch_mode == CH_RANS).any(axis=1)
-    fixed = 2 + c + n_const + np.where(any_rans, 4 << lanes_log2, 0)
+    any_rans = ~raw & (ch_mode == CH_RANS).any(axis=1)
+    fixed = np.where(pal, 4 + palette_size * c, 2 + c + n_const) + np.where(any_rans, 4 << lanes_log2, 0)
     _check(coded & ~any_rans & (lengths != fixed), lengths, "constant tile length", "2 + 2C")
     words = lengths - fixed
     _check(any_rans & ((words < 0) | (words % 2 != 0)), lengths, "rANS tile length", "header + states + whole words")
     return StreamV2(
-        header, tables, offsets, mode, colour, lanes_log2, ch_mode, predictor, table_set, first + fixed
+        header, tables, offsets, mode, colour, lanes_log2, ch_mode, predictor, table_set, first + fixed,
+        palette_size,
     )
 
 

@@ -252,12 +252,25 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
             return False
         first = s + offsets[i]
         mode = src[first]
-        if mode > f2.TILE_CODED:
+        if mode > f2.TILE_PALETTE:
             return False
         th = min(t, h - t * (i // tiles_x))
         tw = min(t, w - t * (i % tiles_x))
         if mode == f2.TILE_RAW:
             if length != 1 + th * tw * c:
+                return False
+            continue
+        if mode == f2.TILE_PALETTE:
+            # byte 1: lanes (low bits 0); byte 2: P - 1; byte 3: the index plane's rANS channel byte
+            if length < 4:
+                return False
+            info = np.int64(src[first + 1])
+            chb = np.int64(src[first + 3])
+            lanes_log2 = info >> 4
+            if info & 15 or lanes_log2 > f2.MAX_LANES_LOG2 or chb & 3 != f2.CH_RANS or (chb >> 4) >= n_sets:
+                return False
+            words = length - (4 + (np.int64(src[first + 2]) + 1) * c + (4 << lanes_log2))
+            if words < 0 or words % 2 != 0:
                 return False
             continue
         if length < 2 + c:

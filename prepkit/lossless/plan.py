@@ -147,6 +147,7 @@ ERR_VALUE = 4
 ERR_STATE = 5
 ERR_WORDS = 6
 ERR_TABLE = 7
+ERR_INDEX = 8
 
 ERROR_TEXT = {
     ERR_K: "a Rice parameter above 7",
@@ -156,6 +157,7 @@ ERROR_TEXT = {
     ERR_STATE: "a rANS lane state outside [2^16, 2^32) or not back at 2^16 at the end",
     ERR_WORDS: "the rANS word stream ends early or has words left over",
     ERR_TABLE: "a rANS symbol from an empty frequency table",
+    ERR_INDEX: "a palette index at or above the palette size",
 }
 
 

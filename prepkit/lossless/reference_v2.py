@@ -91,11 +91,17 @@ def unzigzag(z: np.ndarray) -> np.ndarray:
 class TileChoice:
     """The encoder's decisions for one tile, before entropy coding."""
 
-    def __init__(self, colour: int, predictors: list[int], planes: np.ndarray, const: list[bool]) -> None:
+    def __init__(self, colour: int, predictors: list[int], planes: np.ndarray, const: list[bool],
+                 cost: int = 0) -> None:
         self.colour = colour
         self.predictors = predictors
         self.planes = planes  # int64 (C, th, tw) colour-transformed pixels
         self.const = const
+        self.cost = cost  # sum of the symbols' bit lengths (the choice's cost, A9)
+
+    def header_bytes(self) -> int:
+        """Payload bytes before the lane states: mode, info, channel bytes, constants."""
+        return 2 + len(self.const) + sum(self.const)
 
     def symbols(self) -> tuple[np.ndarray, np.ndarray]:
         """(zig-zag residuals, channel of each) of the rANS-coded channels, in coded order."""
@@ -124,9 +130,60 @@ def choose(tile: np.ndarray) -> TileChoice:
             total += costs[p]
         if best is None or total < best_cost:
             const = [bool((planes[k] == planes[k].flat[0]).all()) for k in range(c)]
-            best, best_cost = TileChoice(colour, predictors, planes, const), total
+            best, best_cost = TileChoice(colour, predictors, planes, const, total), total
     assert best is not None
     return best
+
+
+MAX_PALETTE = 64  # the encoder tries palette mode on tiles with at most this many colours
+
+
+class PaletteChoice:
+    """A palette tile (A2 mode 2): colours sorted by value, the index plane and its predictor."""
+
+    def __init__(self, palette: np.ndarray, index: np.ndarray, predictor: int, cost: int) -> None:
+        self.palette = palette  # int64 (P, C), rows in increasing order of packed value
+        self.index = index  # int64 (th, tw)
+        self.predictor = predictor
+        self.cost = cost
+
+    def header_bytes(self) -> int:
+        return 4 + self.palette.size
+
+    def symbols(self) -> tuple[np.ndarray, np.ndarray]:
+        """(zig-zag residuals of the index plane, the index set C for each)."""
+        sym = zigzag(predict(self.index, self.predictor)).reshape(-1)
+        return sym, np.full(sym.size, self.palette.shape[1], np.int64)
+
+
+def pack_colours(tile: np.ndarray) -> np.ndarray:
+    """Each pixel as one integer, channel 0 most significant (so integer order is the
+    lexicographic order of the colours)."""
+    packed = np.zeros(tile.shape[:2], np.int64)
+    for k in range(tile.shape[2]):
+        packed = packed << 8 | tile[..., k].astype(np.int64)
+    return packed
+
+
+def choose_palette(tile: np.ndarray, max_colours: int = MAX_PALETTE) -> PaletteChoice | None:
+    """The palette candidate of a tile with at most max_colours colours (None otherwise):
+    colours sorted by packed value, the index predictor with the smallest sum of bit lengths."""
+    packed = pack_colours(tile)
+    colours = np.unique(packed)
+    if colours.size > max_colours:
+        return None
+    c = tile.shape[2]
+    palette = (colours[:, None] >> (8 * np.arange(c - 1, -1, -1))) & 255
+    index = np.searchsorted(colours, packed)
+    costs = [int(BIT_LENGTH[zigzag(predict(index, p))].sum()) for p in range(f2.PREDICTORS)]
+    p = int(np.argmin(costs))
+    return PaletteChoice(palette, index, p, costs[p])
+
+
+def palette_first(choice: TileChoice, pal: PaletteChoice | None) -> bool:
+    """The first guess (before tables exist): palette when its bit lengths plus 8 bits per
+    palette byte are below the coded choice's bit lengths."""
+    return pal is not None and pal.cost + 8 * pal.palette.size < choice.cost
 
 
 def table_index(symbols: np.ndarray, channel_set: np.ndarray) -> np.ndarray:
@@ -185,16 +242,34 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
     return coded
 
 
+def encode_palette_tile(tile: np.ndarray, pal: PaletteChoice, freq: np.ndarray, cum: np.ndarray,
+                        n_sets: int) -> bytes:
+    """A palette tile (mode 2), or the raw tile when that is not smaller."""
+    symbols, chans = pal.symbols()
+    tables = table_index(symbols, np.minimum(chans, n_sets - 1))
+    log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()))
+    c = tile.shape[2]
+    head = bytes([f2.TILE_PALETTE, log2 << 4, pal.palette.shape[0] - 1,
+                  f2.CH_RANS | pal.predictor << 2 | min(c, n_sets - 1) << 4])
+    coded = head + pal.palette.astype(np.uint8).tobytes() + rans_encode(symbols, tables, freq, cum, 1 << log2)
+    if len(coded) >= 1 + tile.size:
+        return raw_tile(tile)
+    return coded
+
+
 def raw_tile(tile: np.ndarray) -> bytes:
     """Mode byte 0, then the pixels (th, tw, C) in C order."""
     return bytes([f2.TILE_RAW]) + tile.astype(np.uint8).tobytes()
 
 
-def estimate(choice: TileChoice, freq: np.ndarray, n_sets: int) -> int:
-    """Estimated coded tile size in bytes: header, constants, states and the symbols' costs."""
-    c = len(choice.const)
+Choice = TileChoice | PaletteChoice
+
+
+def estimate(choice: Choice, freq: np.ndarray, n_sets: int) -> int:
+    """Estimated coded tile size in bytes: header, constants or palette, states and the
+    symbols' costs."""
     symbols, chans = choice.symbols()
-    size = 2 + c + sum(choice.const)
+    size = choice.header_bytes()
     if symbols.size:
         tables = table_index(symbols, np.minimum(chans, n_sets - 1))
         cost = int(cost_table(freq)[tables, symbols].sum())
@@ -202,7 +277,7 @@ def estimate(choice: TileChoice, freq: np.ndarray, n_sets: int) -> int:
     return size
 
 
-def build_tables(choices: list[TileChoice], n_sets: int) -> np.ndarray:
+def build_tables(choices: list[Choice], n_sets: int) -> np.ndarray:
     """Frequencies (n_sets * CONTEXTS, 256) from every coded symbol of the image."""
     counts = np.zeros((n_sets * f2.CONTEXTS, 256), np.int64)
     for choice in choices:
@@ -224,8 +299,23 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
     h, w, c = image.shape
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
-    choices = [choose(t) for t in tiles]
+    coded = [choose(t) for t in tiles]
+    pals = [choose_palette(t) for t in tiles]
+    choices: list[Choice] = [coded[i] for i in range(len(tiles))]
     n_sets = c
+    if any(palette_first(ch, pal) for ch, pal in zip(coded, pals, strict=True)):
+        # Palette tiles code their index planes with their own table set C. A first guess
+        # gives tables; under them each candidate tile takes the smaller estimate (ties:
+        # coded), and the image keeps set C only when a palette tile remains.
+        n_sets = c + 1
+        first: list[Choice] = [pal if pal is not None and palette_first(ch, pal) else ch
+                               for ch, pal in zip(coded, pals, strict=True)]
+        freq = build_tables(first, n_sets)
+        for i, pal in enumerate(pals):
+            if pal is not None and estimate(pal, freq, n_sets) < estimate(coded[i], freq, n_sets):
+                choices[i] = pal
+        if not any(isinstance(ch, PaletteChoice) for ch in choices):
+            n_sets = c
     freq = build_tables(choices, n_sets)
     # Tiles whose estimated coded size reaches their raw size leave the tables: noise
     # should not pay for tables no tile uses (one re-count, integer estimates: deterministic).
@@ -235,10 +325,14 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     kept = set(keep)
-    payloads = [
-        encode_tile(t, ch, freq, cum, n_sets) if i in kept else raw_tile(t)
-        for i, (t, ch) in enumerate(zip(tiles, choices, strict=True))
-    ]
+    payloads = []
+    for i, (t, ch) in enumerate(zip(tiles, choices, strict=True)):
+        if i not in kept:
+            payloads.append(raw_tile(t))
+        elif isinstance(ch, PaletteChoice):
+            payloads.append(encode_palette_tile(t, ch, freq, cum, n_sets))
+        else:
+            payloads.append(encode_tile(t, ch, freq, cum, n_sets))
     return smaller_of(assemble(header, freq, payloads), header, tiles)
 
 
@@ -294,6 +388,16 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
     start, end = int(s.offsets[i]), int(s.offsets[i + 1])
     if s.mode[i] == f2.TILE_RAW:
         return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
+    if s.mode[i] == f2.TILE_PALETTE:
+        n_colours = int(s.palette_size[i])
+        palette = buf[start + 4 : start + 4 + n_colours * c].reshape(n_colours, c).astype(np.int64)
+        lanes = 1 << int(s.lanes_log2[i])
+        set_of = np.full(th * tw, s.table_set[i, 0], np.int64)
+        symbols = rans_decode(buf, int(s.words_start[i]) - 4 * lanes, end, th * tw, lanes, set_of, s.tables, lut)
+        index = unpredict(unzigzag(symbols.reshape(th, tw)), int(s.predictor[i, 0]))
+        if (index >= n_colours).any():
+            raise CodecError(f"palette index {int(index.max())} at or above the palette size {n_colours}")
+        return palette[index]
     planes = np.zeros((c, th, tw), np.int64)
     rans = [k for k in range(c) if s.ch_mode[i, k] == f2.CH_RANS]
     consts = [k for k in range(c) if s.ch_mode[i, k] == f2.CH_CONST]

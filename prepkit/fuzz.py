@@ -103,6 +103,17 @@ def _budget(seconds: float | None, cases: int | None) -> Callable[[FuzzReport], 
     return go_on
 
 
+def palette_images(rng: np.random.Generator) -> list[np.ndarray]:
+    """Few-colour images (RGB, RGBA, a mask with scattered label values) whose v2 streams use
+    palette tiles (mode 2), as seeds for the fuzzers."""
+    colours = np.array([[10, 200, 30], [250, 250, 250], [0, 0, 0], [90, 17, 160]], np.uint8)
+    index = (np.add.outer(np.arange(40) // 5, np.arange(50) // 7) + rng.integers(0, 2, (40, 50))) % 4
+    rgb = colours[index]
+    rgba = np.dstack([rgb[:20, :20], np.full((20, 20), 255, np.uint8)])
+    labels = np.array([0, 17, 200, 33], np.uint8)[index[:30, :30]]
+    return [rgb, rgba, labels]
+
+
 def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None = None) -> FuzzReport:
     """Mutated lossless streams through decode, ROI decode and the batch decoder."""
     from prepkit import lossless
@@ -122,6 +133,7 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
     mask[30:40, 5:60] = 7
     seeds.append(lossless.encode(mask, tile=32))
     seeds.append(lossless.encode(np_rng.integers(0, 256, (20, 40, 3), dtype=np.uint8), tile=16))
+    seeds.extend(lossless.encode(image, tile=16) for image in palette_images(np_rng))
     report = FuzzReport("lossless")
     go_on = _budget(seconds, cases)
     while go_on(report):

@@ -22,7 +22,7 @@ from prepkit.fuzz import FuzzReport, mutate
 
 
 def _seeds(seed: int) -> list[bytes]:
-    """Small v2 streams covering coded, constant, mask and raw tiles (and one v1 stream)."""
+    """Small v2 streams covering coded, constant, mask, raw and palette tiles (and one v1 stream)."""
     from prepkit import lossless
 
     rng = np.random.default_rng(seed)
@@ -33,6 +33,9 @@ def _seeds(seed: int) -> list[bytes]:
     mask[3:12, 4:15] = 5
     images = [rgb.astype(np.uint8), mask, np.full((9, 9, 4), 77, np.uint8),
               rng.integers(0, 256, (8, 8, 3), dtype=np.uint8), smooth.astype(np.uint8)[:16, :16]]
+    from prepkit.fuzz import palette_images
+
+    images += [image[:17, :17] for image in palette_images(rng)]  # palette tiles (mode 2), simulator-sized
     seeds = [lossless.encode(image, tile=16, version=2) for image in images]
     seeds.append(lossless.encode(images[0], tile=16, version=1))
     return seeds

@@ -146,3 +146,14 @@ def test_accepts_any_contiguous_buffer() -> None:
     stream = lossless.encode(image)
     for data in (bytearray(stream), memoryview(stream), np.frombuffer(stream, np.uint8)):
         np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+def test_fuzz_seeds_include_palette_tiles() -> None:
+    """The fuzzers' palette seeds really use tile mode 2 (else mode 2 would go unfuzzed)."""
+    from prepkit.fuzz import palette_images
+    from prepkit.lossless import format_v2
+
+    for image in palette_images(np.random.default_rng(0)):
+        for cut in (image, image[:17, :17]):  # the CPU fuzzer's and the CUDA fuzzer's sizes
+            stream = format_v2.read_stream(np.frombuffer(lossless.encode(cut, tile=16), np.uint8))
+            assert (np.asarray(stream.mode) == format_v2.TILE_PALETTE).any(), cut.shape

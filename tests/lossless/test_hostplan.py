@@ -33,6 +33,9 @@ def _assorted() -> list[bytes]:
             lossless.encode(make_image("constant", 1, 1, 1, seed=5), tile=16, version=version),
             lossless.encode(mask, tile=32, version=version),
         ]
+    from prepkit.fuzz import palette_images
+
+    out += [lossless.encode(image, tile=16) for image in palette_images(np.random.default_rng(6))]  # mode 2
     return out
 
 

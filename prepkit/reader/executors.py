@@ -148,10 +148,14 @@ class GpuExecutor(Executor):
 
     def _plain(self, indices: np.ndarray) -> Produced:
         """No transforms: the decoded images themselves (fresh device memory: they are the output)."""
-        stream = self.stager.streams[0]
-        outputs = [stack_or_list(decode_samples(self.store, indices, field=field, device="cuda", stream=stream))
-                   for field in self.config.pixel_fields]
-        return outputs[0], outputs[1] if len(outputs) > 1 else None, [self.stager.mark()]
+        outputs, tokens = [], []
+        for field in self.config.pixel_fields:
+            packed, token = self.stager.decode_fresh(indices, field)
+            outputs.append(stack_or_list(packed))
+            tokens.append(token)
+        if self.config.on_error == "skip":
+            self.check(tokens, release=False)  # the producer must know now, as in produce()
+        return outputs[0], outputs[1] if len(outputs) > 1 else None, tokens
 
     def _after_cpu_part(self, indices: np.ndarray, epoch: int) -> Produced:
         """Transfer index k > 0: the first k ops in uint8 on the CPU, one copy, the rest on the GPU."""
@@ -168,13 +172,14 @@ class GpuExecutor(Executor):
         everything = range(len(indices))
         self.run_pipeline(PackedImages(device_flat, offsets, shapes, "cuda"), second, images, everything, stream,
                           pipeline=self.gpu_part)
-        masks = None
+        masks, tokens = None, [self.stager.mark()]
         if "mask" in self.config.pixel_fields:
-            mask_packed = decode_samples(self.store, indices, field="mask", device="cuda", stream=stream)
-            params = self.params(self.pipeline, mask_packed.shapes, indices, epoch)
-            masks = self.allocate(self.pipeline, len(indices), params, dtype="uint8", channels=1)
-            self.run_pipeline(mask_packed, params, masks, everything, stream, mask=True)
-        return images, masks, [self.stager.mark()]
+            full, rois, params = self.crop_plan("mask", indices, epoch)
+            masks = self.allocate(self.pipeline, len(indices), full, dtype="uint8", channels=1)
+            tokens.append(self.stager.run(indices, "mask", self._work(masks, params, True), rois))
+            if self.config.on_error == "skip":
+                self.check(tokens, release=False)
+        return images, masks, tokens
 
     def allocate(self, pipeline: Any, count: int, params: Any, dtype: str | None = None, channels: int | None = None) -> Any:
         """The batch's output on the reader's GPU (torch's caching allocator with torch)."""

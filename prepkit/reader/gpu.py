@@ -32,6 +32,7 @@ import numpy as np
 
 from prepkit.cudart import StreamBuffers, make_stream, new_event
 from prepkit.decode.engine import decode_samples, decoded_nbytes
+from prepkit.decode.packed import PackedImages
 from prepkit.errors import DecodeError
 from prepkit.store.reader import Store
 
@@ -161,6 +162,29 @@ class GpuStager:
         for event, stream in zip(token.events, self.streams, strict=True):
             event.record(stream)
         return token
+
+    def decode_fresh(self, indices: np.ndarray, field: str) -> tuple[PackedImages, BatchToken]:
+        """Decode a whole batch on stream 0 into fresh device memory (it becomes the output:
+        no transforms, or the masks of a transfer-index batch), with the error codes reduced on
+        the device like ``run``'s: no host sync here; ``token.check()`` raises at hand-over."""
+        from prepkit.lossless import cuda as lossless_cuda
+
+        token = self._token()
+        token.store_path, token.field, token.indices = str(self.store.path), field, np.asarray(indices, np.int64)
+        token.record[:] = 0
+        stream, slot = self.streams[0], self._slots[0]
+        result = slot.buffers.device("errors_total", 2, np.int64)
+        lossless_cuda.reset_errors_kernel[1, 1, stream](result)
+        arrays = self.store.field_arrays[field]
+        stored = int((arrays.ranges[indices, 1] - arrays.ranges[indices, 0]).sum()) if len(indices) else 0
+        packed = decode_samples(self.store, indices, field=field, device="cuda", pinned=self._pinned(slot, stored),
+                                stream=stream, errors=ErrorSink(result, 0))
+        slot.event.record(stream)
+        slot.used = True
+        result.copy_to_host(token.record[0], stream=stream)
+        for event, each in zip(token.events, self.streams, strict=True):
+            event.record(each)
+        return packed, token
 
     def micro_batches(self, indices: Sequence[int] | np.ndarray, field: str) -> list[range]:
         arrays = self.store.field_arrays[field]

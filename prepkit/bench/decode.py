@@ -436,17 +436,17 @@ def run_benchmark(
 
 def format_table(results: list[Result]) -> str:
     """A fixed-width text table of the results (skipped rows last, with their reason)."""
-    header = f"{'format':<18}{'decoder':<13}{'device':<7}{'threads':>7}{'images/s':>11}{'MB/s':>9}{'size/raw':>10}{'vs PNG':>9}"
+    header = f"{'format':<21}{'decoder':<13}{'device':<7}{'threads':>7}{'images/s':>11}{'MB/s':>9}{'size/raw':>10}{'vs PNG':>9}"
     lines = [header, "-" * len(header)]
     for r in results:
         if r.skipped:
             continue
         ratio = f"{r.size_ratio:.3f}" if r.size_ratio is not None else "-"
         speed = f"{r.speedup_vs_png:.2f}x" if r.speedup_vs_png is not None else "-"
-        lines.append(f"{r.format:<18}{r.decoder:<13}{r.device:<7}{r.threads:>7}{r.images_per_s:>11.1f}{r.decoded_mb_per_s:>9.0f}{ratio:>10}{speed:>9}")
+        lines.append(f"{r.format:<21}{r.decoder:<13}{r.device:<7}{r.threads:>7}{r.images_per_s:>11.1f}{r.decoded_mb_per_s:>9.0f}{ratio:>10}{speed:>9}")
     for r in results:
         if r.skipped:
-            lines.append(f"{r.format:<18}{r.decoder:<13}{r.device:<7} skipped: {r.skipped}")
+            lines.append(f"{r.format:<21}{r.decoder:<13}{r.device:<7} skipped: {r.skipped}")
     return "\n".join(lines)
 
 

@@ -77,7 +77,7 @@ def test_new_lossless_rows_are_skipped_without_their_libraries(folder: Path, mon
                                       "--no-reader"])
     assert result.exit_code == 0, result.output
     for name in ("jxl-lossless-e1", "jxl-lossless-e7", "htj2k-lossless"):
-        assert f"{name:<18}imagecodecs  cpu     skipped: package 'imagecodecs' not installed" in result.output
+        assert f"{name:<21}imagecodecs  cpu     skipped: package 'imagecodecs' not installed" in result.output
     assert "libspng      cpu     skipped: package 'pyspng' not installed" in result.output
     assert "reader" not in result.output and "cuda" not in result.output
 

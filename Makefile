@@ -30,10 +30,18 @@ demo: setup
 	$(PREPKIT) bench-decode --repeat 3 --json $(DEMO_OUT)/bench.json --plot $(DEMO_OUT)/bench.png
 
 # The whole suite. CUDA kernels run under numba's simulator, which must be switched on
-# before numba is first imported, so those tests run in their own pytest process.
+# before numba is first imported, so those tests run in their own pytest process. The two
+# processes run side by side (each is mostly one thread; the simulator suite is the longer),
+# the simulator's output is printed when both are done; make fails if either fails.
+SIM_LOG := out/test-cudasim.log
 test: setup lint
-	$(PY) -m pytest -q tests --ignore=tests/cudasim
-	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q tests/cudasim
+	@mkdir -p out
+	@NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q tests/cudasim > $(SIM_LOG) 2>&1 & sim=$$!; \
+	echo "== main suite (the CUDA simulator suite runs beside it, output in $(SIM_LOG))"; \
+	$(PY) -m pytest -q tests --ignore=tests/cudasim; main=$$?; \
+	wait $$sim; simulated=$$?; \
+	echo "== CUDA simulator suite"; cat $(SIM_LOG); \
+	if [ $$main -ne 0 ] || [ $$simulated -ne 0 ]; then echo "make test: main suite exit $$main, simulator suite exit $$simulated"; exit 1; fi
 
 # Lint and types: ruff over the code and tests, mypy over the package (configuration in
 # pyproject.toml).

@@ -460,12 +460,13 @@ def expand_tables_kernel(freq, cum, dec):
 
 
 def device_tables(plan: plan_mod.Plan, buffers: Any, stream: Any) -> Any:
-    """The plan's packed decode tables on the device: copied when the host built them
-    (plan.dec), else expanded there from freq/cum (expand_tables_kernel)."""
+    """The plan's packed decode tables on the device: copied when the host has them (plan.dec,
+    or plan.lut from plan.build, packed by numba in microseconds), else expanded there from
+    freq/cum (expand_tables_kernel: the GPU Reader's host plan skips the packing)."""
     from prepkit.lossless import cuda as cuda_v1
 
     n_tables = plan.freq.shape[0]
-    if plan.dec is not None or n_tables == 0:
+    if plan.dec is not None or plan.lut.shape[0] == n_tables or n_tables == 0:
         return cuda_v1.upload(buffers, "dec", decode_table(plan), stream)
     freq = cuda_v1.upload(buffers, "freq", np.ascontiguousarray(plan.freq, np.int32), stream)
     cum = cuda_v1.upload(buffers, "cum", np.ascontiguousarray(plan.cum, np.int32), stream)

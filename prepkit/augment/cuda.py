@@ -36,6 +36,20 @@ bfloat16_from_bits = _device(bits.bfloat16_from_bits)
 # The simulator runs kernels as Python, where an LLVM intrinsic cannot run.
 float32_bits = _device(bits.float32_bits_python) if config.ENABLE_CUDASIM else bits.float32_bits
 
+
+@cuda.jit(device=True)
+def _store(out, index, value, kind):
+    """Write one output value in the pipeline's dtype: float32, saturated uint8, or the bits
+    of float16 / bfloat16 (stored in uint16)."""
+    if kind == KIND_FLOAT32:
+        out[index] = value
+    elif kind == KIND_UINT8:
+        out[index] = saturate_uint8(value)
+    else:
+        u = float32_bits(np.float32(value))
+        out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+
+
 #: Threads per block along (x, y); images go along the grid's z.
 BLOCK = (16, 8, 1)
 
@@ -104,13 +118,7 @@ def augment_kernel(
         acc = acc0 if c == 0 else (acc1 if c == 1 else (acc2 if c == 2 else acc3))
         value = finish_value(acc, round_u8, ch_scale[c], ch_bias[c])
         index = _out_index(out_offsets[i], c, y, x, channels, h, w, nchw)
-        if kind == KIND_FLOAT32:
-            out[index] = value
-        elif kind == KIND_UINT8:
-            out[index] = saturate_uint8(value)
-        else:
-            u = float32_bits(np.float32(value))
-            out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+        _store(out, index, value, kind)
 
 
 @cuda.jit
@@ -152,13 +160,7 @@ def erase_kernel(erase, keys, random, fill, ch_scale, ch_bias, kind, nchw, chann
             raw = fill[c]
         value = raw * ch_scale[c] + ch_bias[c]
         index = _out_index(base, c, erase[i, 0] + y, erase[i, 1] + x, channels, h, w, nchw)
-        if kind == KIND_FLOAT32:
-            out[index] = value
-        elif kind == KIND_UINT8:
-            out[index] = saturate_uint8(value)
-        else:
-            u = float32_bits(np.float32(value))
-            out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+        _store(out, index, value, kind)
 
 
 def _is_device(array: Any) -> bool:
@@ -564,13 +566,7 @@ def colour_kernel(src, spare, codes, args, warp, is_u8, channels, h, w, ch_scale
         for c in range(channels):
             value = finish_value(src[base + p * channels + c], False, ch_scale[c], ch_bias[c])
             index = _out_index(base, c, y, x, channels, h, w, nchw)
-            if kind == KIND_FLOAT32:
-                out[index] = value
-            elif kind == KIND_UINT8:
-                out[index] = saturate_uint8(value)
-            else:
-                u = float32_bits(np.float32(value))
-                out[index] = float16_from_bits(u) if kind == KIND_FLOAT16 else bfloat16_from_bits(u)
+            _store(out, index, value, kind)
 
 
 def _colour(scratch: Any, params: Params, after: Plan, is_u8: bool, shape: tuple[int, ...], target: Any, stream: Any) -> None:

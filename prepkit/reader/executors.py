@@ -9,6 +9,7 @@ augmentation, no transforms, and the transfer index (first ops on the CPU) - goe
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from dataclasses import replace
 from typing import Any
@@ -26,7 +27,7 @@ from prepkit.store.reader import Store
 Produced = tuple[Any, Any, list[Any] | None]
 
 
-class Executor:
+class Executor(abc.ABC):
     """What both executors share: the store, the options, the pipeline, the crop plan."""
 
     def __init__(self, store: Store, config: ReaderConfig, pipeline: Any) -> None:
@@ -52,14 +53,15 @@ class Executor:
         moved[:, :2] = 0
         return params, rois, replace(params, region=moved)
 
+    @abc.abstractmethod
     def produce(self, indices: np.ndarray, epoch: int) -> Produced:
-        raise NotImplementedError
+        """Decode (and augment) one batch: (images, masks or None, events for hand_over)."""
 
     def scope(self) -> Any:
         """A context in which the consumer thread may touch this executor's device."""
         return contextlib.nullcontext()
 
-    def hand_over(self, events: list[Any] | None, batch: Any) -> None:
+    def hand_over(self, events: list[Any] | None, batch: Any) -> None:  # noqa: B027 (the CPU has nothing to wait for)
         """Order the consumer after the batch's work and raise its decode errors."""
 
 

@@ -33,3 +33,25 @@ def images(draw, max_side: int = 80) -> np.ndarray:
     c = draw(st.sampled_from([None, 1, 3, 4]))
     kind = draw(st.sampled_from(["noise", "constant", "gradient", "smooth"]))
     return make_image(kind, h, w, c, draw(st.integers(0, 2**32 - 1)))
+
+
+def assert_byte_flips_refused_or_agree(data: bytes, flips: int = 300, seed: int = 0) -> None:
+    """Flip one random byte of a v2 stream ``flips`` times: the numba decoder must refuse
+    (CodecError) exactly when the numpy reference does, and otherwise return its pixels."""
+    import pytest
+
+    from prepkit import lossless
+    from prepkit.errors import CodecError
+    from prepkit.lossless import reference_v2
+
+    rng = np.random.default_rng(seed)
+    for at in rng.integers(0, len(data), flips):
+        bad = bytearray(data)
+        bad[int(at)] ^= int(rng.integers(1, 256))
+        try:
+            expected = reference_v2.decode(bytes(bad))
+        except CodecError:
+            with pytest.raises(CodecError):
+                lossless.decode(bytes(bad))
+            continue
+        np.testing.assert_array_equal(lossless.decode(bytes(bad)), expected)

@@ -158,7 +158,7 @@ def test_refuses_what_plan_build_refuses() -> None:
                                   b"PKLL\x02\x00\x03\x01" + bytes(16), b"PKLL\x03" + bytes(30)])
 def test_garbage_refused_with_the_same_message(data: bytes) -> None:
     with pytest.raises(CodecError) as old:
-        plan_mod.build([b"", data][1:])
+        plan_mod.build([data])
     with pytest.raises(CodecError) as new:
         hostplan.plan_buffers([data])
     assert str(new.value) == str(old.value)

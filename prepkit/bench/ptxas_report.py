@@ -26,11 +26,16 @@ import tempfile
 from dataclasses import dataclass
 
 # pixel-channels one lane handles per source iteration of each marked loop (output: 4 pixels)
-PER_ITERATION = {"rans": 1, "rows": 4, "columns": 4}
+PER_ITERATION = {"rans": 1, "rows": 4, "columns": 4, "med": 2}
+# The MED wavefront has 2 pixel slots per lane and step and runs tw + 63 steps for a 64x64
+# tile: 254 slots for the 128 pixels of a lane (lanes idle on the ramps), so its per-slot
+# figure is scaled by 127 / 64.
+MED_SLOTS_PER_PIXEL = (64 + 63) / 64
 # An instruction each source iteration runs exactly `count` times (in the C = 4 path for the
 # output): ptxas unrolls loops, and this tells by how much.
 SIGNATURE = {
     "rans": ("STS.U8", 1), "rows": ("STS", 1), "columns": ("STS", 1), "output": ("LDS", 4), "rare": ("", 1),
+    "med": ("STS.U8", 2),
 }
 
 
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     rare = loop_for(loops, *marks["rare"], kernel)
     per_channel: dict[str, float] = {}
-    for name in ("rans", "rows", "columns", "output"):
+    for name in ("rans", "rows", "columns", "med", "output"):
         loop = loop_for(loops, *marks[name], kernel)
         size = loop.size
         if name == "rans" and loop.start <= rare.start and rare.end <= loop.end and rare is not loop:
@@ -243,10 +248,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | {size} | {k}x | {PER_ITERATION[name] * k} | {per_channel[name]:.1f} |")
     print(f"| (rans: plane change, once per plane, not counted) | {rare.size} | - | - |")
     base = per_channel["rans"] + per_channel["rows"] + per_channel["columns"]
+    med = per_channel["rans"] + per_channel["rows"] + per_channel["med"] * MED_SLOTS_PER_PIXEL
     print()
     for c in (1, 3, 4):
         print(f"steady total, C={c} (all planes rANS-coded, gradient predictor): "
               f"{base + per_channel[f'output C={c}']:.1f} SASS instructions per decoded pixel-channel")
+    for c in (1, 3, 4):
+        print(f"steady total, C={c} (all planes rANS-coded, MED predictor: the wavefront's "
+              f"{MED_SLOTS_PER_PIXEL:.2f} slots per pixel): {med + per_channel[f'output C={c}']:.1f} "
+              "SASS instructions per decoded pixel-channel")
     print(f"(files in {folder})")
     return 0
 

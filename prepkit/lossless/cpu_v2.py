@@ -87,21 +87,67 @@ ZIGZAG = np.array([_zigzag.py_func(r) for r in range(256)], np.int64)
 ZIGZAG_BITS = np.array([int(v).bit_length() for v in ZIGZAG], np.int64)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _med(left, up, upleft):
+    """MED (reference_v2.med): min(L, U) when UL >= max(L, U), max(L, U) when UL <= min(L, U),
+    else the gradient L + U - UL."""
+    lo = min(left, up)
+    hi = max(left, up)
+    return lo if upleft >= hi else (hi if upleft <= lo else left + up - upleft)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _prediction(padded, y, x, p):
+    """Predictor p's guess for padded[y, x] (A4), from the padded plane's neighbours."""
+    left = padded[y, x - 1]
+    up = padded[y - 1, x]
+    upleft = padded[y - 1, x - 1]
+    if p == f2.PRED_MED:
+        return _med(left, up, upleft)
+    return (left if p & 1 else 0) + (up if p & 2 else 0) - (upleft if p == 3 else 0)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _predictor_costs(padded, th, tw, costs):
     """Sum of the symbols' bit lengths of one plane (padded as _colour_forward writes it)
-    under each of the 4 predictors."""
-    c0 = c1 = c2 = c3 = 0
+    under each of the 5 predictors."""
+    c0 = c1 = c2 = c3 = c4 = 0
     for y in range(1, th + 1):
         for x in range(1, tw + 1):
             v = padded[y, x]
             left = padded[y, x - 1]
             up = padded[y - 1, x]
+            upleft = padded[y - 1, x - 1]
             c0 += ZIGZAG_BITS[v]
             c1 += ZIGZAG_BITS[(v - left) & 255]
             c2 += ZIGZAG_BITS[(v - up) & 255]
-            c3 += ZIGZAG_BITS[(v - left - up + padded[y - 1, x - 1]) & 255]
-    costs[0], costs[1], costs[2], costs[3] = c0, c1, c2, c3
+            c3 += ZIGZAG_BITS[(v - left - up + upleft) & 255]
+            c4 += ZIGZAG_BITS[(v - _med(left, up, upleft)) & 255]
+    costs[0], costs[1], costs[2], costs[3], costs[4] = c0, c1, c2, c3, c4
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _best_predictor(costs):
+    """The predictor with the smallest cost (the lowest number on ties)."""
+    best_p = 0
+    for p in range(1, f2.PREDICTORS):
+        if costs[p] < costs[best_p]:
+            best_p = p
+    return best_p
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _predictor_of(chb):
+    """format_v2.channel_predictor: bits 2-3 of a rANS channel byte, plus 4 when bit 1 is set."""
+    return ((chb >> 2) & 3) + ((chb >> 1) & 1) * 4
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _channel_byte(p, table_set):
+    """format_v2.channel_byte: 1 | P<<2 | s<<4, or 3 | (P-4)<<2 | s<<4 for P >= 4."""
+    if p >= 4:
+        return 3 | ((p - 4) << 2) | (table_set << 4)
+    return 1 | (p << 2) | (table_set << 4)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -113,17 +159,14 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals):
     c = image.shape[2]
     n_colours = 3 if c >= 3 else 1
     best_cost = -1
-    costs = np.zeros(4, np.int64)
+    costs = np.zeros(f2.PREDICTORS, np.int64)
     preds = np.zeros(4, np.int64)
     for colour in range(n_colours):
         _colour_forward(image, y0, x0, th, tw, colour, planes)
         total = 0
         for k in range(c):
             _predictor_costs(planes[k], th, tw, costs)
-            best_p = 0
-            for p in range(1, 4):
-                if costs[p] < costs[best_p]:
-                    best_p = p
+            best_p = _best_predictor(costs)
             preds[k] = best_p
             total += costs[best_p]
         if best_cost < 0 or total < best_cost:
@@ -203,12 +246,9 @@ def _choose_palette(image, y0, x0, th, tw, padded, choice_row, colours):
             colours[j + 1] = v
             n_colours += 1
     _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
-    costs = np.zeros(4, np.int64)
+    costs = np.zeros(f2.PREDICTORS, np.int64)
     _predictor_costs(padded, th, tw, costs)
-    best_p = 0
-    for p in range(1, 4):
-        if costs[p] < costs[best_p]:
-            best_p = p
+    best_p = _best_predictor(costs)
     choice_row[COL_PAL_SIZE] = n_colours
     choice_row[COL_PAL_PRED] = best_p
     choice_row[COL_PAL_COST] = costs[best_p]
@@ -233,18 +273,19 @@ def _tile_symbols(image, y0, x0, th, tw, choice_row, planes, out, o):
     for k in range(c):
         if choice_row[5 + k]:
             continue
-        padded = planes[k]
-        p = choice_row[1 + k]
-        # The predictor as 0/1 weights: pred = wl*left + wu*up - wl*wu*upleft (A4).
-        wl = np.int32(p & 1)
-        wu = np.int32(p >> 1)
-        wul = wl * wu
-        for y in range(1, th + 1):
-            for x in range(1, tw + 1):
-                pred = wl * padded[y, x - 1] + wu * padded[y - 1, x] - wul * padded[y - 1, x - 1]
-                out[n] = ZIGZAG[(padded[y, x] - pred) & 255]
-                n += 1
+        n = _residual_symbols(planes[k], th, tw, choice_row[1 + k], out, n)
     return n - o
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _residual_symbols(padded, th, tw, p, out, n):
+    """The zig-zag residuals of a padded plane under predictor p, row-major at out[n:];
+    return the position after them."""
+    for y in range(1, th + 1):
+        for x in range(1, tw + 1):
+            out[n] = ZIGZAG[(padded[y, x] - _prediction(padded, y, x, p)) & 255]
+            n += 1
+    return n
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -291,16 +332,7 @@ def _choose_all(image, tile, choices, const_vals, planes, colours):
 def _palette_symbols(image, y0, x0, th, tw, choice_row, colours, padded, out, o):
     """The palette candidate's index symbols (row-major, zig-zag residuals) at out[o:]."""
     _index_plane(image, y0, x0, th, tw, colours, choice_row[COL_PAL_SIZE], padded)
-    p = choice_row[COL_PAL_PRED]
-    wl = np.int32(p & 1)
-    wu = np.int32(p >> 1)
-    wul = wl * wu
-    n = o
-    for y in range(1, th + 1):
-        for x in range(1, tw + 1):
-            pred = wl * padded[y, x - 1] + wu * padded[y - 1, x] - wul * padded[y - 1, x - 1]
-            out[n] = ZIGZAG[(padded[y, x] - pred) & 255]
-            n += 1
+    _residual_symbols(padded, th, tw, choice_row[COL_PAL_PRED], out, o)
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
@@ -429,7 +461,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, coder, cost,
         if choice[5 + k]:
             out[pos] = 0
         else:
-            out[pos] = 1 | (choice[1 + k] << 2) | (min(k, n_sets - 1) << 4)
+            out[pos] = _channel_byte(choice[1 + k], min(k, n_sets - 1))
         pos += 1
     for k in range(c):
         if choice[5 + k]:
@@ -458,7 +490,7 @@ def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, coder, 
     if 4 + n_colours * c >= raw_len:  # nothing written past the raw tile's room
         return _raw_tile(image, y0, x0, th, tw, out, base)
     out[base + 2] = n_colours - 1
-    out[base + 3] = 1 | (choice[COL_PAL_PRED] << 2) | (min(c, n_sets - 1) << 4)
+    out[base + 3] = _channel_byte(choice[COL_PAL_PRED], min(c, n_sets - 1))
     pos = base + 4
     for q in range(n_colours):
         for k in range(c):
@@ -742,6 +774,46 @@ def _unpredict(symbols, i, p, row, th, tw):
             above = row[(y - 1) * tw : y * tw]
             for x in range(tw):
                 cur[x] += above[x]
+    if p == f2.PRED_MED:
+        _unpredict_med(row, th, tw)
+
+
+MED_ROWS = 4  # rows _unpredict_med decodes at once, skewed by one column each
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _unpredict_med(row, th, tw):
+    """Residual plane -> plane under MED (A4). MED is the median of L, U and L + U - UL,
+    computed branch-free with min and max (data-dependent branches mispredict on every other
+    pixel). Row 0 predicts from the left and column 0 from above (running sums); the rest goes
+    MED_ROWS rows at a time, row y0 + k one column behind row y0 + k - 1, so the rows' serial
+    chains (each pixel needs its left neighbour) overlap instead of waiting on each other."""
+    run = np.uint8(0)
+    for x in range(tw):
+        run += row[x]
+        row[x] = run
+    for y in range(1, th):
+        row[y * tw] += row[(y - 1) * tw]
+    left = np.zeros(MED_ROWS, np.int32)
+    upleft = np.zeros(MED_ROWS, np.int32)
+    for y0 in range(1, th, MED_ROWS):
+        rows = min(MED_ROWS, th - y0)
+        for k in range(MED_ROWS):
+            if k < rows:
+                left[k] = row[(y0 + k) * tw]
+                upleft[k] = row[(y0 + k - 1) * tw]
+        for x in range(1, tw + MED_ROWS - 1):
+            for k in range(MED_ROWS):
+                xx = x - k
+                if k < rows and xx >= 1 and xx < tw:
+                    at = (y0 + k) * tw + xx
+                    up = np.int32(row[at - tw])
+                    lf = left[k]
+                    pred = max(min(lf, up), min(max(lf, up), lf + up - upleft[k]))
+                    value = (np.int32(row[at]) + pred) & 255
+                    row[at] = value
+                    left[k] = value
+                    upleft[k] = up
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -773,7 +845,7 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
     err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, symbols, states)
     if err:
         return err
-    _unpredict(symbols, 0, (np.int64(src[start + 3]) >> 2) & 3, index, th, tw)
+    _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw)
     top = np.uint8(0)
     for q in range(th * tw):
         top = max(top, index[q])
@@ -839,7 +911,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
             chb = np.int64(src[start + 2 + k])
             if chb == 0:
                 continue
-            _unpredict(symbols, i, (chb >> 2) & 3, planes[k, :plane], th, tw)
+            _unpredict(symbols, i, _predictor_of(chb), planes[k, :plane], th, tw)
             i += plane
     # Inverse colour transform and the interleaved copy of the requested region.
     width = xb - xa

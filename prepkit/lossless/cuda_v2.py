@@ -17,6 +17,9 @@ Inside a tile:
    word totals for the left and gradient predictors.
 4. Column pass (up and gradient): a lane owns a word column and walks down it, adding with a
    carry-free byte-wise add (no bank conflicts: consecutive lanes, consecutive words).
+   MED planes (predictor 4, not a prefix sum) go as a wavefront instead: lane j owns rows j
+   and j + 32 and decodes columns t - j and t - j - 32 at step t; the pixels above come from
+   lane j - 1 by a shuffle.
 5. Colour inverse on 4 pixels at once (byte-wise add/sub/half on words) and the interleaved
    write of the part of the tile inside the requested region.
 
@@ -88,6 +91,15 @@ if config.ENABLE_CUDASIM:
         cuda.syncthreads()
         return got
 
+    @cuda.jit(device=True)
+    def _shfl_idx(scratch, value, src_lane):
+        lane = cuda.threadIdx.x
+        scratch[lane] = value
+        cuda.syncthreads()
+        got = scratch[src_lane]
+        cuda.syncthreads()
+        return got
+
 else:
 
     @cuda.jit(device=True, inline=True)
@@ -101,6 +113,23 @@ else:
     @cuda.jit(device=True, inline=True)
     def _shfl_xor(scratch, value, mask):
         return cuda.shfl_xor_sync(FULL_MASK, value, mask)
+
+    @cuda.jit(device=True, inline=True)
+    def _shfl_idx(scratch, value, src_lane):
+        return cuda.shfl_sync(FULL_MASK, value, src_lane)
+
+
+@cuda.jit(device=True, inline=True)
+def _predictor(chb):
+    """Predictor 0..4 of a rANS channel byte (format_v2.channel_predictor): bits 2-3, plus 4
+    when bit 1 is set (validation allows bits 2-3 only with bit 1 clear or as 0)."""
+    return i32(((chb >> i32(2)) & i32(3)) | (((chb >> i32(1)) & i32(1)) << i32(2)))
+
+
+@cuda.jit(device=True, inline=True)
+def _median_of(left, up, upleft):
+    """MED (docs A4) as the median of L, U and L + U - UL: four min/max, no branches."""
+    return i32(max(min(left, up), min(max(left, up), i32(i32(left + up) - upleft))))
 
 
 @cuda.jit(device=True, inline=True)
@@ -193,7 +222,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
         n_rans = i32(1)
         slots = i32(0)
         r_sets = i32(chb >> i32(4))
-        r_preds = i32((chb >> i32(2)) & i32(3))
+        r_preds = _predictor(chb)
         pos = pal_at + u64(u32(n_colours * c))
     else:
         # Per channel: its shared-memory slot (rANS planes first, in channel order, then the
@@ -213,7 +242,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
             if chb != 0:
                 slots = i32(slots | (rans_i << i32(2 * k)))
                 r_sets = i32(r_sets | ((chb >> i32(4)) << i32(4 * rans_i)))
-                r_preds = i32(r_preds | (((chb >> i32(2)) & i32(3)) << i32(2 * rans_i)))
+                r_preds = i32(r_preds | (_predictor(chb) << i32(3 * rans_i)))
                 rans_i = i32(rans_i + i32(1))
             else:
                 slots = i32(slots | (const_i << i32(2 * k)))
@@ -324,7 +353,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
     half = i32(lane >> i32(4))
     col = i32(lane & i32(15))
     for r in range(n_rans):
-        pred = i32((r_preds >> i32(2 * r)) & i32(3))
+        pred = i32((r_preds >> i32(3 * r)) & i32(7))
         for y0 in range(0, th, 2):  # sass: rows (4 pixel-channels per lane)
             y = i32(y0 + half)
             a = u32(i32(i32(i32(r * th) + y) << i32(4)) + col)
@@ -349,13 +378,57 @@ def decode_kernel(src, work, dec, empty, out, errors):
     # Column pass (up, gradient): a lane walks down one word column of one plane.
     for unit in range(lane, i32(n_rans << i32(4)), WARP):
         r = i32(unit >> i32(4))
-        if (r_preds >> i32(2 * r)) & i32(2):
+        if ((r_preds >> i32(3 * r)) & i32(7)) & i32(2):  # up (2) and gradient (3), not MED (4)
             a = u32(i32(i32(r * th) << i32(4)) + i32(unit & i32(15)))
             run = u32(0)
             for _ in range(th):  # sass: columns (4 pixel-channels per lane)
                 run = _add8(run, words[a])
                 words[a] = run
                 a = u32(a + u32(WORDS_PER_ROW))
+    cuda.syncthreads()
+
+    # MED pass (predictor 4): each prediction needs the pixel to its left and the one above,
+    # so a plane goes as a wavefront. Lane j owns rows j and 32 + j and decodes column t - j
+    # of row j and column t - j - 32 of row 32 + j at step t: the pixels above are the ones
+    # lane j - 1 decoded at step t - 1 (one shuffle of both rows' last pixels, which also
+    # orders the steps; lane 0 takes lane 31's row 31 for row 32), the left and upper-left
+    # pixels stay in registers. tw + 31 steps (tw + 63 when th > 32), 2 pixels per step.
+    prev_lane = i32(i32(lane + i32(WARP - 1)) & i32(WARP - 1))
+    y1 = i32(lane + i32(WARP))
+    for r in range(n_rans):
+        if ((r_preds >> i32(3 * r)) & i32(7)) == i32(f2.PRED_MED):
+            at0 = i32(i32(i32(r * th) + lane) << i32(PITCH_LOG2))
+            at1 = i32(at0 + i32(WARP << PITCH_LOG2))
+            left0 = i32(0)
+            left1 = i32(0)
+            upleft0 = i32(0)
+            upleft1 = i32(0)
+            n_steps = i32(tw + i32(WARP - 1))
+            if th > i32(WARP):
+                n_steps = i32(n_steps + i32(WARP))
+            t = i32(0)
+            while t < n_steps:  # sass: med (two rows per lane per step)
+                got = i32(_shfl_idx(scratch, i32(left0 | (left1 << i32(8))), prev_lane))
+                up0 = i32(got & i32(255))
+                up1 = i32(got >> i32(8))
+                if lane == i32(0):
+                    up0 = i32(0)
+                    up1 = i32(got & i32(255))
+                x0 = i32(t - lane)
+                if lane < th and u32(x0) < u32(tw):
+                    guess = _median_of(left0, up0, upleft0)
+                    a = u32(at0 + x0)
+                    left0 = i32(i32(i32(smem[a]) + guess) & i32(255))
+                    smem[a] = left0
+                x1 = i32(x0 - i32(WARP))
+                if y1 < th and u32(x1) < u32(tw):
+                    guess = _median_of(left1, up1, upleft1)
+                    a = u32(at1 + x1)
+                    left1 = i32(i32(i32(smem[a]) + guess) & i32(255))
+                    smem[a] = left1
+                upleft0 = up0
+                upleft1 = up1
+                t = i32(t + i32(1))
     cuda.syncthreads()
 
     if n_colours > 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,23 @@ TILE_PALETTE = 2  # A2: one rANS-coded index plane and a palette of up to 256 co
 PALETTE_MAX = 256
 CH_CONST = 0
 CH_RANS = 1
-PREDICTORS = 4  # 0 none, 1 left, 2 up, 3 gradient
+# A channel byte 1 | P<<2 | s<<4 names predictors 0-3; 3 | s<<4 (bit 1 set, bits 2-3 zero)
+# names predictor 4, MED. Decoders older than MED read bit 1 as a bad channel mode and refuse.
+CH_EXTENDED = 2  # bit 1 of a rANS channel byte: the predictor is 4 + bits 2-3
+PREDICTORS = 5  # 0 none, 1 left, 2 up, 3 gradient, 4 MED (median edge detector, A4)
+PRED_MED = 4
+
+
+def channel_byte(predictor: int, table_set: int) -> int:
+    """The channel byte of a rANS-coded plane (A2): predictor 0..4, table set s."""
+    if predictor >= 4:
+        return CH_RANS | CH_EXTENDED | (predictor - 4) << 2 | table_set << 4
+    return CH_RANS | predictor << 2 | table_set << 4
+
+
+def channel_predictor(chb: Any) -> Any:
+    """Predictor of a rANS channel byte (int or int64 array): bits 2-3, plus 4 when bit 1 is set."""
+    return ((chb >> 2) & 3) + ((chb >> 1) & 1) * 4
 COLOURS = 3  # 0 none, 1 subtract green, 2 YCoCg-R lifting
 
 
@@ -260,11 +277,12 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     # Palette tiles: byte 2 is P - 1, byte 3 the index plane's channel byte (rANS only).
     palette_size = np.where(pal, byte(2, pal) + 1, 0)
     chb = np.stack([byte(2 + k, coded) + (byte(3, pal) if k == 0 else 0) for k in range(c)], axis=1)
-    ch_mode = chb & 3
-    predictor = (chb >> 2) & 3
+    ch_mode = chb & 1
+    predictor = channel_predictor(chb)
     table_set = chb >> 4
-    bad_ch = (ch_mode > CH_RANS) | ((ch_mode == CH_CONST) & (chb != CH_CONST)) | (table_set >= n_sets)
-    _check(bad_ch.any(axis=1), chb.max(axis=1), "channel byte", "mode 0 (no other bits) or 1 with a known table set")
+    bad_ch = ((ch_mode == CH_CONST) & (chb != CH_CONST)) | (table_set >= n_sets) | (predictor >= PREDICTORS)
+    _check(bad_ch.any(axis=1), chb.max(axis=1), "channel byte",
+           "0 (constant) or a rANS byte with a known predictor and table set")
     _check(pal & (ch_mode[:, 0] != CH_RANS), chb[:, 0], "palette index channel byte", "1 | P<<2 | s<<4")
     n_const = (coded[:, None] & (ch_mode == CH_CONST)).sum(axis=1)
     any_rans = ~raw & (ch_mode == CH_RANS).any(axis=1)

@@ -244,6 +244,15 @@ def _check_v1(h, w, c, t, tiles_x, n, offsets):
 
 
 @njit(nogil=True, cache=True)
+def _bad_channel(chb, n_sets):
+    """A channel byte format_v2.read_stream refuses: not 0 and not rANS, an unknown predictor
+    (bit 1 names 4 + bits 2-3), or a table set at or above S."""
+    if chb & 1 == 0:
+        return chb != f2.CH_CONST
+    return (chb >> 4) >= n_sets or ((chb >> 2) & 3) + ((chb >> 1) & 1) * 4 >= f2.PREDICTORS
+
+
+@njit(nogil=True, cache=True)
 def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
     """The per-tile checks of format_v2.read_stream (modes, lane counts, channel bytes, lengths)."""
     for i in range(n):
@@ -267,7 +276,7 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
             info = np.int64(src[first + 1])
             chb = np.int64(src[first + 3])
             lanes_log2 = info >> 4
-            if info & 15 or lanes_log2 > f2.MAX_LANES_LOG2 or chb & 3 != f2.CH_RANS or (chb >> 4) >= n_sets:
+            if info & 15 or lanes_log2 > f2.MAX_LANES_LOG2 or chb & 1 != f2.CH_RANS or _bad_channel(chb, n_sets):
                 return False
             words = length - (4 + (np.int64(src[first + 2]) + 1) * c + (4 << lanes_log2))
             if words < 0 or words % 2 != 0:
@@ -284,8 +293,8 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
         any_rans = False
         for k in range(c):
             chb = np.int64(src[first + 2 + k])
-            ch_mode = chb & 3
-            if ch_mode > f2.CH_RANS or (ch_mode == f2.CH_CONST and chb != f2.CH_CONST) or (chb >> 4) >= n_sets:
+            ch_mode = chb & 1
+            if _bad_channel(chb, n_sets):
                 return False
             if ch_mode == f2.CH_CONST:
                 n_const += 1

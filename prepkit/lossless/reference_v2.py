@@ -56,18 +56,36 @@ def colour_inverse(x: np.ndarray, mode: int) -> np.ndarray:
     return x
 
 
+def med(left: np.ndarray, up: np.ndarray, upleft: np.ndarray) -> np.ndarray:
+    """MED, LOCO-I's median edge detector: min(L, U) when UL >= max(L, U), max(L, U) when
+    UL <= min(L, U), else L + U - UL (always within 0..255 for bytes)."""
+    lo, hi = np.minimum(left, up), np.maximum(left, up)
+    return np.where(upleft >= hi, lo, np.where(upleft <= lo, hi, left + up - upleft))
+
+
 def predict(plane: np.ndarray, predictor: int) -> np.ndarray:
     """Residuals mod 256 of a (th, tw) plane; neighbours outside the tile are 0."""
     p = np.zeros((plane.shape[0] + 1, plane.shape[1] + 1), np.int64)
     p[1:, 1:] = plane
     left, up, upleft = p[1:, :-1], p[:-1, 1:], p[:-1, :-1]
+    if predictor == f2.PRED_MED:
+        return (plane - med(left, up, upleft)) & 255
     guess = [0, left, up, left + up - upleft][predictor]
     return (plane - guess) & 255
 
 
 def unpredict(res: np.ndarray, predictor: int) -> np.ndarray:
-    """Inverse of predict: prefix sums along rows (left), columns (up), or both (gradient)."""
+    """Inverse of predict: prefix sums along rows (left), columns (up), or both (gradient);
+    MED pixel by pixel in raster order (each prediction needs the pixels left and above)."""
     out = res.astype(np.int64)
+    if predictor == f2.PRED_MED:
+        th, tw = out.shape
+        p = np.zeros((th + 1, tw + 1), np.int64)
+        for y in range(th):
+            for x in range(tw):
+                guess = med(p[y + 1, x], p[y, x + 1], p[y, x])
+                p[y + 1, x + 1] = (out[y, x] + guess) & 255
+        return p[1:, 1:]
     if predictor in (1, 3):
         out = np.cumsum(out, axis=1)
     if predictor in (2, 3):
@@ -228,7 +246,7 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
         if choice.const[k]:
             out.append(f2.CH_CONST)
         else:
-            out.append(f2.CH_RANS | choice.predictors[k] << 2 | min(k, n_sets - 1) << 4)
+            out.append(f2.channel_byte(choice.predictors[k], min(k, n_sets - 1)))
     out += bytes(int(choice.planes[k].flat[0]) for k in range(c) if choice.const[k])
     log2 = 0
     if symbols.size:
@@ -250,7 +268,7 @@ def encode_palette_tile(tile: np.ndarray, pal: PaletteChoice, freq: np.ndarray, 
     log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()))
     c = tile.shape[2]
     head = bytes([f2.TILE_PALETTE, log2 << 4, pal.palette.shape[0] - 1,
-                  f2.CH_RANS | pal.predictor << 2 | min(c, n_sets - 1) << 4])
+                  f2.channel_byte(pal.predictor, min(c, n_sets - 1))])
     coded = head + pal.palette.astype(np.uint8).tobytes() + rans_encode(symbols, tables, freq, cum, 1 << log2)
     if len(coded) >= 1 + tile.size:
         return raw_tile(tile)

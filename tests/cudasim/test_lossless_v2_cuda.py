@@ -81,7 +81,7 @@ def test_images_cover_every_mode(streams: Callable[[], list[bytes]]) -> None:
         seen["lanes"] |= set(s.lanes_log2[coded & rans.any(axis=1)].tolist())
     assert seen["raw"] and seen["const"]
     assert seen["colour"] == {0, 1, 2}
-    assert seen["pred"] == {0, 1, 2, 3}
+    assert seen["pred"] == set(range(f2.PREDICTORS))  # none, left, up, gradient, MED
     assert {2, 5} <= seen["lanes"]
 
 

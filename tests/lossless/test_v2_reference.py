@@ -38,7 +38,7 @@ def test_colour_transforms_invert_on_every_pixel(mode: int) -> None:
     np.testing.assert_array_equal(r2.colour_inverse(forward, mode), pixels)
 
 
-@pytest.mark.parametrize("predictor", range(4))
+@pytest.mark.parametrize("predictor", range(f2.PREDICTORS))
 def test_predictors_invert(predictor: int) -> None:
     plane = np.random.default_rng(predictor).integers(0, 256, (9, 13))
     np.testing.assert_array_equal(r2.unpredict(r2.predict(plane, predictor), predictor), plane)
@@ -128,8 +128,9 @@ def test_bad_table_and_tile_fields_are_refused() -> None:
         r2.decode(_with(data, first, b"\x07"))
     with pytest.raises(CodecError, match="lane count"):
         r2.decode(_with(data, first + 1, b"\x70"))
-    with pytest.raises(CodecError, match="channel byte"):
-        r2.decode(_with(data, first + 2, b"\x03"))
+    for bad in (b"\x02", b"\x07", b"\x0b"):  # mode 2; predictor 5 and 6 (bit 1 with bits 2-3)
+        with pytest.raises(CodecError, match="channel byte"):
+            r2.decode(_with(data, first + 2, bad))
     with pytest.raises(CodecError, match="rANS"):
         r2.decode(_with(data, first + 5, b"\x00\x00\x00\x00"))  # first lane state below 2^16
 

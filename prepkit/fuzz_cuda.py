@@ -22,7 +22,7 @@ from prepkit.fuzz import FuzzReport, mutate
 
 
 def _seeds(seed: int) -> list[bytes]:
-    """Small v2 streams covering coded, constant, mask, raw and palette tiles (and one v1 stream)."""
+    """Small v2 streams covering coded, constant, mask, raw, palette and MED tiles (and one v1 stream)."""
     from prepkit import lossless
 
     rng = np.random.default_rng(seed)
@@ -38,7 +38,25 @@ def _seeds(seed: int) -> list[bytes]:
     images += [image[:17, :17] for image in palette_images(rng)]  # palette tiles (mode 2), simulator-sized
     seeds = [lossless.encode(image, tile=16, version=2) for image in images]
     seeds.append(lossless.encode(images[0], tile=16, version=1))
+    seeds.append(_med_seed())
     return seeds
+
+
+def _med_seed() -> bytes:
+    """A 64-tile of 36 rows (both bands of the CUDA MED wavefront) whose plane is MED-coded:
+    diagonal edges plus one bit of noise, the first of 16 fixed noise patterns for which the
+    encoder picks MED."""
+    from prepkit import lossless
+    from prepkit.lossless import format_v2 as f2
+
+    ty, tx = np.mgrid[0:36, 0:12]
+    edges = np.where(tx + ty > 20, 170, 60) + np.where(ty > 2 * tx + 8, 40, 0)
+    for pattern in range(16):
+        image = (edges + np.random.default_rng(pattern).integers(0, 2, edges.shape)).astype(np.uint8)
+        stream = lossless.encode(image, tile=64, version=2)
+        if f2.read_stream(np.frombuffer(stream, np.uint8)).predictor[0, 0] == f2.PRED_MED:
+            return stream
+    raise AssertionError("Expected a noise pattern for which the encoder picks MED. Got none in 16.")
 
 
 def _decode(data: bytes, device: str) -> np.ndarray | None:

@@ -21,7 +21,8 @@ from prepkit.cli.options import (
 @layout_option()
 @write_options
 @storage_option
-def convert(src_store: str, dest_store: str, layout: str, quality: int, lossless_version: int, samples_per_shard: int | None,
+def convert(src_store: str, dest_store: str, layout: str, quality: int, lossless_version: int,
+            lossless_fast_decode: bool, samples_per_shard: int | None,
             workers: int, overwrite: bool, storage_options: tuple[str, ...]) -> None:
     """Transcode the store SRC_STORE into DEST_STORE with another image layout.
 
@@ -40,7 +41,8 @@ def convert(src_store: str, dest_store: str, layout: str, quality: int, lossless
         check_any_destination(dest_store, overwrite, options)
         with progress_bar("convert") as bar:
             summary = convert_store(
-                src_store, dest_store, layout=make_layout(layout, quality=quality, lossless_version=lossless_version),
+                src_store, dest_store, layout=make_layout(layout, quality=quality, lossless_version=lossless_version,
+                                                          lossless_fast_decode=lossless_fast_decode),
                 samples_per_shard=samples_per_shard, workers=workers, overwrite=overwrite, storage_options=options,
                 progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
             )

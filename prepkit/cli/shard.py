@@ -55,7 +55,8 @@ from prepkit.cli.options import (
 )
 @storage_option
 def shard(
-    src: tuple[str, ...], dest: str, layout: str, quality: int, lossless_version: int, samples_per_shard: int, workers: int,
+    src: tuple[str, ...], dest: str, layout: str, quality: int, lossless_version: int, lossless_fast_decode: bool,
+    samples_per_shard: int, workers: int,
     overwrite: bool, max_side: int | None, mode: str, on_error: str, alpha: str, background: str, image_key: str,
     label_key: str, mask_key: str, max_pixels: int | None,
     executor: str, scheduler: str | None, fields: tuple[str, ...], storage_options: tuple[str, ...],
@@ -98,7 +99,8 @@ def shard(
         options_for_storage = parsed_storage_options(storage_options)
         check_any_destination(dest, overwrite, options_for_storage)
         runner = make_executor(executor, scheduler, workers)
-        chosen = make_layout(layout, quality=quality, lossless_version=lossless_version)
+        chosen = make_layout(layout, quality=quality, lossless_version=lossless_version,
+                             lossless_fast_decode=lossless_fast_decode)
         with progress_bar("shard") as bar:
             summary, _ = build_store(
                 src[0] if len(src) == 1 else list(src), dest, keys=Keys(image=image_key, label=label_key, mask=mask_key), layout=chosen, options=options, samples_per_shard=samples_per_shard,

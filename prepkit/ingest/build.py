@@ -38,13 +38,13 @@ from prepkit.store.storage import is_url
 from prepkit.store.writer import EncodedSample, SampleFailure, ShardExecutor, WriteSummary, plan_store, write_all
 
 
-def mask_layout() -> Layout:
+def mask_layout(fast_decode: bool = False) -> Layout:
     """Masks are stored with the lossless codec when it is available, raw otherwise."""
     try:
         from prepkit import lossless
 
         if hasattr(lossless, "encode"):
-            return LosslessLayout(version=lossless.MASK_VERSION)
+            return LosslessLayout(version=lossless.MASK_VERSION, fast_decode=fast_decode)
     except ImportError:
         pass
     return RawLayout()
@@ -171,7 +171,8 @@ def _no_images(src: str, ignored: list[tuple[str, str]]) -> str:
 def _layouts(layout: Layout, has_masks: bool) -> dict[str, Layout]:
     layouts: dict[str, Layout] = {"image": layout}
     if has_masks:
-        layouts["mask"] = mask_layout()
+        # masks follow the images' choice of decode speed over size
+        layouts["mask"] = mask_layout(bool(getattr(layout, "fast_decode", False)))
     return layouts
 
 
@@ -295,6 +296,7 @@ def write_store(
     layout: str | Layout = "lossless",
     quality: int = 90,
     lossless_version: int = 2,
+    lossless_fast_decode: bool = False,
     samples_per_shard: int = 1024,
     workers: int = 1,
     on_error: str = "raise",
@@ -325,6 +327,9 @@ def write_store(
     image is encoded bytes, a file path, a PIL image, a uint8 numpy array (H x W x C) or a
     uint8 torch tensor (C x H x W); see :mod:`prepkit.ingest.samples`.
 
+    ``lossless_version`` and ``lossless_fast_decode`` are ``--lossless-version`` and
+    ``--lossless-fast-decode`` of ``prepkit shard`` (used when ``layout`` is a name).
+
     Like ``prepkit shard``: ``workers > 1`` encodes in that many spawned processes (an
     indexed dataset is sent to them pickled, and read by index; a plain iterable is read
     once, in order, into a temporary spool under ``spool_dir``), the store is byte-identical
@@ -347,7 +352,8 @@ def write_store(
 
     if on_error not in ("raise", "fail", "skip"):
         raise ValueError(f"on_error: Expected 'raise' or 'skip'. Got {on_error!r}.")
-    chosen = make_layout(layout, quality=quality, lossless_version=lossless_version) if isinstance(layout, str) else layout
+    chosen = (make_layout(layout, quality=quality, lossless_version=lossless_version,
+                          lossless_fast_decode=lossless_fast_decode) if isinstance(layout, str) else layout)
     options = ImageOptions(mode=mode, max_side=max_side, max_pixels=max_pixels or DEFAULT_MAX_PIXELS, alpha=alpha,
                            background=background)
     try:

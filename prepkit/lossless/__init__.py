@@ -32,24 +32,27 @@ Roi = tuple[int, int, int, int]
 
 
 VERSIONS = (1, 2)
-# v2 is the default: smaller than v1 on every kind of image (about 5% on photographs, 5x on
-# rendered content and masks, where v1's Rice stage spends a bit per value) and still faster
-# to decode than libspng; v1's CPU decoder is about 2.5x faster on photographs
+# v2 is the default: smaller than v1 on every kind of image (8-26% on photographs, 1.5x-13x
+# on rendered content and masks, where v1's Rice stage spends a bit per value); it decodes at
+# about libspng's speed on one CPU core (1.3-1.6x faster with fast_decode=True, which leaves
+# the MED predictor out); v1's CPU decoder is about 3x faster on photographs
 # (docs/BENCHMARKS.md), so version=1 stays available for CPU-bound photo pipelines.
 DEFAULT_VERSION = 2
 MASK_VERSION = 2
 
 
-def encode(image: np.ndarray, tile: int = 64, version: int = DEFAULT_VERSION) -> bytes:
+def encode(image: np.ndarray, tile: int = 64, version: int = DEFAULT_VERSION, *, fast_decode: bool = False) -> bytes:
     """Encode an HxW or HxWxC (C in 1, 3, 4) uint8 image; tile is 16, 32 or 64; version is
-    the bitstream version to write (2, the default, or 1).
+    the bitstream version to write (2, the default, or 1). With version 2, fast_decode=True
+    leaves out the MED predictor: 3-6% larger on photographs, 1.3-1.6x faster to decode on a
+    CPU (docs/BENCHMARKS.md); version 1 ignores it.
 
     Raises ValueError for any other dtype, shape, tile size or version.
     """
     if version == 2:
         from prepkit.lossless import cpu_v2
 
-        return cpu_v2.encode(image, tile)
+        return cpu_v2.encode(image, tile, fast_decode)
     if version == 1:
         return cpu.encode(image, tile)
     raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")

@@ -127,10 +127,10 @@ def _predictor_costs(padded, th, tw, costs):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _best_predictor(costs):
-    """The predictor with the smallest cost (the lowest number on ties)."""
+def _best_predictor(costs, n_predictors):
+    """The predictor below n_predictors with the smallest cost (the lowest number on ties)."""
     best_p = 0
-    for p in range(1, f2.PREDICTORS):
+    for p in range(1, n_predictors):
         if costs[p] < costs[best_p]:
             best_p = p
     return best_p
@@ -151,7 +151,7 @@ def _channel_byte(p, table_set):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals):
+def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors):
     """Colour transform, predictors and constant flags of one tile (as reference_v2.choose).
 
     choice_row = [colour, pred_0..pred_3, const_0..const_3]; const_vals[k] the plane value.
@@ -166,7 +166,7 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals):
         total = 0
         for k in range(c):
             _predictor_costs(planes[k], th, tw, costs)
-            best_p = _best_predictor(costs)
+            best_p = _best_predictor(costs, n_predictors)
             preds[k] = best_p
             total += costs[best_p]
         if best_cost < 0 or total < best_cost:
@@ -225,7 +225,7 @@ def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _choose_palette(image, y0, x0, th, tw, padded, choice_row, colours):
+def _choose_palette(image, y0, x0, th, tw, padded, choice_row, colours, n_predictors):
     """The palette candidate (reference_v2.choose_palette): colours[:P] sorted, P, the index
     predictor and its cost into choice_row; P = 0 when the tile has more than MAX_PALETTE colours."""
     c = image.shape[2]
@@ -248,7 +248,7 @@ def _choose_palette(image, y0, x0, th, tw, padded, choice_row, colours):
     _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
     costs = np.zeros(f2.PREDICTORS, np.int64)
     _predictor_costs(padded, th, tw, costs)
-    best_p = _best_predictor(costs)
+    best_p = _best_predictor(costs, n_predictors)
     choice_row[COL_PAL_SIZE] = n_colours
     choice_row[COL_PAL_PRED] = best_p
     choice_row[COL_PAL_COST] = costs[best_p]
@@ -318,14 +318,14 @@ def _lanes_log2(estimate):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _choose_all(image, tile, choices, const_vals, planes, colours):
+def _choose_all(image, tile, choices, const_vals, planes, colours, n_predictors):
     h, w = image.shape[0], image.shape[1]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
-            _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i])
-            _choose_palette(image, y0, x0, th, tw, planes[chunk, 0], choices[i], colours[i])
+            _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i], n_predictors)
+            _choose_palette(image, y0, x0, th, tw, planes[chunk, 0], choices[i], colours[i], n_predictors)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -561,8 +561,9 @@ def _encode_scratch(chunks: int) -> _Scratch:
     return _Scratch(*(r[:chunks] for r in rows))
 
 
-def encode(image: np.ndarray, tile: int = 64) -> bytes:
-    """Encode an HxW or HxWxC uint8 image as a v2 stream, byte-identical to reference_v2."""
+def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> bytes:
+    """Encode an HxW or HxWxC uint8 image as a v2 stream, byte-identical to reference_v2;
+    fast_decode leaves MED out (format_v2.encoder_predictors)."""
     from prepkit.lossless import cpu
 
     image, flags = fmt.prepare(image, tile)
@@ -575,7 +576,7 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
     choices = np.zeros((n, N_CHOICE), np.int64)
     const_vals = np.zeros((n, 4), np.int64)
     colours = np.zeros((n, MAX_PALETTE), np.int64)
-    _choose_all(image, tile, choices, const_vals, scr.planes, colours)
+    _choose_all(image, tile, choices, const_vals, scr.planes, colours, f2.encoder_predictors(fast_decode))
     th, tw = fmt.tile_geometry(header)
     n_coded = c - choices[:, 5 : 5 + c].sum(axis=1)
     sym_start = np.zeros(n + 1, np.int64)

@@ -131,7 +131,7 @@ class TileChoice:
         return np.concatenate(parts), np.concatenate(chans)
 
 
-def choose(tile: np.ndarray) -> TileChoice:
+def choose(tile: np.ndarray, n_predictors: int = f2.PREDICTORS) -> TileChoice:
     """Colour transform and per-channel predictor with the smallest sum of bit lengths
     (first minimum on ties: the lower mode number wins)."""
     c = tile.shape[2]
@@ -142,7 +142,7 @@ def choose(tile: np.ndarray) -> TileChoice:
         total = 0
         predictors = []
         for k in range(c):
-            costs = [int(BIT_LENGTH[zigzag(predict(planes[k], p))].sum()) for p in range(f2.PREDICTORS)]
+            costs = [int(BIT_LENGTH[zigzag(predict(planes[k], p))].sum()) for p in range(n_predictors)]
             p = int(np.argmin(costs))
             predictors.append(p)
             total += costs[p]
@@ -183,7 +183,8 @@ def pack_colours(tile: np.ndarray) -> np.ndarray:
     return packed
 
 
-def choose_palette(tile: np.ndarray, max_colours: int = MAX_PALETTE) -> PaletteChoice | None:
+def choose_palette(tile: np.ndarray, max_colours: int = MAX_PALETTE,
+                   n_predictors: int = f2.PREDICTORS) -> PaletteChoice | None:
     """The palette candidate of a tile with at most max_colours colours (None otherwise):
     colours sorted by packed value, the index predictor with the smallest sum of bit lengths."""
     packed = pack_colours(tile)
@@ -193,7 +194,7 @@ def choose_palette(tile: np.ndarray, max_colours: int = MAX_PALETTE) -> PaletteC
     c = tile.shape[2]
     palette = (colours[:, None] >> (8 * np.arange(c - 1, -1, -1))) & 255
     index = np.searchsorted(colours, packed)
-    costs = [int(BIT_LENGTH[zigzag(predict(index, p))].sum()) for p in range(f2.PREDICTORS)]
+    costs = [int(BIT_LENGTH[zigzag(predict(index, p))].sum()) for p in range(n_predictors)]
     p = int(np.argmin(costs))
     return PaletteChoice(palette, index, p, costs[p])
 
@@ -310,15 +311,17 @@ def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
     return [image[y : y + tile, x : x + tile] for y in range(0, h, tile) for x in range(0, w, tile)]
 
 
-def encode(image: np.ndarray, tile: int = 64) -> bytes:
-    """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation)."""
+def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> bytes:
+    """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation);
+    fast_decode leaves MED out (format_v2.encoder_predictors)."""
     image, flags = prepare(image, tile)
     flags &= f2.FLAG_2D
     h, w, c = image.shape
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
-    coded = [choose(t) for t in tiles]
-    pals = [choose_palette(t) for t in tiles]
+    n_predictors = f2.encoder_predictors(fast_decode)
+    coded = [choose(t, n_predictors) for t in tiles]
+    pals = [choose_palette(t, n_predictors=n_predictors) for t in tiles]
     choices: list[Choice] = [coded[i] for i in range(len(tiles))]
     n_sets = c
     if any(palette_first(ch, pal) for ch, pal in zip(coded, pals, strict=True)):

@@ -79,7 +79,7 @@ def convert_store(
         layouts: dict[str, Layout] = {"image": layout}
         for name, arrays in store.field_arrays.items():
             if name != "image":
-                layouts[name] = _upgraded(arrays.layout)
+                layouts[name] = _upgraded(arrays.layout, layout)
         shapes = {
             name: [(int(h), int(w), int(c)) for h, w, c in store.field_arrays[name].shapes] for name in layouts
         }
@@ -106,10 +106,14 @@ def convert_store(
     return write_all(dest, plan, job, workers=workers, overwrite=overwrite, progress=progress)
 
 
-def _upgraded(layout: Layout) -> Layout:
-    """Masks: a lossless layout moves to the bitstream version masks are written with."""
+def _upgraded(layout: Layout, image_layout: Layout) -> Layout:
+    """Masks: a lossless layout moves to the bitstream version masks are written with, and
+    to the new image layout's fast_decode when that one is lossless."""
     from prepkit.lossless import MASK_VERSION
 
-    if isinstance(layout, LosslessLayout) and layout.version != MASK_VERSION:
-        return LosslessLayout(tile=layout.tile, version=MASK_VERSION)
+    if not isinstance(layout, LosslessLayout):
+        return layout
+    fast = image_layout.fast_decode if isinstance(image_layout, LosslessLayout) else layout.fast_decode
+    if layout.version != MASK_VERSION or layout.fast_decode != fast:
+        return LosslessLayout(tile=layout.tile, version=MASK_VERSION, fast_decode=fast)
     return layout

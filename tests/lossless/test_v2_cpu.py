@@ -28,6 +28,32 @@ def test_numba_matches_reference(image: np.ndarray, tile: int) -> None:
     np.testing.assert_array_equal(out, image)
 
 
+def _predictors_used(stream: bytes) -> set[int]:
+    s = f2.read_stream(np.frombuffer(stream, np.uint8))
+    return set(s.predictor[s.ch_mode == f2.CH_RANS].tolist())
+
+
+@pytest.mark.parametrize("kind", ["smooth", "gradient", "noise"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_fast_decode_leaves_med_out(kind: str, channels: int) -> None:
+    """fast_decode: byte-identical to the reference's fast choice, no MED plane, exact pixels;
+    the default picks MED on the same photograph-like image where it is smaller."""
+    from skimage import data as skdata
+
+    photo = skdata.astronaut()[:96, :130]
+    image = photo if channels == 3 else photo[:, :, 1]
+    default = lossless.encode(image, version=2)
+    fast = lossless.encode(image, version=2, fast_decode=True)
+    assert f2.PRED_MED in _predictors_used(default) and f2.PRED_MED not in _predictors_used(fast)
+    assert len(default) < len(fast)
+    other = make_image(kind, 70, 90, channels, seed=3)
+    for img in (image, other):
+        stream = lossless.encode(img, 32, version=2, fast_decode=True)
+        assert stream == r2.encode(img, 32, fast_decode=True)
+        assert f2.PRED_MED not in _predictors_used(stream)
+        np.testing.assert_array_equal(lossless.decode(stream), img)
+
+
 @settings(max_examples=30, deadline=None)
 @given(image=images(max_side=130), tile=TILES, data=st.data())
 def test_roi_equals_slice(image: np.ndarray, tile: int, data: st.DataObject) -> None:

@@ -34,7 +34,7 @@ Roi = tuple[int, int, int, int]
 VERSIONS = (1, 2)
 # v2 is the default: smaller than v1 on every kind of image (8-26% on photographs, 1.5x-13x
 # on rendered content and masks, where v1's Rice stage spends a bit per value); it decodes at
-# about libspng's speed on one CPU core (1.3-1.6x faster with fast_decode=True, which leaves
+# about libspng's speed on one CPU core (1.3-1.4x faster with fast_decode=True, which leaves
 # the MED predictor out); v1's CPU decoder is about 3x faster on photographs
 # (docs/BENCHMARKS.md), so version=1 stays available for CPU-bound photo pipelines.
 DEFAULT_VERSION = 2
@@ -44,7 +44,7 @@ MASK_VERSION = 2
 def encode(image: np.ndarray, tile: int = 64, version: int = DEFAULT_VERSION, *, fast_decode: bool = False) -> bytes:
     """Encode an HxW or HxWxC (C in 1, 3, 4) uint8 image; tile is 16, 32 or 64; version is
     the bitstream version to write (2, the default, or 1). With version 2, fast_decode=True
-    leaves out the MED predictor: 3-6% larger on photographs, 1.3-1.6x faster to decode on a
+    leaves out the MED predictor: 3-6% larger on photographs, 1.3-1.4x faster to decode on a
     CPU (docs/BENCHMARKS.md); version 1 ignores it.
 
     Raises ValueError for any other dtype, shape, tile size or version.

@@ -779,42 +779,79 @@ def _unpredict(symbols, i, p, row, th, tw):
         _unpredict_med(row, th, tw)
 
 
-MED_ROWS = 4  # rows _unpredict_med decodes at once, skewed by one column each
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _med_add(left, up, upleft, residual):
+    """residual + MED(L, U, UL) mod 256, MED as the median of L, U and L + U - UL: four
+    min/max and no branch (data-dependent branches mispredict on every other pixel)."""
+    return (residual + max(min(left, up), min(max(left, up), left + up - upleft))) & 255
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _unpredict_med(row, th, tw):
-    """Residual plane -> plane under MED (A4). MED is the median of L, U and L + U - UL,
-    computed branch-free with min and max (data-dependent branches mispredict on every other
-    pixel). Row 0 predicts from the left and column 0 from above (running sums); the rest goes
-    MED_ROWS rows at a time, row y0 + k one column behind row y0 + k - 1, so the rows' serial
-    chains (each pixel needs its left neighbour) overlap instead of waiting on each other."""
+    """Residual plane -> plane under MED (A4). Row 0 predicts from the left and column 0
+    from above (running sums). The rest goes four rows at a time, row y0 + k one column
+    behind row y0 + k - 1, so the four serial chains (each pixel needs its left neighbour)
+    overlap; their left and upper-left pixels are plain local variables (registers)."""
     run = np.uint8(0)
     for x in range(tw):
         run += row[x]
         row[x] = run
     for y in range(1, th):
         row[y * tw] += row[(y - 1) * tw]
-    left = np.zeros(MED_ROWS, np.int32)
-    upleft = np.zeros(MED_ROWS, np.int32)
-    for y0 in range(1, th, MED_ROWS):
-        rows = min(MED_ROWS, th - y0)
-        for k in range(MED_ROWS):
-            if k < rows:
-                left[k] = row[(y0 + k) * tw]
-                upleft[k] = row[(y0 + k - 1) * tw]
-        for x in range(1, tw + MED_ROWS - 1):
-            for k in range(MED_ROWS):
-                xx = x - k
-                if k < rows and xx >= 1 and xx < tw:
-                    at = (y0 + k) * tw + xx
-                    up = np.int32(row[at - tw])
-                    lf = left[k]
-                    pred = max(min(lf, up), min(max(lf, up), lf + up - upleft[k]))
-                    value = (np.int32(row[at]) + pred) & 255
-                    row[at] = value
-                    left[k] = value
-                    upleft[k] = up
+    y0 = 1
+    while y0 + 4 <= th and tw >= 4:
+        a0 = y0 * tw
+        a1 = a0 + tw
+        a2 = a1 + tw
+        a3 = a2 + tw
+        l0, l1, l2, l3 = np.int32(row[a0]), np.int32(row[a1]), np.int32(row[a2]), np.int32(row[a3])
+        u0, u1, u2, u3 = np.int32(row[a0 - tw]), l0, l1, l2  # upper-left of each row's column 1
+        # Columns 1..3 of the first rows (the skew's ramp), then all four rows in step.
+        for x in range(1, 4):
+            up = np.int32(row[a0 - tw + x])
+            l0 = _med_add(l0, up, u0, np.int32(row[a0 + x]))
+            row[a0 + x] = l0
+            u0 = up
+            if x >= 2:
+                up = np.int32(row[a0 + x - 1])
+                l1 = _med_add(l1, up, u1, np.int32(row[a1 + x - 1]))
+                row[a1 + x - 1] = l1
+                u1 = up
+            if x >= 3:
+                up = np.int32(row[a1 + x - 2])
+                l2 = _med_add(l2, up, u2, np.int32(row[a2 + x - 2]))
+                row[a2 + x - 2] = l2
+                u2 = up
+        for x in range(4, tw + 3):
+            if x < tw:
+                up = np.int32(row[a0 - tw + x])
+                l0 = _med_add(l0, up, u0, np.int32(row[a0 + x]))
+                row[a0 + x] = l0
+                u0 = up
+            if x - 1 < tw:
+                up = np.int32(row[a0 + x - 1])
+                l1 = _med_add(l1, up, u1, np.int32(row[a1 + x - 1]))
+                row[a1 + x - 1] = l1
+                u1 = up
+            if x - 2 < tw:
+                up = np.int32(row[a1 + x - 2])
+                l2 = _med_add(l2, up, u2, np.int32(row[a2 + x - 2]))
+                row[a2 + x - 2] = l2
+                u2 = up
+            up = np.int32(row[a2 + x - 3])
+            l3 = _med_add(l3, up, u3, np.int32(row[a3 + x - 3]))
+            row[a3 + x - 3] = l3
+            u3 = up
+        y0 += 4
+    for y in range(y0, th):  # the last rows (and narrow tiles) one at a time
+        a = y * tw
+        left = np.int32(row[a])
+        upleft = np.int32(row[a - tw])
+        for x in range(1, tw):
+            up = np.int32(row[a - tw + x])
+            left = _med_add(left, up, upleft, np.int32(row[a + x]))
+            row[a + x] = left
+            upleft = up
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

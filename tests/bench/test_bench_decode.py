@@ -41,7 +41,7 @@ def test_json_table_and_chart(folder: Path, tmp_path: Path) -> None:
         assert REQUIRED <= row.keys()
     measured = {(r["format"], r["decoder"], r["device"]): r for r in rows if not r["skipped"]}
     expected = [("png", "pillow", "cpu"), ("raw", "memcpy", "cpu"), ("prepkit-lossless", "numba", "cpu"),
-                ("prepkit-lossless-v1", "numba", "cpu"),
+                ("prepkit-lossless-v1", "numba", "cpu"), ("prepkit-lossless-fast", "numba", "cpu"),
                 ("prepkit-lossless", "reader", "cpu"), ("webp-lossless-m6", "pillow", "cpu"),
                 ("jpeg-q90", "pillow", "cpu")]
     if importlib.util.find_spec("pyspng"):
@@ -77,7 +77,7 @@ def test_new_lossless_rows_are_skipped_without_their_libraries(folder: Path, mon
                                       "--no-reader"])
     assert result.exit_code == 0, result.output
     for name in ("jxl-lossless-e1", "jxl-lossless-e7", "htj2k-lossless"):
-        assert f"{name:<21}imagecodecs  cpu     skipped: package 'imagecodecs' not installed" in result.output
+        assert f"{name:<23}imagecodecs  cpu     skipped: package 'imagecodecs' not installed" in result.output
     assert "libspng      cpu     skipped: package 'pyspng' not installed" in result.output
     assert "reader" not in result.output and "cuda" not in result.output
 

@@ -76,6 +76,17 @@ def decode(data: object, roi: Roi | None = None) -> np.ndarray:
     return decode_batch([data], "cpu", None if roi is None else [roi])[0]
 
 
+def _build_plan(buffers: Sequence[object], rois: Sequence[Roi | None] | None, device: str) -> _plan.Plan:
+    """The validated plan of a batch. On the CPU, hostplan's numba validation (same plan and
+    same refusals as plan.build, 3-4x less time: about 0.07 instead of 0.27 ms for a
+    1280x800 mask, which matters for small images); the CUDA path keeps plan.build."""
+    if device == "cpu":
+        from prepkit.lossless import hostplan
+
+        return hostplan.plan_buffers(buffers, rois)
+    return _plan.build(buffers, rois)
+
+
 def decode_batch_packed(
     buffers: Sequence[object],
     device: str = "cpu",
@@ -91,7 +102,7 @@ def decode_batch_packed(
     instead of a new buffer: a reader that reuses it avoids faulting in fresh memory for
     every batch, which costs more than the decoding on some VMs (docs/BENCHMARKS.md).
     """
-    plan = _plan.build(buffers, rois)
+    plan = _build_plan(buffers, rois, device)
     if device == "cpu":
         if out is not None and not isinstance(out, np.ndarray):
             raise ValueError(f"Expected a numpy array for out on the cpu. Got {type(out).__name__}.")
@@ -107,7 +118,7 @@ def decode_batch(
     buffers: Sequence[object], device: str = "cpu", rois: Sequence[Roi | None] | None = None
 ) -> list:
     """Decode many streams; a list of numpy arrays (cpu) or device-array views (cuda)."""
-    plan = _plan.build(buffers, rois)
+    plan = _build_plan(buffers, rois, device)
     flat: Any  # a numpy array, or a numba device array on "cuda" (numba is untyped)
     if device == "cpu":
         flat = cpu.decode_plan(plan)

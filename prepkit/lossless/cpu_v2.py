@@ -893,10 +893,14 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
         d = out_base + ((oy + y) * out_w + ox + xa) * c
         line = out[d : d + (xb - xa) * c]
         row = index[y * tw + xa : y * tw + xb]
+        if c == 1:  # masks: one load per pixel, no slice
+            for x in range(xb - xa):
+                line[x] = src[pal + np.int64(row[x])]
+            continue
         for x in range(xb - xa):
-            colour = src[pal + np.int64(row[x]) * c : pal + np.int64(row[x]) * c + c]
+            at = pal + np.int64(row[x]) * c
             for k in range(c):
-                line[c * x + k] = colour[k]
+                line[c * x + k] = src[at + k]
     return 0
 
 

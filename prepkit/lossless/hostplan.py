@@ -255,10 +255,14 @@ def _bad_channel(chb, n_sets):
 @njit(nogil=True, cache=True)
 def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
     """The per-tile checks of format_v2.read_stream (modes, lane counts, channel bytes, lengths)."""
+    # Every length first, as read_stream does: with the first and last offsets checked, that
+    # puts every tile inside the stream before any tile byte is read (offsets that climb past
+    # the end and come back down would otherwise send the reads below outside the buffer).
+    for i in range(n):
+        if offsets[i + 1] - offsets[i] < 1:
+            return False
     for i in range(n):
         length = offsets[i + 1] - offsets[i]
-        if length < 1:
-            return False
         first = s + offsets[i]
         mode = src[first]
         if mode > f2.TILE_PALETTE:

@@ -171,3 +171,32 @@ def test_bad_sample_is_named_by_its_position() -> None:
     bad = bad[:-1]  # the last tile offset no longer matches the length
     with pytest.raises(CodecError, match=r"^image 2: last tile offset"):
         hostplan.plan_buffers([streams[0], streams[1], bytes(bad), streams[2]])
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_tile_offsets_past_the_end_are_refused_before_any_tile_byte_is_read(version: int) -> None:
+    """Offsets that climb past the end of the stream and come back down (every length up to
+    there positive, a later one negative): refused like plan.build, without reading the tile
+    bytes at the wild offset (a fuzz case once crashed the numba validation there)."""
+    stream = bytearray(lossless.encode(make_image("smooth", 70, 90, 1, seed=8), tile=32, version=version))
+    header = lossless.read_header(bytes(stream))
+    n = header.n_tiles
+    assert n >= 4
+    if version == 2:
+        table_at = f2.HEADER_SIZE + struct.unpack_from("<I", stream, 20)[0]  # after the tables
+    else:
+        from prepkit.lossless import format as fmt
+
+        table_at = fmt.HEADER_SIZE
+    # Tiles 2 and 3 start far past the stream, tile 2 with its own length (so its checks
+    # would pass) and tile 3 with a negative one: no byte may be read at tile 2's offset.
+    for k in (2, 3):
+        (offset,) = struct.unpack_from("<I", stream, table_at + 4 * k)
+        struct.pack_into("<I", stream, table_at + 4 * k, offset + 0xFF000000)
+    with pytest.raises(CodecError) as old:
+        plan_mod.build([bytes(stream)])
+    with pytest.raises(CodecError) as new:
+        hostplan.plan_buffers([bytes(stream)])
+    assert str(new.value) == str(old.value)
+    with pytest.raises(CodecError):
+        lossless.decode(bytes(stream))

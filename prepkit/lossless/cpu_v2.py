@@ -309,9 +309,10 @@ def _tile_tables(syms, s0, n, choice_row, c, plane, n_sets, tables, pal):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _lanes_log2(estimate):
+def _lanes_log2(estimate, min_log2):
+    """reference_v2.lanes_log2."""
     estimate_bytes = estimate // 128
-    log2 = 2
+    log2 = min_log2
     while log2 < 5 and (64 << log2) < estimate_bytes:
         log2 += 1
     return log2
@@ -384,7 +385,8 @@ def _count_all(h, w, c, tile, choices, keep, pick, n_sets, sym_start, syms, psym
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_all(h, w, c, tile, choices, pick, n_sets, cost, sizes, sym_start, syms, psym_start, psyms, tables):
+def _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, cost, sizes, sym_start, syms, psym_start, psyms,
+                  tables):
     """Estimated coded size in bytes of every tile's picked choice (reference_v2.estimate)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
@@ -402,19 +404,19 @@ def _estimate_all(h, w, c, tile, choices, pick, n_sets, cost, sizes, sym_start, 
                 total = 0
                 for j in range(n):
                     total += cost[tables[chunk, j], src[s0 + j]]
-                size += (4 << _lanes_log2(total)) + total // 128
+                size += (4 << _lanes_log2(total, min_log2)) + total // 128
             sizes[i] = size
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit):
+def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log2):
     """Interleaved rANS of syms[s0 : s0 + n] (tables[:n] their tables): lane states then
     words at out[pos:]. Returns (new pos, lanes log2), or (-1, 0) when the body would
     reach `limit` (the caller then writes the raw tile)."""
     total = 0
     for j in range(n):
         total += cost[tables[j], syms[s0 + j]]
-    log2 = _lanes_log2(total)
+    log2 = _lanes_log2(total, min_log2)
     lanes = 1 << log2
     states = np.empty(MAX_LANES, np.int64)
     for j in range(lanes):
@@ -449,7 +451,7 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, coder, cost, out, base,
+def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, coder, cost, out, base,
                  syms, s0, n, tables, words):
     """Write one tile's payload at out[base:]; return its length (raw when not smaller).
 
@@ -470,7 +472,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, coder, cost,
     log2 = 0
     if n:
         _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables, False)
-        pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len)
+        pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2)
         if pos < 0:
             return _raw_tile(image, y0, x0, th, tw, out, base)
     if pos - base >= raw_len:
@@ -481,7 +483,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, coder, cost,
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, coder, cost, out, base,
+def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, min_log2, coder, cost, out, base,
                          syms, s0, n, tables, words):
     """Write one palette tile (A2 mode 2) at out[base:]; return its length (raw when not smaller)."""
     c = image.shape[2]
@@ -497,7 +499,7 @@ def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, coder, 
             out[pos] = (colours[q] >> (8 * (c - 1 - k))) & 255
             pos += 1
     _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables, True)
-    pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len)
+    pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2)
     if pos < 0:
         return _raw_tile(image, y0, x0, th, tw, out, base)
     out[base] = f2.TILE_PALETTE
@@ -519,7 +521,8 @@ def _raw_tile(image, y0, x0, th, tw, out, base):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, coder, cost, out, starts, lengths,
+def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, out, starts,
+                lengths,
                 sym_start, syms, psym_start, psyms, tables, words):
     h, w = image.shape[0], image.shape[1]
     chunks = tables.shape[0]
@@ -528,12 +531,12 @@ def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, c
             y0, x0, th, tw = _tile_box(i, tile, h, w)
             if keep[i] and pick[i]:
                 s0 = psym_start[i]
-                lengths[i] = _encode_palette_tile(image, y0, x0, th, tw, choices[i], colours[i], n_sets, coder,
+                lengths[i] = _encode_palette_tile(image, y0, x0, th, tw, choices[i], colours[i], n_sets, min_log2, coder,
                                                   cost, out, starts[i], psyms, s0, psym_start[i + 1] - s0,
                                                   tables[chunk], words[chunk])
             elif keep[i]:
                 s0 = sym_start[i]
-                lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], n_sets, coder, cost,
+                lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], n_sets, min_log2, coder, cost,
                                           out, starts[i], syms, s0, sym_start[i + 1] - s0, tables[chunk],
                                           words[chunk])
             else:
@@ -577,6 +580,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     const_vals = np.zeros((n, 4), np.int64)
     colours = np.zeros((n, MAX_PALETTE), np.int64)
     _choose_all(image, tile, choices, const_vals, scr.planes, colours, f2.encoder_predictors(fast_decode))
+    min_log2 = 2 if fast_decode else 1  # reference_v2.min_lanes_log2
     th, tw = fmt.tile_geometry(header)
     n_coded = c - choices[:, 5 : 5 + c].sum(axis=1)
     sym_start = np.zeros(n + 1, np.int64)
@@ -602,14 +606,14 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
         cost = f2.cost_table(freq)
         coded_size = np.zeros(n, np.int64)
         palette_size = np.zeros(n, np.int64)
-        _estimate_all(h, w, c, tile, choices, pick, n_sets, cost, coded_size, *symbols, scr.tables)
-        _estimate_all(h, w, c, tile, choices, n_colours > 0, n_sets, cost, palette_size, *symbols, scr.tables)
+        _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, cost, coded_size, *symbols, scr.tables)
+        _estimate_all(h, w, c, tile, choices, n_colours > 0, n_sets, min_log2, cost, palette_size, *symbols, scr.tables)
         pick = (n_colours > 0) & (palette_size < coded_size)
         if not pick.any():
             n_sets = c
     freq = _tables(h, w, c, tile, choices, keep, pick, n_sets, symbols, scr.tables)
     sizes = np.zeros(n, np.int64)
-    _estimate_all(h, w, c, tile, choices, pick, n_sets, f2.cost_table(freq), sizes, *symbols, scr.tables)
+    _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, f2.cost_table(freq), sizes, *symbols, scr.tables)
     raw_len = 1 + th * tw * c
     keep = sizes < raw_len
     if not keep.all():
@@ -623,7 +627,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     scratch = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(n, np.int64)
     cost = f2.cost_table(freq)
-    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, coder, cost, scratch, starts,
+    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, scratch, starts,
                 lengths, *symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     stream = f2.assemble(header, freq, payloads)
@@ -632,7 +636,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     if len(stream) <= all_raw:
         return stream
     keep[:] = False
-    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, coder, cost, scratch, starts,
+    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, scratch, starts,
                 lengths, *symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)

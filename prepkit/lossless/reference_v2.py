@@ -212,14 +212,20 @@ def table_index(symbols: np.ndarray, channel_set: np.ndarray) -> np.ndarray:
     return channel_set * f2.CONTEXTS + f2.context(previous)
 
 
-def lanes_log2(estimate_16ths: int) -> int:
+def lanes_log2(estimate_16ths: int, min_log2: int = 2) -> int:
     """Lane count from the estimated coded size: the 4-byte final state of each lane stays
-    under ~1/16 of the tile (4 lanes at least, 32 at most)."""
+    under ~1/16 of the tile (2^min_log2 lanes at least, 32 at most)."""
     estimate_bytes = estimate_16ths // 128
-    log2 = 2
+    log2 = min_log2
     while log2 < f2.MAX_LANES_LOG2 and 64 << log2 < estimate_bytes:
         log2 += 1
     return log2
+
+
+def min_lanes_log2(fast_decode: bool) -> int:
+    """Fewest lanes the encoder gives a tile (A9): 2, or 4 with fast_decode (a tiny tile pays
+    4 bytes per lane state; fewer lanes make its symbols a longer serial chain to decode)."""
+    return 2 if fast_decode else 1
 
 
 def rans_encode(symbols: np.ndarray, tables: np.ndarray, freq: np.ndarray, cum: np.ndarray, lanes: int) -> bytes:
@@ -238,7 +244,8 @@ def rans_encode(symbols: np.ndarray, tables: np.ndarray, freq: np.ndarray, cum: 
     return np.array(states, "<u4").tobytes() + np.array(words[::-1], "<u2").tobytes()
 
 
-def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.ndarray, n_sets: int) -> bytes:
+def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.ndarray, n_sets: int,
+                min_log2: int = 2) -> bytes:
     c = tile.shape[2]
     symbols, chans = choice.symbols()
     out = bytearray([f2.TILE_CODED, 0])
@@ -252,7 +259,7 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
     log2 = 0
     if symbols.size:
         tables = table_index(symbols, np.minimum(chans, n_sets - 1))
-        log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()))
+        log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
         body = rans_encode(symbols, tables, freq, cum, 1 << log2)
     out[1] = choice.colour | log2 << 4
     coded = bytes(out) + body
@@ -262,11 +269,11 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
 
 
 def encode_palette_tile(tile: np.ndarray, pal: PaletteChoice, freq: np.ndarray, cum: np.ndarray,
-                        n_sets: int) -> bytes:
+                        n_sets: int, min_log2: int = 2) -> bytes:
     """A palette tile (mode 2), or the raw tile when that is not smaller."""
     symbols, chans = pal.symbols()
     tables = table_index(symbols, np.minimum(chans, n_sets - 1))
-    log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()))
+    log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
     c = tile.shape[2]
     head = bytes([f2.TILE_PALETTE, log2 << 4, pal.palette.shape[0] - 1,
                   f2.channel_byte(pal.predictor, min(c, n_sets - 1))])
@@ -284,7 +291,7 @@ def raw_tile(tile: np.ndarray) -> bytes:
 Choice = TileChoice | PaletteChoice
 
 
-def estimate(choice: Choice, freq: np.ndarray, n_sets: int) -> int:
+def estimate(choice: Choice, freq: np.ndarray, n_sets: int, min_log2: int = 2) -> int:
     """Estimated coded tile size in bytes: header, constants or palette, states and the
     symbols' costs."""
     symbols, chans = choice.symbols()
@@ -292,7 +299,7 @@ def estimate(choice: Choice, freq: np.ndarray, n_sets: int) -> int:
     if symbols.size:
         tables = table_index(symbols, np.minimum(chans, n_sets - 1))
         cost = int(cost_table(freq)[tables, symbols].sum())
-        size += (4 << lanes_log2(cost)) + cost // 128
+        size += (4 << lanes_log2(cost, min_log2)) + cost // 128
     return size
 
 
@@ -320,6 +327,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     n_predictors = f2.encoder_predictors(fast_decode)
+    min_log2 = min_lanes_log2(fast_decode)
     coded = [choose(t, n_predictors) for t in tiles]
     pals = [choose_palette(t, n_predictors=n_predictors) for t in tiles]
     choices: list[Choice] = [coded[i] for i in range(len(tiles))]
@@ -333,14 +341,14 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
                                for ch, pal in zip(coded, pals, strict=True)]
         freq = build_tables(first, n_sets)
         for i, pal in enumerate(pals):
-            if pal is not None and estimate(pal, freq, n_sets) < estimate(coded[i], freq, n_sets):
+            if pal is not None and estimate(pal, freq, n_sets, min_log2) < estimate(coded[i], freq, n_sets, min_log2):
                 choices[i] = pal
         if not any(isinstance(ch, PaletteChoice) for ch in choices):
             n_sets = c
     freq = build_tables(choices, n_sets)
     # Tiles whose estimated coded size reaches their raw size leave the tables: noise
     # should not pay for tables no tile uses (one re-count, integer estimates: deterministic).
-    keep = [i for i, ch in enumerate(choices) if estimate(ch, freq, n_sets) < 1 + tiles[i].size]
+    keep = [i for i, ch in enumerate(choices) if estimate(ch, freq, n_sets, min_log2) < 1 + tiles[i].size]
     if len(keep) < len(choices):
         freq = build_tables([choices[i] for i in keep], n_sets)
     cum = np.zeros((freq.shape[0], 257), np.int64)
@@ -351,9 +359,9 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
         if i not in kept:
             payloads.append(raw_tile(t))
         elif isinstance(ch, PaletteChoice):
-            payloads.append(encode_palette_tile(t, ch, freq, cum, n_sets))
+            payloads.append(encode_palette_tile(t, ch, freq, cum, n_sets, min_log2))
         else:
-            payloads.append(encode_tile(t, ch, freq, cum, n_sets))
+            payloads.append(encode_tile(t, ch, freq, cum, n_sets, min_log2))
     return smaller_of(assemble(header, freq, payloads), header, tiles)
 
 

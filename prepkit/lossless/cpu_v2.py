@@ -580,7 +580,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     const_vals = np.zeros((n, 4), np.int64)
     colours = np.zeros((n, MAX_PALETTE), np.int64)
     _choose_all(image, tile, choices, const_vals, scr.planes, colours, f2.encoder_predictors(fast_decode))
-    min_log2 = 2 if fast_decode else 1  # reference_v2.min_lanes_log2
+    min_log2 = f2.min_lanes_log2(fast_decode)
     th, tw = fmt.tile_geometry(header)
     n_coded = c - choices[:, 5 : 5 + c].sum(axis=1)
     sym_start = np.zeros(n + 1, np.int64)

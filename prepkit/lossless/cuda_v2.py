@@ -120,6 +120,14 @@ else:
 
 
 @cuda.jit(device=True, inline=True)
+def _warp_max(scratch, value):
+    """The largest of the warp's 32 values (a butterfly of xor shuffles), on every lane."""
+    for d in (16, 8, 4, 2, 1):
+        value = i32(max(value, i32(_shfl_xor(scratch, value, d))))
+    return value
+
+
+@cuda.jit(device=True, inline=True)
 def _predictor(chb):
     """Predictor 0..4 of a rANS channel byte (format_v2.channel_predictor): bits 2-3, plus 4
     when bit 1 is set (validation allows bits 2-3 only with bit 1 clear or as 0)."""
@@ -340,8 +348,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
         if ptr != nw and code == 0:
             code = i32(plan_mod.ERR_WORDS)
     # One code for the tile: the largest of the lanes' (any non-zero one rejects the tile).
-    for d in (16, 8, 4, 2, 1):
-        code = i32(max(code, i32(_shfl_xor(scratch, code, d))))
+    code = _warp_max(scratch, code)
     if code != 0:
         if lane == 0:
             errors[item] = code
@@ -438,8 +445,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
             for xq in range(lane, tw, WARP):  # sass: palette check
                 if i32(smem[u32(i32(i32(yq) << i32(PITCH_LOG2)) + i32(xq))]) >= n_colours:
                     bad = i32(plan_mod.ERR_INDEX)
-        for d in (16, 8, 4, 2, 1):
-            bad = i32(max(bad, i32(_shfl_xor(scratch, bad, d))))
+        bad = _warp_max(scratch, bad)
         if bad != 0:
             if lane == 0:
                 errors[item] = bad

@@ -62,6 +62,13 @@ def encoder_predictors(fast_decode: bool) -> int:
     return PRED_MED if fast_decode else PREDICTORS
 
 
+def min_lanes_log2(fast_decode: bool) -> int:
+    """Fewest rANS lanes (log2) an encoder gives a tile (not normative, A9): 2 lanes, or 4 with
+    fast_decode (a tiny tile pays 4 bytes per lane state; fewer lanes make its symbols a
+    longer serial chain to decode)."""
+    return 2 if fast_decode else 1
+
+
 def channel_predictor(chb: Any) -> Any:
     """Predictor of a rANS channel byte (int or int64 array): bits 2-3, plus 4 when bit 1 is set."""
     return ((chb >> 2) & 3) + ((chb >> 1) & 1) * 4

@@ -212,7 +212,7 @@ def table_index(symbols: np.ndarray, channel_set: np.ndarray) -> np.ndarray:
     return channel_set * f2.CONTEXTS + f2.context(previous)
 
 
-def lanes_log2(estimate_16ths: int, min_log2: int = 2) -> int:
+def lanes_log2(estimate_16ths: int, min_log2: int) -> int:
     """Lane count from the estimated coded size: the 4-byte final state of each lane stays
     under ~1/16 of the tile (2^min_log2 lanes at least, 32 at most)."""
     estimate_bytes = estimate_16ths // 128
@@ -220,12 +220,6 @@ def lanes_log2(estimate_16ths: int, min_log2: int = 2) -> int:
     while log2 < f2.MAX_LANES_LOG2 and 64 << log2 < estimate_bytes:
         log2 += 1
     return log2
-
-
-def min_lanes_log2(fast_decode: bool) -> int:
-    """Fewest lanes the encoder gives a tile (A9): 2, or 4 with fast_decode (a tiny tile pays
-    4 bytes per lane state; fewer lanes make its symbols a longer serial chain to decode)."""
-    return 2 if fast_decode else 1
 
 
 def rans_encode(symbols: np.ndarray, tables: np.ndarray, freq: np.ndarray, cum: np.ndarray, lanes: int) -> bytes:
@@ -245,7 +239,7 @@ def rans_encode(symbols: np.ndarray, tables: np.ndarray, freq: np.ndarray, cum: 
 
 
 def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.ndarray, n_sets: int,
-                min_log2: int = 2) -> bytes:
+                min_log2: int) -> bytes:
     c = tile.shape[2]
     symbols, chans = choice.symbols()
     out = bytearray([f2.TILE_CODED, 0])
@@ -269,7 +263,7 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
 
 
 def encode_palette_tile(tile: np.ndarray, pal: PaletteChoice, freq: np.ndarray, cum: np.ndarray,
-                        n_sets: int, min_log2: int = 2) -> bytes:
+                        n_sets: int, min_log2: int) -> bytes:
     """A palette tile (mode 2), or the raw tile when that is not smaller."""
     symbols, chans = pal.symbols()
     tables = table_index(symbols, np.minimum(chans, n_sets - 1))
@@ -291,7 +285,7 @@ def raw_tile(tile: np.ndarray) -> bytes:
 Choice = TileChoice | PaletteChoice
 
 
-def estimate(choice: Choice, freq: np.ndarray, n_sets: int, min_log2: int = 2) -> int:
+def estimate(choice: Choice, freq: np.ndarray, n_sets: int, min_log2: int) -> int:
     """Estimated coded tile size in bytes: header, constants or palette, states and the
     symbols' costs."""
     symbols, chans = choice.symbols()
@@ -327,7 +321,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     n_predictors = f2.encoder_predictors(fast_decode)
-    min_log2 = min_lanes_log2(fast_decode)
+    min_log2 = f2.min_lanes_log2(fast_decode)
     coded = [choose(t, n_predictors) for t in tiles]
     pals = [choose_palette(t, n_predictors=n_predictors) for t in tiles]
     choices: list[Choice] = [coded[i] for i in range(len(tiles))]

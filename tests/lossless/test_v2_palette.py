@@ -39,7 +39,7 @@ def forced_palette_stream(image: np.ndarray, tile: int, max_colours: int = 256) 
     payloads = []
     for t, p in zip(tiles, pals, strict=True):
         assert p is not None
-        payload = r2.encode_palette_tile(t, p, freq, cum, c + 1)
+        payload = r2.encode_palette_tile(t, p, freq, cum, c + 1, f2.min_lanes_log2(False))
         payloads.append(payload)
     return f2.assemble(header, freq, payloads)
 

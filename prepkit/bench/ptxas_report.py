@@ -27,15 +27,15 @@ from dataclasses import dataclass
 
 # pixel-channels one lane handles per source iteration of each marked loop (output: 4 pixels)
 PER_ITERATION = {"rans": 1, "rows": 4, "columns": 4, "med": 2}
-# The MED wavefront has 2 pixel slots per lane and step and runs tw + 63 steps for a 64x64
-# tile: 254 slots for the 128 pixels of a lane (lanes idle on the ramps), so its per-slot
-# figure is scaled by 127 / 64.
-MED_SLOTS_PER_PIXEL = (64 + 63) / 64
+# The MED wavefront decodes two pixels per lane and step and runs 32 + 32 + 31 steps for a
+# 64x64 tile: 190 pixel slots for the 128 pixels of a lane (lanes idle on the ramps), so its
+# per-slot figure is scaled by 190 / 128.
+MED_SLOTS_PER_PIXEL = 2 * (32 + 32 + 31) / 128
 # An instruction each source iteration runs exactly `count` times (in the C = 4 path for the
 # output): ptxas unrolls loops, and this tells by how much.
 SIGNATURE = {
     "rans": ("STS.U8", 1), "rows": ("STS", 1), "columns": ("STS", 1), "output": ("LDS", 4), "rare": ("", 1),
-    "med": ("STS.U8", 2),
+    "med": ("STS.U16", 1), "output1": ("LDS", 1),
 }
 
 
@@ -232,17 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     rare = loop_for(loops, *marks["rare"], kernel)
     per_channel: dict[str, float] = {}
-    for name in ("rans", "rows", "columns", "med", "output"):
+    for name in ("rans", "rows", "columns", "med", "output1", "output"):
         loop = loop_for(loops, *marks[name], kernel)
         size = loop.size
         if name == "rans" and loop.start <= rare.start and rare.end <= loop.end and rare is not loop:
             size -= rare.size
         k = unroll(loop, name)
-        if name == "output":
-            for c in (1, 3, 4):
+        if name == "output1":  # the one-channel output loop: no colour transform
+            per_channel["output C=1"] = size / (4 * k)
+            print(f"| output, C=1 (interleaved write) | {size} | {k}x | {4 * k} | {size / (4 * k):.1f} |")
+        elif name == "output":
+            for c in (3, 4):
                 per_channel[f"output C={c}"] = size / (4 * c * k)
-            print(f"| output (colour inverse + interleaved write) | {size} | {k}x | {4 * k} C | "
-                  f"{size / (4 * k):.1f} (C=1), {size / (12 * k):.1f} (C=3), {size / (16 * k):.1f} (C=4) |")
+            print(f"| output, C=3 and 4 (colour inverse + interleaved write) | {size} | {k}x | {4 * k} C | "
+                  f"{size / (12 * k):.1f} (C=3), {size / (16 * k):.1f} (C=4) |")
         else:
             per_channel[name] = size / (PER_ITERATION[name] * k)
             print(f"| {name} | {size} | {k}x | {PER_ITERATION[name] * k} | {per_channel[name]:.1f} |")

@@ -150,25 +150,45 @@ def _channel_byte(p, table_set):
     return 1 | (p << 2) | (table_set << 4)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _constant_costs(v, th, tw, costs):
+    """_predictor_costs of a plane of one value v, in closed form: b = bits(zigzag(v)) per
+    residual that is not zero, which is every pixel under "none", the first column under
+    "left", the first row under "up", and only the first pixel under gradient and MED (their
+    prediction is exact everywhere else)."""
+    b = ZIGZAG_BITS[v]
+    costs[0], costs[1], costs[2], costs[3], costs[4] = th * tw * b, th * b, tw * b, b, b
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors):
+def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors, constant):
     """Colour transform, predictors and constant flags of one tile (as reference_v2.choose).
 
     choice_row = [colour, pred_0..pred_3, const_0..const_3]; const_vals[k] the plane value.
+    constant: the tile is one colour (the same choice, from its first pixel alone).
     """
     c = image.shape[2]
     n_colours = 3 if c >= 3 else 1
     best_cost = -1
     costs = np.zeros(f2.PREDICTORS, np.int64)
     preds = np.zeros(4, np.int64)
+    green_cost = 0
     for colour in range(n_colours):
-        _colour_forward(image, y0, x0, th, tw, colour, planes)
+        _colour_forward(image, y0, x0, 1 if constant else th, 1 if constant else tw, colour, planes)
         total = 0
         for k in range(c):
-            _predictor_costs(planes[k], th, tw, costs)
+            if colour == 1 and k == 1:  # subtract-green keeps G: colour 0's choice and cost
+                total += green_cost
+                continue
+            if constant:
+                _constant_costs(planes[k, 1, 1], th, tw, costs)
+            else:
+                _predictor_costs(planes[k], th, tw, costs)
             best_p = _best_predictor(costs, n_predictors)
             preds[k] = best_p
             total += costs[best_p]
+            if colour == 0 and k == 1:
+                green_cost = costs[best_p]
         if best_cost < 0 or total < best_cost:
             best_cost = total
             choice_row[9] = total
@@ -177,7 +197,7 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors)
                 choice_row[1 + k] = preds[k]
                 first = planes[k, 1, 1]
                 same = 1
-                for y in range(1, th + 1):
+                for y in range(1, th + 1 if not constant else 1):
                     for x in range(1, tw + 1):
                         same &= planes[k, y, x] == first
                 choice_row[5 + k] = same
@@ -201,23 +221,36 @@ def _packed(image, y, x, c):
     return v
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _lower_bound(colours, n_colours, v):
+    """The first position in the sorted colours[:n_colours] whose value is >= v."""
+    lo = 0
+    hi = n_colours
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if colours[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
     """Palette indices of the tile into padded[1:th+1, 1:tw+1] (binary search in the sorted
-    colours); row 0 and column 0 stay 0."""
+    colours, each of which the tile holds); row 0 and column 0 stay 0."""
     c = image.shape[2]
+    last = np.int64(-1)
+    index = 0
     for y in range(th):
         for x in range(tw):
             v = _packed(image, y0 + y, x0 + x, c)
-            lo = 0
-            hi = n_colours - 1
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if colours[mid] < v:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            padded[y + 1, x + 1] = lo
+            if v == last:  # runs of one colour: the index found last
+                padded[y + 1, x + 1] = index
+                continue
+            last = v
+            index = _lower_bound(colours, n_colours, v)
+            padded[y + 1, x + 1] = index
     for x in range(tw + 1):
         padded[0, x] = 0
     for y in range(th + 1):
@@ -231,19 +264,21 @@ def _choose_palette(image, y0, x0, th, tw, padded, choice_row, colours, n_predic
     c = image.shape[2]
     n_colours = 0
     choice_row[COL_PAL_SIZE] = 0
+    last = np.int64(-1)
     for y in range(th):
         for x in range(tw):
             v = _packed(image, y0 + y, x0 + x, c)
-            j = n_colours - 1
-            while j >= 0 and colours[j] > v:  # insertion into the sorted list
-                j -= 1
-            if j >= 0 and colours[j] == v:
+            if v == last:  # runs of one colour: already in the list
+                continue
+            last = v
+            lo = _lower_bound(colours, n_colours, v)  # insertion into the sorted list
+            if lo < n_colours and colours[lo] == v:
                 continue
             if n_colours == MAX_PALETTE:
                 return
-            for q in range(n_colours, j + 1, -1):
+            for q in range(n_colours, lo, -1):
                 colours[q] = colours[q - 1]
-            colours[j + 1] = v
+            colours[lo] = v
             n_colours += 1
     _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
     costs = np.zeros(f2.PREDICTORS, np.int64)
@@ -318,6 +353,19 @@ def _lanes_log2(estimate, min_log2):
     return log2
 
 
+@njit(nogil=True, cache=True, boundscheck=False)
+def _is_constant(image, y0, x0, th, tw):
+    """Whether every pixel of the tile equals its first (all channels)."""
+    c = image.shape[2]
+    for y in range(th):
+        row = image[y0 + y, x0 : x0 + tw]
+        for x in range(tw):
+            for k in range(c):
+                if row[x, k] != image[y0, x0, k]:
+                    return False
+    return True
+
+
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _choose_all(image, tile, choices, const_vals, planes, colours, n_predictors):
     h, w = image.shape[0], image.shape[1]
@@ -325,8 +373,14 @@ def _choose_all(image, tile, choices, const_vals, planes, colours, n_predictors)
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
-            _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i], n_predictors)
-            _choose_palette(image, y0, x0, th, tw, planes[chunk, 0], choices[i], colours[i], n_predictors)
+            constant = _is_constant(image, y0, x0, th, tw)  # masks and flat art: most tiles
+            _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i], n_predictors, constant)
+            if constant:
+                # No palette candidate: one colour as a palette tile (4 + C bytes, then lane
+                # states) is never smaller than constant planes (2 + 2C bytes).
+                choices[i, COL_PAL_SIZE] = 0
+            else:
+                _choose_palette(image, y0, x0, th, tw, planes[chunk, 0], choices[i], colours[i], n_predictors)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

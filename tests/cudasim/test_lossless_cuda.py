@@ -104,8 +104,8 @@ def test_cuda_packed_into_reused_device_buffer() -> None:
 
 
 def test_cuda_routes_v2_batches_and_matches_cpu() -> None:
-    images = [_images()[1], _images()[3]]
+    images = [_images()[1][:20, :21], _images()[3]]
     streams = [lossless.encode(images[0], tile=16), encode_v1(images[1], tile=16)]  # mixed versions
-    got = lossless.decode_batch(streams, "cuda", rois=[(2, 3, 30, 31), None])
-    np.testing.assert_array_equal(got[0].copy_to_host(), images[0][2:30, 3:31])
+    got = lossless.decode_batch(streams, "cuda", rois=[(2, 3, 18, 19), None])
+    np.testing.assert_array_equal(got[0].copy_to_host(), images[0][2:18, 3:19])
     np.testing.assert_array_equal(got[1].copy_to_host(), images[1])

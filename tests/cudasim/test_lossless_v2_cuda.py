@@ -58,9 +58,17 @@ def _streams() -> list[bytes]:
     return [lossless.encode(img, tile=16, version=2) for img in _images()] + [lossless.encode(_noisy(), tile=32, version=2)]
 
 
+# The images of _images() the simulator decodes: together they still cover every tile mode,
+# plane mode, predictor, colour transform, lane count and 1/3/4 channels (checked by
+# test_images_cover_every_mode); the simulator's warp shuffles cost seconds per tile, so the
+# others (more of the same modes) are left to the CPU tests.
+SIMULATED = (0, 1, 7, 9, 11, 12)
+
+
 def _small_images() -> list[np.ndarray]:
-    """The same images cut to at most 17x17 (still partial 16x16 tiles; the simulator is slow)."""
-    return [img[:17, :17] for img in _images()] + [_noisy()]
+    """Those images cut to at most 17x17 (still partial 16x16 tiles; the simulator is slow)."""
+    images = _images()
+    return [images[i][:17, :17] for i in SIMULATED] + [_noisy()]
 
 
 def _small_streams() -> list[bytes]:
@@ -83,6 +91,8 @@ def test_images_cover_every_mode(streams: Callable[[], list[bytes]]) -> None:
     assert seen["colour"] == {0, 1, 2}
     assert seen["pred"] == set(range(f2.PREDICTORS))  # none, left, up, gradient, MED
     assert {2, 5} <= seen["lanes"]
+    channels = {lossless.read_header(stream).channels for stream in streams()}
+    assert channels == {1, 3, 4}
 
 
 def test_cuda_v2_matches_cpu_and_reference() -> None:
@@ -112,29 +122,28 @@ def _med_image(height: int, width: int, channels: int) -> np.ndarray:
     return np.stack(planes, 2).astype(np.uint8)
 
 
-@pytest.mark.parametrize("channels", [1, 3])
-def test_cuda_v2_med_wavefront_both_bands(channels: int) -> None:
-    """A 64-tile taller than 32 rows: the MED wavefront's second band of rows (32 + lane),
-    whose lane 0 takes row 31 from lane 31, and a partial last tile."""
-    image = _med_image(41, 37, channels)
-    for tile in (64, 32):
-        stream = lossless.encode(image, tile=tile, version=2)
-        s = f2.read_stream(np.frombuffer(stream, np.uint8))
-        if channels == 3 or tile == 32:  # (the grey 64-tile happens to pick "up")
-            assert (s.predictor[s.ch_mode == f2.CH_RANS] == f2.PRED_MED).any()
-        got = lossless.decode_batch([stream], device="cuda")[0].copy_to_host()
-        np.testing.assert_array_equal(got.reshape(image.shape), image)
-    roi = (5, 3, 40, 30)
-    crop = lossless.decode_batch([lossless.encode(image, tile=64, version=2)], device="cuda", rois=[roi])[0]
-    np.testing.assert_array_equal(crop.copy_to_host().reshape(35, 27, channels), image[5:40, 3:30])
+@pytest.mark.parametrize(("channels", "tile"), [(1, 32), (3, 64)])
+def test_cuda_v2_med_wavefront_both_bands(channels: int, tile: int) -> None:
+    """MED tiles, whole and cropped: a 64-tile taller than 32 rows takes the wavefront's second
+    band of rows (32 + lane, whose lane 0 reads row 31 back from shared memory); 32-tiles, a
+    partial last tile; an odd width (the last pair of columns half outside) and an even one.
+    (A grey 64-tile of this image happens to pick "up", so grey runs at tile 32.)"""
+    image = _med_image(41, 21 if channels == 3 else 22, channels)
+    stream = lossless.encode(image, tile=tile, version=2)
+    s = f2.read_stream(np.frombuffer(stream, np.uint8))
+    assert (s.predictor[s.ch_mode == f2.CH_RANS] == f2.PRED_MED).any()
+    got = lossless.decode_batch([stream], device="cuda")[0].copy_to_host()
+    np.testing.assert_array_equal(got.reshape(image.shape), image)
+    crop = lossless.decode_batch([stream], device="cuda", rois=[(5, 3, 40, 20)])[0]
+    np.testing.assert_array_equal(crop.copy_to_host().reshape(35, 17, channels), image[5:40, 3:20])
 
 
 def test_cuda_v2_rois_packed_and_mixed_versions() -> None:
-    images = _images()[2:10]
-    streams = _streams()[2:10]
+    chosen = (2, 3, 5, 8, 9)  # 1, 3 and 4 channels
+    images = [_images()[i] for i in chosen]
+    streams = [_streams()[i] for i in chosen]
     streams[1] = lossless.encode(images[1], tile=16, version=1)  # a v1 stream in the batch
-    rois = [(1, 2, 7, 8), (5, 3, 21, 18), None, (16, 0, 20, 19), (0, 17, 21, 19), (3, 3, 4, 4), None,
-            (2, 5, 15, 19)]
+    rois = [(1, 2, 7, 8), (5, 3, 21, 18), (16, 0, 20, 19), None, (2, 5, 15, 19)]
     flat, offsets, shapes = lossless.decode_batch_packed(streams, "cuda", rois)
     cpu_flat, cpu_offsets, cpu_shapes = lossless.decode_batch_packed(streams, "cpu", rois)
     np.testing.assert_array_equal(flat.copy_to_host(), cpu_flat)
@@ -205,7 +214,7 @@ def test_cuda_and_cpu_agree_on_mutated_v2_payloads() -> None:
     for image in (_images()[2][:16, :16], _images()[4][:12, :16]):
         stream = lossless.encode(image, tile=16, version=2)
         start = int(f2.read_stream(np.frombuffer(stream, np.uint8)).offsets[0])
-        for _ in range(6):
+        for _ in range(4):
             buf = bytearray(stream)
             for _ in range(int(rng.integers(1, 3))):
                 buf[int(rng.integers(start, len(buf)))] = int(rng.integers(256))
@@ -238,7 +247,7 @@ def test_decode_tables_expanded_on_the_device_equal_the_host_ones() -> None:
     from prepkit.lossless import cpu_v2, cuda_v2
     from prepkit.lossless import plan as plan_mod
 
-    plan = plan_mod.build(_small_streams()[:10])
+    plan = plan_mod.build(_small_streams())
     assert plan.empty.any() and not plan.empty.all()  # both kinds of table are covered
     want = cpu_v2.decode_table(plan).reshape(-1)
     plan.dec, plan.lut = None, np.zeros((0, want.size // max(plan.freq.shape[0], 1)), np.uint8)  # as hostplan's plans

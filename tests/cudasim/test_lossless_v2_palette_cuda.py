@@ -29,9 +29,10 @@ def test_palette_tiles_match_cpu_and_reference() -> None:
     for out, stream, image in zip(got, streams, _palette_images(), strict=True):
         np.testing.assert_array_equal(out.copy_to_host(), image)
         np.testing.assert_array_equal(reference_v2.decode(stream), image)
-    rois = [(1, 2, 15, 20), (3, 0, 17, 5), None, (15, 15, 16, 16)]
-    flat, offsets, shapes = lossless.decode_batch_packed(streams, "cuda", rois)
-    cpu_flat, cpu_offsets, _ = lossless.decode_batch_packed(streams, "cpu", rois)
+    rois = [(1, 2, 15, 20), (3, 0, 17, 5)]  # crops of the grey and the 3-channel palette image
+    picked = streams[:2]
+    flat, offsets, shapes = lossless.decode_batch_packed(picked, "cuda", rois)
+    cpu_flat, cpu_offsets, _ = lossless.decode_batch_packed(picked, "cpu", rois)
     np.testing.assert_array_equal(flat.copy_to_host()[: cpu_flat.size], cpu_flat)
 
 

@@ -28,6 +28,30 @@ def test_numba_matches_reference(image: np.ndarray, tile: int) -> None:
     np.testing.assert_array_equal(out, image)
 
 
+@pytest.mark.parametrize("channels", [1, 3, 4])
+@pytest.mark.parametrize("fast_decode", [False, True])
+def test_one_colour_tiles_match_reference(channels: int, fast_decode: bool) -> None:
+    """The numba encoder chooses one-colour tiles in closed form (cpu_v2._constant_costs):
+    byte-identical to the reference's search over every colour transform and predictor, for
+    colours where each transform and predictor wins (0, grey, saturated), on whole and
+    partial tiles and next to tiles of several colours."""
+    rng = np.random.default_rng(11)
+    values = [(0, 0, 0, 0), (255, 255, 255, 255), (128, 128, 128, 1), (200, 30, 90, 255), (1, 2, 3, 4),
+              (17, 200, 17, 0), (255, 0, 255, 128)]
+    image = np.zeros((100, 110, channels), np.uint8)
+    for n, (y, x) in enumerate((y, x) for y in range(0, 100, 32) for x in range(0, 110, 32)):
+        image[y : y + 32, x : x + 32] = values[n % len(values)][:channels]
+    image[33, 5] ^= 1  # one tile of two colours
+    image[70:76, 40:60] = rng.integers(0, 256, (6, 20, channels))  # and noisy tiles
+    for tile in (16, 32):
+        stream = lossless.encode(image, tile, version=2, fast_decode=fast_decode)
+        assert stream == r2.encode(image, tile, fast_decode=fast_decode)
+        s = f2.read_stream(np.frombuffer(stream, np.uint8))
+        one_colour = (s.mode == f2.TILE_CODED) & (s.ch_mode[:, :channels] == f2.CH_CONST).all(axis=1)
+        assert one_colour.sum() > 10 and set(s.colour[one_colour].tolist()) == ({0, 1, 2} if channels > 1 else {0})
+        np.testing.assert_array_equal(lossless.decode(stream), image)
+
+
 def _predictors_used(stream: bytes) -> set[int]:
     s = f2.read_stream(np.frombuffer(stream, np.uint8))
     return set(s.predictor[s.ch_mode == f2.CH_RANS].tolist())

@@ -106,11 +106,14 @@ evalsets: setup
 	rm -rf $(EVALSETS)
 	$(PY) -m prepkit.bench.evalsets build $(EVALSETS) --max-per-set $(EVALSETS_MAX)
 
-# Size and decode speed of every lossless format on the evaluation sets (run `make evalsets` first).
+# Size and decode speed of every lossless format on the evaluation sets (run `make evalsets` first),
+# then v2's encode speed against PNG's and its per-image sizes.
 LOSSLESS_REPEAT ?= 5
 bench-lossless: setup
 	$(PY) -m prepkit.bench.lossless_eval $(EVALSETS) --threads 1 2 --repeat $(LOSSLESS_REPEAT) \
 	  --json out/lossless-eval.json --markdown out/lossless-eval.md
+	$(PY) -m prepkit.bench.encode_speed $(EVALSETS) --threads 1 2 --repeat 3 --limit 12 --json out/encode-speed.json
+	$(PY) -m prepkit.bench.lossless_sizes $(EVALSETS) --limit 12
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

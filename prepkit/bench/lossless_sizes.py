@@ -1,6 +1,10 @@
-"""Sizes of lossless v2 (and v1) against PNG and WebP lossless on small built-in sets.
+"""Sizes of lossless v2 (and v1) against PNG and WebP lossless, image by image.
 
     python -m prepkit.bench.lossless_sizes
+    python -m prepkit.bench.lossless_sizes out/evalsets --sets rendered --limit 12
+
+Without a folder: the small built-in sets below. With one: the evaluation sets of
+`python -m prepkit.bench.evalsets build` (the first `--limit` images of each set, by name).
 
 Sets: photographs (scikit-image's data photos and samples/photos PNGs), rendered/flat
 content (a matplotlib plot, a text/UI-like screenshot, gradients, palette art, a retina
@@ -10,8 +14,10 @@ photos, uint8, one channel). Needs scikit-image, matplotlib and Pillow with WebP
 
 from __future__ import annotations
 
+import argparse
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -72,8 +78,24 @@ def sets() -> dict[str, dict[str, np.ndarray]]:
     return {"photos": photos, "rendered": _rendered(), "masks": masks}
 
 
-def main() -> None:
+def evaluation_sets(folder: str, names: Sequence[str] | None, limit: int | None) -> dict[str, dict[str, np.ndarray]]:
+    """The evaluation sets of `folder` as name -> {file name -> pixels}, `limit` images each."""
+    from prepkit.bench.evalsets import load_manifest
+
+    found = load_manifest(folder)
+    return {name: {Path(entry.file).name: pixels for entry, pixels in found[name][:limit]}
+            for name in found if not names or name in names}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     from prepkit import lossless
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sets_dir", nargs="?", help="evaluation sets (prepkit.bench.evalsets build)")
+    parser.add_argument("--sets", nargs="+", help="only these sets of the folder")
+    parser.add_argument("--limit", type=int, help="the first this many images of each set")
+    args = parser.parse_args(argv)
+    chosen = evaluation_sets(args.sets_dir, args.sets, args.limit) if args.sets_dir else sets()
 
     coders: dict[str, Callable[[np.ndarray], int]] = {
         "PNG": _png,
@@ -83,14 +105,14 @@ def main() -> None:
     }
     print("| set | images | PNG bytes | WebP-m6 / PNG | v1 / PNG | v2 / PNG | v2 / WebP-m6 |")
     print("|---|---|---|---|---|---|---|")
-    for name, images in sets().items():
+    for name, images in chosen.items():
         totals = {k: sum(f(a) for a in images.values()) for k, f in coders.items()}
         png = totals["PNG"]
         print(f"| {name} | {len(images)} | {png} | {totals['WebP-m6'] / png:.3f} | {totals['v1'] / png:.3f} "
               f"| {totals['v2'] / png:.3f} | {totals['v2'] / totals['WebP-m6']:.3f} |")
         for image, a in images.items():
-            p = _png(a)
-            print(f"|   {image} {a.shape} | | {p} | {_webp(a) / p:.3f} | | {len(lossless.encode(a)) / p:.3f} | |")
+            p, w, v2 = _png(a), _webp(a), len(lossless.encode(a))
+            print(f"|   {image} {a.shape} | | {p} | {w / p:.3f} | | {v2 / p:.3f} | {v2 / w:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -109,10 +109,10 @@ def _prediction(padded, y, x, p):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _predictor_costs(padded, th, tw, costs):
-    """Sum of the symbols' bit lengths of one plane (padded as _colour_forward writes it)
-    under each of the 5 predictors."""
+    """reference_v2.bit_cost of one plane (padded as _colour_forward writes it) under each of
+    the 5 predictors: twice the symbols' bit lengths over the plane's even rows."""
     c0 = c1 = c2 = c3 = c4 = 0
-    for y in range(1, th + 1):
+    for y in range(1, th + 1, 2):
         for x in range(1, tw + 1):
             v = padded[y, x]
             left = padded[y, x - 1]
@@ -123,7 +123,7 @@ def _predictor_costs(padded, th, tw, costs):
             c2 += ZIGZAG_BITS[(v - up) & 255]
             c3 += ZIGZAG_BITS[(v - left - up + upleft) & 255]
             c4 += ZIGZAG_BITS[(v - _med(left, up, upleft)) & 255]
-    costs[0], costs[1], costs[2], costs[3], costs[4] = c0, c1, c2, c3, c4
+    costs[0], costs[1], costs[2], costs[3], costs[4] = 2 * c0, 2 * c1, 2 * c2, 2 * c3, 2 * c4
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -155,9 +155,10 @@ def _constant_costs(v, th, tw, costs):
     """_predictor_costs of a plane of one value v, in closed form: b = bits(zigzag(v)) per
     residual that is not zero, which is every pixel under "none", the first column under
     "left", the first row under "up", and only the first pixel under gradient and MED (their
-    prediction is exact everywhere else)."""
-    b = ZIGZAG_BITS[v]
-    costs[0], costs[1], costs[2], costs[3], costs[4] = th * tw * b, th * b, tw * b, b, b
+    prediction is exact everywhere else); counted on the even rows, doubled."""
+    b = 2 * ZIGZAG_BITS[v]
+    rows = (th + 1) >> 1
+    costs[0], costs[1], costs[2], costs[3], costs[4] = rows * tw * b, rows * b, tw * b, b, b
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -477,7 +478,8 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
         states[j] = STATE_LOW
     n_words = 0
     for i in range(n - 1, -1, -1):
-        packed = coder[tables[i], syms[s0 + i]]
+        entry = coder[tables[i], syms[s0 + i]]
+        packed = entry[0]
         f = packed & 0xFFFF
         j = i & (lanes - 1)
         x = states[j]
@@ -486,9 +488,9 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
         words[n_words] = x & 0xFFFF
         n_words += emit
         x >>= 16 * emit
-        # x < 2^32 and f <= 4096: the float64 quotient is exact enough that its floor is
-        # x // f (a 64-bit integer division costs several times more).
-        q = np.int64(np.float64(x) / np.float64(f))
+        # x // f as a multiply and a shift (a division costs several times more): exact for
+        # x < f << 20, which renormalisation leaves (_coder_table).
+        q = np.int64((np.uint64(x) * np.uint64(entry[1])) >> np.uint64(RECIPROCAL_SHIFT))
         states[j] = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
     if pos + 4 * lanes + 2 * n_words >= limit:
         return -1, 0
@@ -509,7 +511,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, co
                  syms, s0, n, tables, words):
     """Write one tile's payload at out[base:]; return its length (raw when not smaller).
 
-    coder[t, s] = f | cum << 16 (one load per symbol)."""
+    coder: _coder_table's [f | cum << 16, reciprocal] per (table, symbol)."""
     c = image.shape[2]
     raw_len = 1 + th * tw * c
     pos = base + 2
@@ -672,9 +674,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     keep = sizes < raw_len
     if not keep.all():
         freq = _tables(h, w, c, tile, choices, keep, pick, n_sets, symbols, scr.tables)
-    cum = np.zeros((freq.shape[0], 257), np.int64)
-    cum[:, 1:] = np.cumsum(freq, axis=1)
-    coder = freq.astype(np.int64) | (cum[:, :256] << 16)
+    coder = _coder_table(freq)
     # A coded tile is written only while smaller than raw: raw_len bounds every payload.
     # (the tile header is written first: tiny tiles get room for it too)
     starts = np.concatenate([[0], np.cumsum(np.maximum(raw_len, 3 + 2 * c))]).astype(np.int64)
@@ -694,6 +694,24 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
                 lengths, *symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
+
+
+# x // f = (x * ceil(2^44 / f)) >> 44 for every x < f << 20 and f <= 4096: the error term is
+# below x / 2^44 < f / 2^24 <= 1 / f, too small to carry into the next integer, and the
+# product stays below 2^64.
+RECIPROCAL_SHIFT = 44
+
+
+def _coder_table(freq: np.ndarray) -> np.ndarray:
+    """int64 (n_tables, 256, 2): [f | cum << 16, ceil(2^44 / f)] per (table, symbol), the
+    encoder's one load per symbol (0 for symbols of frequency 0, which are never coded)."""
+    freq = freq.astype(np.int64)
+    coder = np.zeros(freq.shape + (2,), np.int64)
+    cum = np.cumsum(freq, axis=1) - freq
+    coder[:, :, 0] = freq | (cum << 16)
+    used = freq > 0
+    coder[:, :, 1][used] = -((-(1 << RECIPROCAL_SHIFT)) // freq[used])
+    return coder
 
 
 def _tables(h: int, w: int, c: int, tile: int, choices: np.ndarray, keep: np.ndarray, pick: np.ndarray,

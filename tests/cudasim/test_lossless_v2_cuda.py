@@ -138,6 +138,36 @@ def test_cuda_v2_med_wavefront_both_bands(channels: int, tile: int) -> None:
     np.testing.assert_array_equal(crop.copy_to_host().reshape(35, 17, channels), image[5:40, 3:20])
 
 
+def test_cuda_v2_forced_med_on_edge_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every plane MED-coded (the reference encoder with its choice forced), on the tiles the
+    two-pixel wavefront finds hardest: one and two columns (one pair, half of it past the
+    tile), 33 rows (a second band of one row), a whole 64x64 tile, odd widths; and crops."""
+    chosen = reference_v2.choose
+
+    def med_everywhere(tile: np.ndarray, n_predictors: int = f2.PREDICTORS) -> reference_v2.TileChoice:
+        choice = chosen(tile, n_predictors)
+        choice.predictors = [f2.PRED_MED] * len(choice.predictors)
+        return choice
+
+    monkeypatch.setattr(reference_v2, "choose", med_everywhere)
+    rng = np.random.default_rng(12)
+    shapes = [(33, 65, 1), (64, 66, 1), (40, 3, 3), (37, 23, 4)]  # tiles 33x1 and 64x2 at the right
+    images = [(rng.integers(0, 3, shape) + 100 + np.arange(shape[1])[None, :, None] * 9).astype(np.uint8)
+              for shape in shapes]
+    streams = [reference_v2.encode(image, 64) for image in images]
+    for stream in streams:
+        s = f2.read_stream(np.frombuffer(stream, np.uint8))
+        assert (s.mode == f2.TILE_CODED).all() and (s.ch_mode == f2.CH_RANS).any()
+        assert (s.predictor[s.ch_mode == f2.CH_RANS] == f2.PRED_MED).all()
+    got = lossless.decode_batch(streams, device="cuda")
+    for out, image in zip(got, images, strict=True):
+        np.testing.assert_array_equal(out.copy_to_host().reshape(image.shape), image)
+    rois = [(3, 60, 33, 65), (10, 1, 64, 66), (1, 1, 39, 2), (31, 5, 36, 22)]
+    flat, _, _ = lossless.decode_batch_packed(streams, "cuda", rois)
+    cpu_flat, _, _ = lossless.decode_batch_packed(streams, "cpu", rois)
+    np.testing.assert_array_equal(flat.copy_to_host()[: cpu_flat.size], cpu_flat)
+
+
 def test_cuda_v2_rois_packed_and_mixed_versions() -> None:
     chosen = (2, 3, 5, 8, 9)  # 1, 3 and 4 channels
     images = [_images()[i] for i in chosen]

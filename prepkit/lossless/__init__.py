@@ -76,15 +76,14 @@ def decode(data: object, roi: Roi | None = None) -> np.ndarray:
     return decode_batch([data], "cpu", None if roi is None else [roi])[0]
 
 
-def _build_plan(buffers: Sequence[object], rois: Sequence[Roi | None] | None, device: str) -> _plan.Plan:
-    """The validated plan of a batch. On the CPU, hostplan's numba validation (same plan and
-    same refusals as plan.build, 3-4x less time: about 0.07 instead of 0.27 ms for a
-    1280x800 mask, which matters for small images); the CUDA path keeps plan.build."""
-    if device == "cpu":
-        from prepkit.lossless import hostplan
+def _build_plan(buffers: Sequence[object], rois: Sequence[Roi | None] | None) -> _plan.Plan:
+    """The validated plan of a batch, from hostplan's numba validation: the same plan and the
+    same refusals as plan.build in 3-4x less time (about 0.07 instead of 0.27 ms for a
+    1280x800 mask), which matters for small images on the CPU and, on "cuda", where the host
+    work of a batch competes with a kernel that decodes it in about the same time."""
+    from prepkit.lossless import hostplan
 
-        return hostplan.plan_buffers(buffers, rois)
-    return _plan.build(buffers, rois)
+    return hostplan.plan_buffers(buffers, rois)
 
 
 def decode_batch_packed(
@@ -102,7 +101,7 @@ def decode_batch_packed(
     instead of a new buffer: a reader that reuses it avoids faulting in fresh memory for
     every batch, which costs more than the decoding on some VMs (docs/BENCHMARKS.md).
     """
-    plan = _build_plan(buffers, rois, device)
+    plan = _build_plan(buffers, rois)
     if device == "cpu":
         if out is not None and not isinstance(out, np.ndarray):
             raise ValueError(f"Expected a numpy array for out on the cpu. Got {type(out).__name__}.")
@@ -118,7 +117,7 @@ def decode_batch(
     buffers: Sequence[object], device: str = "cpu", rois: Sequence[Roi | None] | None = None
 ) -> list:
     """Decode many streams; a list of numpy arrays (cpu) or device-array views (cuda)."""
-    plan = _build_plan(buffers, rois, device)
+    plan = _build_plan(buffers, rois)
     flat: Any  # a numpy array, or a numba device array on "cuda" (numba is untyped)
     if device == "cpu":
         flat = cpu.decode_plan(plan)

@@ -765,6 +765,42 @@ def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, state
     return pos + 2 * need, flags
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rans_two_lanes(src, pos, end, last, i, stop, tset, flat, empty, ctx_of, symbols, states):
+    """_rans's whole rounds for 2 lanes, the states in local variables: each symbol's state
+    update waits on the previous one of its lane, and a round trip through the states array
+    would add a store-to-load forward to that chain. Returns (i, pos, flags); flags bit 2:
+    the words ran out (the generic loop's ERR_WORDS)."""
+    flags = np.int64(0)
+    x0 = states[0]
+    x1 = states[1]
+    while i + 2 <= stop:
+        t0 = np.uint64(tset + ctx_of[np.uint64(symbols[np.uint64(i)])])
+        t1 = np.uint64(tset + ctx_of[np.uint64(symbols[np.uint64(i + 1)])])
+        flags |= empty[t0] | empty[t1]
+        e0 = np.int64(flat[t0 * np.uint64(4096) + np.uint64(x0 & 4095)])
+        e1 = np.int64(flat[t1 * np.uint64(4096) + np.uint64(x1 & 4095)])
+        x0 = ((e0 >> 8) & 4095) * (x0 >> PROB_BITS) + (x0 >> PROB_BITS) + (e0 >> 20)
+        x1 = ((e1 >> 8) & 4095) * (x1 >> PROB_BITS) + (x1 >> PROB_BITS) + (e1 >> 20)
+        symbols[np.uint64(i + 64)] = e0 & 255
+        symbols[np.uint64(i + 65)] = e1 & 255
+        take0 = np.int64(x0 < STATE_LOW)
+        take1 = np.int64(x1 < STATE_LOW)
+        if pos + 2 * (take0 + take1) > end:
+            flags |= 4
+            break
+        p = np.uint64(min(pos, last))
+        x0 = (x0 << (16 * take0)) | ((np.int64(src[p]) | (np.int64(src[p + np.uint64(1)]) << 8)) * take0)
+        pos += 2 * take0
+        p = np.uint64(min(pos, last))
+        x1 = (x1 << (16 * take1)) | ((np.int64(src[p]) | (np.int64(src[p + np.uint64(1)]) << 8)) * take1)
+        pos += 2 * take1
+        i += 2
+    states[0] = x0
+    states[1] = x1
+    return i, pos, flags
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states):
     """Decode the tile's n_rans * plane symbols into symbols[64:]; return an error code.
@@ -790,6 +826,11 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
             pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states)
             flags |= f
             i += 1
+        if lanes == 2:  # tiny tiles (masks): the two states in registers, not memory
+            i, pos, f = _rans_two_lanes(src, pos, end, last, i, stop, tset, flat, empty, ctx_of, symbols, states)
+            if f & 4:
+                return plan_mod.ERR_WORDS
+            flags |= f
         while i + lanes <= stop:
             # Unsigned indices: numba adds no negative-index fix-up to these loads.
             row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]

@@ -225,12 +225,17 @@ class StreamV2:
 
 
 def read_header(buf: np.ndarray) -> tuple[fmt.Header, int, int]:
-    """Parse a v2 header: (header, n_sets, tables_size). The version byte was checked."""
+    """Parse a v2 header: (header, n_sets, tables_size). Magic and version are checked here
+    too, so read_stream (and the reference decoder) refuse what format.read_header refuses."""
     if buf.size < HEADER_SIZE:
         raise CodecError(f"stream too short for a v2 header: need {HEADER_SIZE} bytes, got {buf.size}")
     magic, version, flags, channels, n_sets, width, height, tile, reserved, tables_size = _HEADER.unpack(
         buf[:HEADER_SIZE].tobytes()
     )
+    if magic != fmt.MAGIC:
+        raise CodecError(f"bad magic: Expected {fmt.MAGIC!r}. Got {magic!r}.")
+    if version != VERSION:
+        raise CodecError(f"codec version: Expected {VERSION}. Got {version}.")
     if flags & ~KNOWN_FLAGS:
         raise CodecError(f"unknown flags 0x{flags:02x} (known: 0x{KNOWN_FLAGS:02x})")
     if reserved:

@@ -162,6 +162,33 @@ def test_every_byte_change_is_refused_or_agrees_with_reference() -> None:
     assert_byte_flips_refused_or_agree(data)
 
 
+def test_two_lane_tiles_decode_and_refuse_like_the_reference() -> None:
+    """Tiny tiles code with 2 lanes, which the CPU decoder runs in a loop of its own
+    (cpu_v2._rans_two_lanes): exact pixels, byte flips refused or equal to the reference's,
+    and a payload cut short refused."""
+    mask = np.zeros((64, 64), np.uint8)
+    mask[10:50, 20:44] = 3
+    mask[30:40, 5:60] = 1  # few boundaries: small coded tiles
+    colours = np.array([[0, 0, 0], [200, 30, 40], [0, 0, 0], [20, 180, 60]], np.uint8)[mask]  # palette tiles
+    for image, mode in ((colours, f2.TILE_PALETTE), (mask, f2.TILE_CODED)):
+        stream = lossless.encode(image, tile=32, version=2)
+        s = f2.read_stream(np.frombuffer(stream, np.uint8))
+        assert ((s.mode == mode) & (s.lanes_log2 == 1)).sum() >= 2
+        np.testing.assert_array_equal(lossless.decode(stream), image)
+        assert_byte_flips_refused_or_agree(stream, flips=150, seed=3)
+    data = stream
+    coded = s.mode != f2.TILE_RAW
+    i = int(np.flatnonzero(coded & (s.lanes_log2 == 1))[0])
+    short = bytearray(data)
+    del short[int(s.offsets[i + 1]) - 2 : int(s.offsets[i + 1])]  # the tile's last word
+    offsets_at = f2.HEADER_SIZE + f2.read_header(np.frombuffer(data, np.uint8))[2]
+    for k in range(i + 1, s.header.n_tiles + 1):  # later offsets move down by 2
+        short[offsets_at + 4 * k : offsets_at + 4 * k + 4] = (int(s.offsets[k]) - 2).to_bytes(4, "little")
+    f2.read_stream(np.frombuffer(bytes(short), np.uint8))  # still well formed: only the words are short
+    with pytest.raises(CodecError, match="ends early"):
+        lossless.decode(bytes(short))
+
+
 def test_truncated_streams_are_refused() -> None:
     data, _ = _coded_stream()
     for cut in (0, 3, 23, 30, len(data) // 2, len(data) - 1):

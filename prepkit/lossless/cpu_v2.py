@@ -28,6 +28,7 @@ MAX_LANES = 1 << f2.MAX_LANES_LOG2
 _local = threading.local()
 # Context of a symbol from the symbol 64 positions earlier: (u > 0) + (u > 2) + (u > 8).
 CONTEXT_OF = np.array([(u > 0) + (u > 2) + (u > 8) for u in range(256)], np.int64)
+_NO_WORDS = np.zeros(1, np.uint16)  # what _rans reads (and refuses) when a payload has no words left
 
 
 # ----------------------------------------------------------------------------- shared pieces
@@ -766,50 +767,43 @@ def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, state
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _rans_two_lanes(src, pos, end, last, i, stop, tset, flat, empty, ctx_of, symbols, states):
+def _rans_two_lanes(words, last_word, w, i, stop, table_of, flat, symbols, states):
     """_rans's whole rounds for 2 lanes, the states in local variables: each symbol's state
     update waits on the previous one of its lane, and a round trip through the states array
-    would add a store-to-load forward to that chain. Returns (i, pos, flags); flags bit 2:
-    the words ran out (the generic loop's ERR_WORDS)."""
-    flags = np.int64(0)
+    would add a store-to-load forward to that chain. Returns (i, w)."""
     x0 = states[0]
     x1 = states[1]
     while i + 2 <= stop:
-        t0 = np.uint64(tset + ctx_of[np.uint64(symbols[np.uint64(i)])])
-        t1 = np.uint64(tset + ctx_of[np.uint64(symbols[np.uint64(i + 1)])])
-        flags |= empty[t0] | empty[t1]
-        e0 = np.int64(flat[t0 * np.uint64(4096) + np.uint64(x0 & 4095)])
-        e1 = np.int64(flat[t1 * np.uint64(4096) + np.uint64(x1 & 4095)])
+        e0 = np.int64(flat[np.uint64(table_of[np.uint64(symbols[np.uint64(i)])]) + np.uint64(x0 & 4095)])
+        e1 = np.int64(flat[np.uint64(table_of[np.uint64(symbols[np.uint64(i + 1)])]) + np.uint64(x1 & 4095)])
         x0 = ((e0 >> 8) & 4095) * (x0 >> PROB_BITS) + (x0 >> PROB_BITS) + (e0 >> 20)
         x1 = ((e1 >> 8) & 4095) * (x1 >> PROB_BITS) + (x1 >> PROB_BITS) + (e1 >> 20)
         symbols[np.uint64(i + 64)] = e0 & 255
         symbols[np.uint64(i + 65)] = e1 & 255
-        take0 = np.int64(x0 < STATE_LOW)
-        take1 = np.int64(x1 < STATE_LOW)
-        if pos + 2 * (take0 + take1) > end:
-            flags |= 4
-            break
-        p = np.uint64(min(pos, last))
-        x0 = (x0 << (16 * take0)) | ((np.int64(src[p]) | (np.int64(src[p + np.uint64(1)]) << 8)) * take0)
-        pos += 2 * take0
-        p = np.uint64(min(pos, last))
-        x1 = (x1 << (16 * take1)) | ((np.int64(src[p]) | (np.int64(src[p + np.uint64(1)]) << 8)) * take1)
-        pos += 2 * take1
+        take = x0 < STATE_LOW
+        x0 = ((x0 << 16) | np.int64(words[min(w, last_word)])) if take else x0
+        w += np.uint64(take)
+        take = x1 < STATE_LOW
+        x1 = ((x1 << 16) | np.int64(words[min(w, last_word)])) if take else x1
+        w += np.uint64(take)
         i += 2
     states[0] = x0
     states[1] = x1
-    return i, pos, flags
+    return i, w
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states):
+def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states, table_of):
     """Decode the tile's n_rans * plane symbols into symbols[64:]; return an error code.
 
     symbols[0:64] is zero (the "symbol above" of the first row) and symbol i lands at
     symbols[64 + i], so the context of symbol i is read from symbols[i] without a branch.
-    Whole rounds of `lanes` symbols go in two passes: every lane decodes its symbol (lanes
-    independent, so the CPU overlaps them), then the lanes that need a word take them in lane
-    order (A6); the partial rounds at plane boundaries take one symbol at a time.
+    Whole rounds of `lanes` symbols decode lane by lane, each lane taking its 16-bit word
+    (through a u16 view of the payload) with a select, not a branch; the partial rounds at
+    plane boundaries take one symbol at a time. table_of (256 int64, scratch) maps the
+    context symbol to the row of the plane's table in the flat decode table, so a symbol
+    costs three dependent loads and no address arithmetic. A symbol decoded from an empty
+    table is found after the plane, by a scan that only runs when its table set has one.
     """
     mask = lanes - 1
     flags = np.int64(0)
@@ -821,47 +815,48 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
         if chb == 0:
             continue
         tset = base + (chb >> 4) * 4
+        for v in range(256):
+            table_of[v] = (tset + ctx_of[v]) * 4096
+        first = i
         stop = i + plane
         while i < stop and (i & mask) != 0:
             pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states)
             flags |= f
             i += 1
-        if lanes == 2:  # tiny tiles (masks): the two states in registers, not memory
-            i, pos, f = _rans_two_lanes(src, pos, end, last, i, stop, tset, flat, empty, ctx_of, symbols, states)
-            if f & 4:
-                return plan_mod.ERR_WORDS
-            flags |= f
-        while i + lanes <= stop:
-            # Unsigned indices: numba adds no negative-index fix-up to these loads.
-            row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
-            need = 0
-            for j in range(np.uint64(lanes)):
-                t = np.uint64(tset + ctx_of[np.uint64(row[j])])
-                flags |= empty[t]
-                x = states[j]
-                e = np.int64(flat[t * np.uint64(4096) + np.uint64(x & 4095)])
-                x = ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
-                need += x < STATE_LOW
-                states[j] = x
-                row[j + np.uint64(64)] = e & 255
-            if pos + 2 * need > end:
-                return plan_mod.ERR_WORDS
-            for j in range(np.uint64(lanes)):
-                x = states[j]
-                take = np.int64(x < STATE_LOW)
-                p = np.uint64(min(pos, last))
-                word = np.int64(src[p]) | (np.int64(src[p + np.uint64(1)]) << 8)
-                states[j] = (x << (16 * take)) | (word * take)
-                pos += 2 * take
-            i += lanes
+        if i + lanes <= stop:
+            n_words = np.uint64(max(end - pos, 0) >> 1)
+            words = src[pos : pos + 2 * np.int64(n_words)].view(np.uint16) if n_words > 0 else _NO_WORDS
+            last_word = n_words - np.uint64(1) if n_words > 0 else np.uint64(0)
+            w = np.uint64(0)
+            if lanes == 2:  # tiny tiles (masks): the two states in registers, not memory
+                i, w = _rans_two_lanes(words, last_word, w, i, stop, table_of, flat, symbols, states)
+            while i + lanes <= stop:
+                # Unsigned indices: numba adds no negative-index fix-up to these loads.
+                row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
+                for j in range(np.uint64(lanes)):
+                    x = states[j]
+                    e = np.int64(flat[np.uint64(table_of[np.uint64(row[j])]) + np.uint64(x & 4095)])
+                    x = ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
+                    row[j + np.uint64(64)] = e & 255
+                    take = x < STATE_LOW
+                    word = np.int64(words[min(w, last_word)])  # clamped: w > n_words is caught below
+                    states[j] = ((x << 16) | word) if take else x
+                    w += np.uint64(take)
+                i += lanes
+            if empty[tset] | empty[tset + 1] | empty[tset + 2] | empty[tset + 3]:
+                for q in range(first, i):  # (an empty table decodes as symbol 0, f = 1: harmless)
+                    flags |= empty[tset + ctx_of[symbols[q]]]
+            if w > n_words:
+                return plan_mod.ERR_TABLE if flags & 1 else plan_mod.ERR_WORDS
+            pos += 2 * np.int64(w)
         while i < stop:
             pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states)
             flags |= f
             i += 1
-    if flags & 2:
-        return plan_mod.ERR_WORDS
     if flags & 1:
         return plan_mod.ERR_TABLE
+    if flags & 2:
+        return plan_mod.ERR_WORDS
     if pos != end:
         return plan_mod.ERR_WORDS
     for j in range(lanes):
@@ -903,12 +898,23 @@ def _med_add(left, up, upleft, residual):
     return (residual + max(min(left, up), min(max(left, up), left + up - upleft))) & 255
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _med_at(row, at, above, left, upleft):
+    """Pixel row[at] (a residual on entry) under MED with its upper neighbour at row[above]:
+    returns (the pixel, the upper neighbour), the next pixel's left and upper-left."""
+    up = np.int32(row[above])
+    pixel = _med_add(left, up, upleft, np.int32(row[at]))
+    row[at] = pixel
+    return pixel, up
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _unpredict_med(row, th, tw):
     """Residual plane -> plane under MED (A4). Row 0 predicts from the left and column 0
     from above (running sums). The rest goes four rows at a time, row y0 + k one column
     behind row y0 + k - 1, so the four serial chains (each pixel needs its left neighbour)
-    overlap; their left and upper-left pixels are plain local variables (registers)."""
+    overlap; their left and upper-left pixels are plain local variables (registers). The
+    skew's ramps test bounds; the steady state between them does not."""
     run = np.uint8(0)
     for x in range(tw):
         run += row[x]
@@ -923,52 +929,30 @@ def _unpredict_med(row, th, tw):
         a3 = a2 + tw
         l0, l1, l2, l3 = np.int32(row[a0]), np.int32(row[a1]), np.int32(row[a2]), np.int32(row[a3])
         u0, u1, u2, u3 = np.int32(row[a0 - tw]), l0, l1, l2  # upper-left of each row's column 1
-        # Columns 1..3 of the first rows (the skew's ramp), then all four rows in step.
-        for x in range(1, 4):
-            up = np.int32(row[a0 - tw + x])
-            l0 = _med_add(l0, up, u0, np.int32(row[a0 + x]))
-            row[a0 + x] = l0
-            u0 = up
+        for x in range(1, 4):  # ramp up: rows 0-2 start
+            l0, u0 = _med_at(row, a0 + x, a0 - tw + x, l0, u0)
             if x >= 2:
-                up = np.int32(row[a0 + x - 1])
-                l1 = _med_add(l1, up, u1, np.int32(row[a1 + x - 1]))
-                row[a1 + x - 1] = l1
-                u1 = up
+                l1, u1 = _med_at(row, a1 + x - 1, a0 + x - 1, l1, u1)
             if x >= 3:
-                up = np.int32(row[a1 + x - 2])
-                l2 = _med_add(l2, up, u2, np.int32(row[a2 + x - 2]))
-                row[a2 + x - 2] = l2
-                u2 = up
-        for x in range(4, tw + 3):
-            if x < tw:
-                up = np.int32(row[a0 - tw + x])
-                l0 = _med_add(l0, up, u0, np.int32(row[a0 + x]))
-                row[a0 + x] = l0
-                u0 = up
+                l2, u2 = _med_at(row, a2 + x - 2, a1 + x - 2, l2, u2)
+        for x in range(4, tw):  # steady state: all four rows, no bounds tests
+            l0, u0 = _med_at(row, a0 + x, a0 - tw + x, l0, u0)
+            l1, u1 = _med_at(row, a1 + x - 1, a0 + x - 1, l1, u1)
+            l2, u2 = _med_at(row, a2 + x - 2, a1 + x - 2, l2, u2)
+            l3, u3 = _med_at(row, a3 + x - 3, a2 + x - 3, l3, u3)
+        for x in range(tw, tw + 3):  # ramp down: rows 1-3 finish
             if x - 1 < tw:
-                up = np.int32(row[a0 + x - 1])
-                l1 = _med_add(l1, up, u1, np.int32(row[a1 + x - 1]))
-                row[a1 + x - 1] = l1
-                u1 = up
+                l1, u1 = _med_at(row, a1 + x - 1, a0 + x - 1, l1, u1)
             if x - 2 < tw:
-                up = np.int32(row[a1 + x - 2])
-                l2 = _med_add(l2, up, u2, np.int32(row[a2 + x - 2]))
-                row[a2 + x - 2] = l2
-                u2 = up
-            up = np.int32(row[a2 + x - 3])
-            l3 = _med_add(l3, up, u3, np.int32(row[a3 + x - 3]))
-            row[a3 + x - 3] = l3
-            u3 = up
+                l2, u2 = _med_at(row, a2 + x - 2, a1 + x - 2, l2, u2)
+            l3, u3 = _med_at(row, a3 + x - 3, a2 + x - 3, l3, u3)
         y0 += 4
     for y in range(y0, th):  # the last rows (and narrow tiles) one at a time
         a = y * tw
         left = np.int32(row[a])
         upleft = np.int32(row[a - tw])
         for x in range(1, tw):
-            up = np.int32(row[a - tw + x])
-            left = _med_add(left, up, upleft, np.int32(row[a + x]))
-            row[a + x] = left
-            upleft = up
+            left, upleft = _med_at(row, a + x, a - tw + x, left, upleft)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -997,7 +981,8 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
     states = np.empty(MAX_LANES, np.int64)
     if not _lane_states(src, pos, lanes, states):
         return plan_mod.ERR_STATE
-    err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, symbols, states)
+    err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, symbols, states,
+                np.empty(256, np.int64))
     if err:
         return err
     _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw)
@@ -1010,15 +995,78 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
         d = out_base + ((oy + y) * out_w + ox + xa) * c
         line = out[d : d + (xb - xa) * c]
         row = index[y * tw + xa : y * tw + xb]
+        # One loop per channel count: constant strides, the channel loop unrolled.
         if c == 1:  # masks: one load per pixel, no slice
             for x in range(xb - xa):
                 line[x] = src[pal + np.int64(row[x])]
-            continue
-        for x in range(xb - xa):
-            at = pal + np.int64(row[x]) * c
-            for k in range(c):
-                line[c * x + k] = src[at + k]
+        elif c == 3:
+            for x in range(xb - xa):
+                at = np.uint64(pal + 3 * np.int64(row[x]))
+                line[3 * x] = src[at]
+                line[3 * x + 1] = src[at + np.uint64(1)]
+                line[3 * x + 2] = src[at + np.uint64(2)]
+        else:
+            for x in range(xb - xa):
+                at = np.uint64(pal + 4 * np.int64(row[x]))
+                line[4 * x] = src[at]
+                line[4 * x + 1] = src[at + np.uint64(1)]
+                line[4 * x + 2] = src[at + np.uint64(2)]
+                line[4 * x + 3] = src[at + np.uint64(3)]
     return 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _colour_inverse(planes, n, colour):
+    """Planes 0-2 -> R, G, B in place (A5), whole planes at a time: plain loops over
+    contiguous bytes, which LLVM turns into vector code."""
+    p0 = planes[0, :n]
+    p1 = planes[1, :n]
+    p2 = planes[2, :n]
+    if colour == 1:
+        for q in range(n):
+            g = p1[q]
+            p0[q] += g
+            p2[q] += g
+    elif colour == 2:
+        for q in range(n):
+            cg = p1[q]
+            co = p2[q]
+            t = np.uint8(p0[q] - np.uint8(np.int8(cg) >> 1))
+            g = np.uint8(cg + t)
+            b = np.uint8(t - np.uint8(np.int8(co) >> 1))
+            p0[q] = b + co
+            p1[q] = g
+            p2[q] = b
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
+    """Copy the requested region of the planes into the (row, column, channel) output, one
+    loop per channel count so that the stores have a constant stride."""
+    width = xb - xa
+    for y in range(ya, yb):
+        d = out_base + ((oy + y) * out_w + ox + xa) * c
+        line = out[d : d + width * c]
+        q0 = y * tw + xa
+        p0 = planes[0, q0 : q0 + width]
+        if c == 1:
+            for x in range(width):
+                line[x] = p0[x]
+            continue
+        p1 = planes[1, q0 : q0 + width]
+        p2 = planes[2, q0 : q0 + width]
+        if c == 3:
+            for x in range(width):
+                line[3 * x] = p0[x]
+                line[3 * x + 1] = p1[x]
+                line[3 * x + 2] = p2[x]
+            continue
+        p3 = planes[3, q0 : q0 + width]
+        for x in range(width):
+            line[4 * x] = p0[x]
+            line[4 * x + 1] = p1[x]
+            line[4 * x + 2] = p2[x]
+            line[4 * x + 3] = p3[x]
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1062,7 +1110,8 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
         if not _lane_states(src, pos, lanes, states):
             return plan_mod.ERR_STATE
         pos += 4 * lanes
-        err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states)
+        err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states,
+                    np.empty(256, np.int64))
         if err:
             return err
         i = 0
@@ -1072,44 +1121,8 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
                 continue
             _unpredict(symbols, i, _predictor_of(chb), planes[k, :plane], th, tw)
             i += plane
-    # Inverse colour transform and the interleaved copy of the requested region.
-    width = xb - xa
-    for y in range(ya, yb):
-        d = out_base + ((oy + y) * out_w + ox + xa) * c
-        line = out[d : d + width * c]
-        q0 = y * tw + xa
-        p0 = planes[0, q0 : q0 + width]
-        if c == 1:
-            for x in range(width):
-                line[x] = p0[x]
-            continue
-        p1 = planes[1, q0 : q0 + width]
-        p2 = planes[2, q0 : q0 + width]
-        p3 = planes[3, q0 : q0 + width]
-        if colour == 0:
-            for x in range(width):
-                line[c * x] = p0[x]
-                line[c * x + 1] = p1[x]
-                line[c * x + 2] = p2[x]
-        elif colour == 1:
-            for x in range(width):
-                g = p1[x]
-                line[c * x] = p0[x] + g
-                line[c * x + 1] = g
-                line[c * x + 2] = p2[x] + g
-        else:
-            for x in range(width):
-                cg = p1[x]
-                co = p2[x]
-                t = np.uint8(p0[x] - np.uint8(np.int8(cg) >> 1))
-                g = np.uint8(cg + t)
-                b = np.uint8(t - np.uint8(np.int8(co) >> 1))
-                line[c * x] = b + co
-                line[c * x + 1] = g
-                line[c * x + 2] = b
-        if c == 4:
-            for x in range(width):
-                line[4 * x + 3] = p3[x]
+    _colour_inverse(planes, plane, colour)
+    _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
     return 0
 
 

@@ -194,3 +194,54 @@ def test_truncated_streams_are_refused() -> None:
     for cut in (0, 3, 23, 30, len(data) // 2, len(data) - 1):
         with pytest.raises(CodecError):
             lossless.decode(data[:cut])
+
+
+def _one_tile_stream(freq_of_stream: np.ndarray | None = None) -> tuple[bytes, np.ndarray]:
+    """A 64x64 one-channel tile coded with 32 lanes and predictor 0: row 0 is all 9 (symbol
+    18, so row 1 is coded with context 3), the rest values 0..3 (contexts 0..2). With
+    freq_of_stream, the payload coded under the right tables is stored with those instead."""
+    plane = np.random.default_rng(4).integers(0, 4, (64, 64))
+    plane[0] = 9
+    choice = r2.TileChoice(0, [0], plane[None].astype(np.int64), [False])
+    freq = r2.build_tables([choice], 1)
+    cum = np.zeros((freq.shape[0], 257), np.int64)
+    cum[:, 1:] = np.cumsum(freq, axis=1)
+    payload = r2.encode_tile(plane[:, :, None], choice, freq, cum, 1, f2.MAX_LANES_LOG2)
+    assert payload[0] == f2.TILE_CODED and payload[1] >> 4 == f2.MAX_LANES_LOG2
+    header = r2.fmt.Header(64, 64, 1, 64, 0, f2.VERSION)
+    stored = freq if freq_of_stream is None else freq_of_stream(freq)
+    return r2.assemble(header, stored, [payload]), plane.astype(np.uint8)
+
+
+def test_whole_rounds_refuse_a_symbol_from_an_empty_table() -> None:
+    """The 32-lane loop checks empty tables after a plane, not per symbol: a stream whose
+    context-3 table is stored empty decodes row 0 and must then be refused, like the reference."""
+    data, plane = _one_tile_stream()
+    np.testing.assert_array_equal(lossless.decode(data)[:, :, 0], plane)
+
+    def without_context_3(freq: np.ndarray) -> np.ndarray:
+        freq = freq.copy()
+        freq[3] = 0
+        return freq
+
+    bad, _ = _one_tile_stream(without_context_3)
+    with pytest.raises(CodecError, match="empty frequency table"):
+        r2.decode(bad)
+    with pytest.raises(CodecError, match="image 0: corrupt tile payload \\(a rANS symbol from an empty frequency table"):
+        lossless.decode(bad)
+
+
+def test_whole_rounds_refuse_a_payload_cut_short() -> None:
+    """The 32-lane loop reads its words through a clamped u16 view and counts them after
+    the rounds: a payload one word short is refused, never read past."""
+    data, _ = _one_tile_stream()
+    s = f2.read_stream(np.frombuffer(data, np.uint8))
+    offsets_at = f2.HEADER_SIZE + f2.read_header(np.frombuffer(data, np.uint8))[2]
+    for cut in (2, 4, int(s.offsets[1] - s.words_start[0])):  # one word, two, all of them
+        short = bytearray(data[: len(data) - cut])
+        short[offsets_at + 4 : offsets_at + 8] = (len(short)).to_bytes(4, "little")
+        f2.read_stream(np.frombuffer(bytes(short), np.uint8))  # well formed: only the words are short
+        with pytest.raises(CodecError):
+            r2.decode(bytes(short))
+        with pytest.raises(CodecError, match="ends early"):
+            lossless.decode(bytes(short))

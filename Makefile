@@ -36,9 +36,9 @@ demo: setup
 SIM_LOG := out/test-cudasim.log
 test: setup lint
 	@mkdir -p out
-	@NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q tests/cudasim > $(SIM_LOG) 2>&1 & sim=$$!; \
+	@NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q --durations=10 tests/cudasim > $(SIM_LOG) 2>&1 & sim=$$!; \
 	echo "== main suite (the CUDA simulator suite runs beside it, output in $(SIM_LOG))"; \
-	$(PY) -m pytest -q tests --ignore=tests/cudasim; main=$$?; \
+	$(PY) -m pytest -q --durations=10 tests --ignore=tests/cudasim; main=$$?; \
 	wait $$sim; simulated=$$?; \
 	echo "== CUDA simulator suite"; cat $(SIM_LOG); \
 	if [ $$main -ne 0 ] || [ $$simulated -ne 0 ]; then echo "make test: main suite exit $$main, simulator suite exit $$simulated"; exit 1; fi

@@ -36,8 +36,8 @@ def write_options(function: F) -> F:
         ),
         click.option(
             "--lossless-fast-decode", is_flag=True,
-            help="Bitstream 2 without its MED predictor, for images and masks: 3-6% larger on photographs, "
-            "decodes 1.3-1.4x faster on the CPU (docs/BENCHMARKS.md).",
+            help="Bitstream 2 without its MED predictor and table sets per tile class, for images and masks: "
+            "10% larger on photographs, decodes 1.2-1.4x faster on the CPU (docs/BENCHMARKS.md).",
         ),
         click.option(
             "--samples-per-shard", type=click.IntRange(1, 1 << 24), default=1024, show_default=True,

@@ -44,8 +44,8 @@ MASK_VERSION = 2
 def encode(image: np.ndarray, tile: int = 64, version: int = DEFAULT_VERSION, *, fast_decode: bool = False) -> bytes:
     """Encode an HxW or HxWxC (C in 1, 3, 4) uint8 image; tile is 16, 32 or 64; version is
     the bitstream version to write (2, the default, or 1). With version 2, fast_decode=True
-    leaves out the MED predictor: 3-6% larger on photographs, 1.3-1.4x faster to decode on a
-    CPU (docs/BENCHMARKS.md); version 1 ignores it.
+    leaves out the MED predictor and table sets per tile class: 10% larger on the evaluation
+    photographs, 1.2-1.4x faster to decode on a CPU (docs/BENCHMARKS.md); version 1 ignores it.
 
     Raises ValueError for any other dtype, shape, tile size or version.
     """

@@ -19,6 +19,7 @@ from numba import njit, prange
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
+from prepkit.lossless import table_sets
 
 PROB_BITS = f2.PROB_BITS
 STATE_LOW = f2.STATE_LOW
@@ -211,6 +212,9 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors,
 # index predictor, its bit-length cost.
 COL_COST, COL_PAL_SIZE, COL_PAL_PRED, COL_PAL_COST = 9, 10, 11, 12
 N_CHOICE = 13
+# Columns of the per-tile set rows (tile_sets): the table set of planes 0-3, then of a palette
+# tile's index plane.
+PALETTE_SET = 4
 MAX_PALETTE = 64  # as reference_v2.MAX_PALETTE
 
 
@@ -383,12 +387,13 @@ def _residual_symbols(padded, th, tw, p, out, n):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_tables(syms, s0, n, choice_row, c, plane, n_sets, tables, pal):
+def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal):
     """Table index (A4: set * 4 + context of the symbol 64 earlier) of the tile's n symbols
-    syms[s0 : s0 + n], into tables[:n]; pal: the palette tile's index plane (set C)."""
+    syms[s0 : s0 + n], into tables[:n]; sets_row: the set of each plane, then of a palette
+    tile's index plane (pal)."""
     i = 0
     if pal:
-        s4 = min(c, n_sets - 1) * 4
+        s4 = sets_row[PALETTE_SET] * 4
         for _ in range(plane):
             tables[i] = s4 + (CONTEXT_OF[syms[s0 + i - 64]] if i >= 64 else 0)
             i += 1
@@ -396,7 +401,7 @@ def _tile_tables(syms, s0, n, choice_row, c, plane, n_sets, tables, pal):
     for k in range(c):
         if choice_row[5 + k]:
             continue
-        s4 = min(k, n_sets - 1) * 4
+        s4 = sets_row[k] * 4
         for _ in range(plane):
             tables[i] = s4 + (CONTEXT_OF[syms[s0 + i - 64]] if i >= 64 else 0)
             i += 1
@@ -518,7 +523,7 @@ def _source(i, pick, sym_start, syms, psym_start, psyms):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _count_all(h, w, c, tile, choices, keep, pick, n_sets, sym_start, syms, psym_start, psyms, counts, tables):
+def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, syms, psym_start, psyms, counts, tables):
     """Histograms per (table, symbol), one per chunk (summed by the caller)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
@@ -527,7 +532,7 @@ def _count_all(h, w, c, tile, choices, keep, pick, n_sets, sym_start, syms, psym
                 continue
             _, _, th, tw = _tile_box(i, tile, h, w)
             src, s0, n = _source(i, pick, sym_start, syms, psym_start, psyms)
-            _tile_tables(src, s0, n, choices[i], c, th * tw, n_sets, tables[chunk], pick[i])
+            _tile_tables(src, s0, n, choices[i], c, th * tw, tile_sets[i], tables[chunk], pick[i])
             # Four interleaved histograms: runs of one symbol (masks, flat areas) would
             # otherwise make every increment wait for the previous one.
             for j in range(n):
@@ -535,7 +540,7 @@ def _count_all(h, w, c, tile, choices, keep, pick, n_sets, sym_start, syms, psym
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, cost, sizes, sym_start, syms, psym_start, psyms,
+def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes, sym_start, syms, psym_start, psyms,
                   tables):
     """Estimated coded size in bytes of every tile's picked choice (reference_v2.estimate)."""
     chunks = tables.shape[0]
@@ -550,7 +555,7 @@ def _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, cost, sizes, s
                 for k in range(c):
                     size += choices[i, 5 + k]
             if n:
-                _tile_tables(src, s0, n, choices[i], c, th * tw, n_sets, tables[chunk], pick[i])
+                _tile_tables(src, s0, n, choices[i], c, th * tw, tile_sets[i], tables[chunk], pick[i])
                 total = 0
                 for j in range(n):
                     total += cost[tables[chunk, j], src[s0 + j]]
@@ -559,51 +564,50 @@ def _estimate_all(h, w, c, tile, choices, pick, n_sets, min_log2, cost, sizes, s
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _count_hist(c, choices, keep, pick, n_sets, hist, phist, counts):
-    """_count_all from the tiles' histograms: counts[chunk] += each kept tile's picked histogram
-    (a constant plane's rows are zero, so a coded tile adds all of its 4C rows)."""
+def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, counts):
+    """_count_all from the tiles' histograms: counts[chunk] += each kept tile's picked histogram,
+    plane k's 4 rows into its set's (a constant plane's rows are zero)."""
     chunks = counts.shape[0]
-    palette_base = 4 * min(c, n_sets - 1)
     for chunk in prange(chunks):
         total = counts[chunk]
         for i in range(chunk, choices.shape[0], chunks):
             if not keep[i]:
                 continue
             tile_hist = phist[i] if pick[i] else hist[i]
-            row0 = palette_base if pick[i] else 0
             for r in range(tile_hist.shape[0]):
-                into = total[row0 + r]
+                k = r >> 2
+                into = total[4 * tile_sets[i, PALETTE_SET if pick[i] else k] + (r & 3)]
                 counts_r = tile_hist[r]
                 for v in range(256):
                     into[v] += counts_r[v]
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _dot_cost(hist, cost, row0):
-    """Sum over hist's rows r and symbols v of hist[r, v] * cost[row0 + r, v]."""
+def _dot_cost(hist, cost, sets_row, pal):
+    """Sum over hist's rows r (plane r // 4, context r % 4) and symbols v of hist[r, v] times
+    the cost of v in that context of the plane's set (sets_row[PALETTE_SET] for pal)."""
     total = 0
     for r in range(hist.shape[0]):
         counts = hist[r]
-        bits = cost[row0 + r]
+        bits = cost[4 * sets_row[PALETTE_SET if pal else r >> 2] + (r & 3)]
         for v in range(256):
             total += np.int64(counts[v]) * bits[v]
     return total
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_hist(c, choices, pick, n_sets, min_log2, cost, sizes, totals, hist, phist):
+def _estimate_hist(c, choices, pick, tile_sets, min_log2, cost, sizes, totals, hist, phist):
     """_estimate_all from the tiles' histograms; totals[i]: the symbols' summed cost (what
     _rans_body would add up again to pick the lane count)."""
-    palette_base = 4 * min(c, n_sets - 1)
     for i in prange(choices.shape[0]):
         if pick[i]:
             size = 4 + choices[i, COL_PAL_SIZE] * c
-            total = _dot_cost(phist[i], cost, palette_base)
+            total = _dot_cost(phist[i], cost, tile_sets[i], True)
         else:
             size = 2 + c
             for k in range(c):
                 size += choices[i, 5 + k]
-            total = _dot_cost(hist[i], cost, 0)
+            total = _dot_cost(hist[i], cost, tile_sets[i], False)
         coded = 0
         for k in range(c):
             coded += 1 - choices[i, 5 + k]
@@ -659,7 +663,7 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, coder, cost, out, base,
+def _encode_tile(image, y0, x0, th, tw, choice, const_vals, sets_row, min_log2, coder, cost, out, base,
                  syms, s0, n, tables, words, total):
     """Write one tile's payload at out[base:]; return its length (raw when not smaller).
 
@@ -671,7 +675,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, co
         if choice[5 + k]:
             out[pos] = 0
         else:
-            out[pos] = _channel_byte(choice[1 + k], min(k, n_sets - 1))
+            out[pos] = _channel_byte(choice[1 + k], sets_row[k])
         pos += 1
     for k in range(c):
         if choice[5 + k]:
@@ -679,7 +683,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, co
             pos += 1
     log2 = 0
     if n:
-        _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables, False)
+        _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, False)
         pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
         if pos < 0:
             return _raw_tile(image, y0, x0, th, tw, out, base)
@@ -691,7 +695,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, n_sets, min_log2, co
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, min_log2, coder, cost, out, base,
+def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, sets_row, min_log2, coder, cost, out, base,
                          syms, s0, n, tables, words, total):
     """Write one palette tile (A2 mode 2) at out[base:]; return its length (raw when not smaller)."""
     c = image.shape[2]
@@ -700,13 +704,13 @@ def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, n_sets, min_log
     if 4 + n_colours * c >= raw_len:  # nothing written past the raw tile's room
         return _raw_tile(image, y0, x0, th, tw, out, base)
     out[base + 2] = n_colours - 1
-    out[base + 3] = _channel_byte(choice[COL_PAL_PRED], min(c, n_sets - 1))
+    out[base + 3] = _channel_byte(choice[COL_PAL_PRED], sets_row[PALETTE_SET])
     pos = base + 4
     for q in range(n_colours):
         for k in range(c):
             out[pos] = (colours[q] >> (8 * (c - 1 - k))) & 255
             pos += 1
-    _tile_tables(syms, s0, n, choice, c, th * tw, n_sets, tables, True)
+    _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, True)
     pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
     if pos < 0:
         return _raw_tile(image, y0, x0, th, tw, out, base)
@@ -729,7 +733,7 @@ def _raw_tile(image, y0, x0, th, tw, out, base):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, totals, out,
+def _encode_all(image, tile, choices, const_vals, colours, keep, pick, tile_sets, min_log2, coder, cost, totals, out,
                 starts, lengths, sym_start, syms, psym_start, psyms, tables, words):
     """Every tile's payload at out[starts[i]:]; totals[i]: its symbols' summed cost, or -1."""
     h, w = image.shape[0], image.shape[1]
@@ -739,12 +743,12 @@ def _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, m
             y0, x0, th, tw = _tile_box(i, tile, h, w)
             if keep[i] and pick[i]:
                 s0 = psym_start[i]
-                lengths[i] = _encode_palette_tile(image, y0, x0, th, tw, choices[i], colours[i], n_sets, min_log2, coder,
+                lengths[i] = _encode_palette_tile(image, y0, x0, th, tw, choices[i], colours[i], tile_sets[i], min_log2, coder,
                                                   cost, out, starts[i], psyms, s0, psym_start[i + 1] - s0,
                                                   tables[chunk], words[chunk], totals[i])
             elif keep[i]:
                 s0 = sym_start[i]
-                lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], n_sets, min_log2, coder, cost,
+                lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], tile_sets[i], min_log2, coder, cost,
                                           out, starts[i], syms, s0, sym_start[i + 1] - s0, tables[chunk],
                                           words[chunk], totals[i])
             else:
@@ -796,7 +800,9 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     syms = np.empty(int(sym_start[-1]), np.uint8)
     # Per-tile histograms (uint16, 4C x 256 per tile) replace the passes over the symbols of
     # every count and estimate below, where they take less memory than a few times the symbols.
-    use_hist = n * 4 * c * 256 * 2 <= max(HISTOGRAM_BUDGET, 2 * syms.size)
+    # Table sets per tile class (table_sets) need them as well.
+    with_table_sets = table_sets.applies(n, c, fast_decode)
+    use_hist = with_table_sets or n * 4 * c * 256 * 2 <= max(HISTOGRAM_BUDGET, 2 * syms.size)
     hist = np.zeros((n if use_hist else 0, 4 * c, 256), np.uint16)
     _symbols_all(image, tile, choices, sym_start, syms, scr.planes, hist)
     n_colours = choices[:, COL_PAL_SIZE]
@@ -816,19 +822,25 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
         # candidate then takes the smaller estimate; set C stays only if a palette tile does.
         _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes, phist)
         n_sets = c + 1
-        cost = f2.cost_table(counted.tables(keep, first, n_sets))
-        coded_size, _ = counted.estimates(pick, n_sets, cost)
-        palette_size, _ = counted.estimates(n_colours > 0, n_sets, cost)
+        sets = default_sets(n, c, n_sets)
+        cost = f2.cost_table(counted.tables(keep, first, sets, n_sets))
+        coded_size, _ = counted.estimates(pick, sets, cost)
+        palette_size, _ = counted.estimates(n_colours > 0, sets, cost)
         pick = (n_colours > 0) & (palette_size < coded_size)
         if not pick.any():
             n_sets = c
-    freq = counted.tables(keep, pick, n_sets)
-    sizes, totals = counted.estimates(pick, n_sets, f2.cost_table(freq))
+    sets = default_sets(n, c, n_sets)
+    freq = counted.tables(keep, pick, sets, n_sets)
+    sizes, totals = counted.estimates(pick, sets, f2.cost_table(freq))
     raw_len = 1 + th * tw * c
     keep = sizes < raw_len
     if not keep.all():
-        freq = counted.tables(keep, pick, n_sets)
-        totals = counted.estimates(pick, n_sets, f2.cost_table(freq))[1] if use_hist else np.full(n, -1, np.int64)
+        freq = counted.tables(keep, pick, sets, n_sets)
+        sizes, totals = counted.estimates(pick, sets, f2.cost_table(freq))
+        if not use_hist:
+            totals = np.full(n, -1, np.int64)
+    if with_table_sets:
+        sets, n_sets, freq, totals = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes, totals)
     coder = _coder_table(freq)
     # A coded tile is written only while smaller than raw: raw_len bounds every payload.
     # (the tile header is written first: tiny tiles get room for it too)
@@ -836,7 +848,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     scratch = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(n, np.int64)
     cost = f2.cost_table(freq)
-    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, totals, scratch,
+    _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
                 starts, lengths, *counted.symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     stream = f2.assemble(header, freq, payloads)
@@ -845,7 +857,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     if len(stream) <= all_raw:
         return stream
     keep[:] = False
-    _encode_all(image, tile, choices, const_vals, colours, keep, pick, n_sets, min_log2, coder, cost, totals, scratch,
+    _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
                 starts, lengths, *counted.symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
@@ -883,33 +895,80 @@ class _Counted:
         self.choices, self.min_log2, self.symbols = choices, min_log2, symbols
         self.hist, self.phist, self.scratch = hist, phist, tables
 
-    def tables(self, keep: np.ndarray, pick: np.ndarray, n_sets: int) -> np.ndarray:
-        """Normalised frequency tables of the kept tiles' picked choices."""
+    def tables(self, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int) -> np.ndarray:
+        """Normalised frequency tables of the kept tiles' picked choices (planes in the sets of
+        `sets`, a default_sets array)."""
+        return np.stack([f2.normalize(row) for row in self.counts(keep, pick, sets, n_sets)])
+
+    def counts(self, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int) -> np.ndarray:
+        """(4 n_sets, 256) counts of (table, symbol) of the kept tiles' picked choices."""
         chunks = self.scratch.shape[0]
         if self.hist.shape[0]:
             counts = np.zeros((chunks, n_sets * f2.CONTEXTS, 256), np.int64)
-            _count_hist(self.c, self.choices, keep, pick, n_sets, self.hist, self.phist, counts)
+            _count_hist(self.c, self.choices, keep, pick, sets, self.hist, self.phist, counts)
             totals = counts.sum(axis=0)
         else:
             counts = np.zeros((chunks, 4, n_sets * f2.CONTEXTS, 256), np.int64)
-            _count_all(self.h, self.w, self.c, self.tile, self.choices, keep, pick, n_sets, *self.symbols, counts,
+            _count_all(self.h, self.w, self.c, self.tile, self.choices, keep, pick, sets, *self.symbols, counts,
                        self.scratch)
             totals = counts.sum(axis=(0, 1))
-        return np.stack([f2.normalize(row) for row in totals])
+        return totals
 
-    def estimates(self, pick: np.ndarray, n_sets: int, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def estimates(self, pick: np.ndarray, sets: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(estimated payload bytes, the symbols' summed cost) of every tile; the costs are -1 (for
         _rans_body to add up) without histograms."""
         n = self.choices.shape[0]
         sizes = np.zeros(n, np.int64)
         totals = np.full(n, -1, np.int64)
         if self.hist.shape[0]:
-            _estimate_hist(self.c, self.choices, pick, n_sets, self.min_log2, cost, sizes, totals, self.hist,
+            _estimate_hist(self.c, self.choices, pick, sets, self.min_log2, cost, sizes, totals, self.hist,
                            self.phist)
         else:
-            _estimate_all(self.h, self.w, self.c, self.tile, self.choices, pick, n_sets, self.min_log2, cost, sizes,
+            _estimate_all(self.h, self.w, self.c, self.tile, self.choices, pick, sets, self.min_log2, cost, sizes,
                           *self.symbols, self.scratch)
         return sizes, totals
+
+
+def default_sets(n: int, c: int, n_sets: int) -> np.ndarray:
+    """(n, 5) table sets of every tile's planes 0-3 and palette index plane (PALETTE_SET) when
+    each plane has its own: plane k in set k, index planes in set C (clipped to n_sets - 1)."""
+    row = np.minimum(np.array([0, 1, 2, 3, c]), n_sets - 1)
+    return np.repeat(row[None, :], n, axis=0).astype(np.int64)
+
+
+def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int,
+                     freq: np.ndarray, sizes: np.ndarray, totals: np.ndarray
+                     ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """(sets, n_sets, freq, totals) with table sets per tile class (table_sets.propose) when
+    the stream's measure (table_sets.stream_bytes) is smaller; else those given (as
+    reference_v2.with_table_sets). sizes, totals: the estimates under freq."""
+    c, choices = counted.c, counted.choices
+    n = choices.shape[0]
+    planes = np.zeros((n, 5), np.bool_)  # the items: coded planes of kept tiles, index planes of palette tiles
+    planes[:, :c] = (keep & ~pick)[:, None] & (choices[:, 5 : 5 + c] == 0)
+    planes[:, PALETTE_SET] = keep & pick
+    tile_of, plane_of = np.nonzero(planes)  # tile order, then plane order
+    items = np.empty((tile_of.size, f2.CONTEXTS, 256), np.uint16)
+    index_plane = plane_of == PALETTE_SET
+    items[~index_plane] = counted.hist.reshape(n, c, f2.CONTEXTS, 256)[tile_of[~index_plane], plane_of[~index_plane]]
+    items[index_plane] = counted.phist[tile_of[index_plane]]
+    now = sets[tile_of, plane_of]
+    proposal, n_proposed = table_sets.propose(items, now, n_sets, f2.MAX_SETS_PER_CHANNEL * c)
+    if n_proposed == n_sets and (proposal == now).all():
+        return sets, n_sets, freq, totals
+    proposed = np.zeros_like(sets)  # planes that are not items name no set: 0 is always valid
+    proposed[tile_of, plane_of] = proposal
+    proposed_counts = counted.counts(keep, pick, proposed, n_proposed)
+    proposed_freq = np.stack([f2.normalize(row) for row in proposed_counts])
+    proposed_sizes, proposed_totals = counted.estimates(pick, proposed, f2.cost_table(proposed_freq))
+    # Tiles' bytes besides their symbols, from the estimates (which add the symbols' costs // 128).
+    overhead = int((sizes - totals // 128)[keep].sum())
+    proposed_overhead = int((proposed_sizes - proposed_totals // 128)[keep].sum())
+    before = table_sets.stream_bytes(overhead, counted.counts(keep, pick, sets, n_sets), freq)
+    after = table_sets.stream_bytes(proposed_overhead, proposed_counts, proposed_freq)
+    if after < before:
+        return proposed, n_proposed, proposed_freq, proposed_totals
+    return sets, n_sets, freq, totals
 
 
 # ----------------------------------------------------------------------------- decoder

@@ -12,6 +12,7 @@ import numpy as np
 from prepkit.errors import CodecError
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import table_sets
 from prepkit.lossless.format import prepare
 from prepkit.lossless.format_v2 import assemble, cost_table, normalize
 
@@ -244,8 +245,9 @@ def rans_encode(symbols: np.ndarray, tables: np.ndarray, freq: np.ndarray, cum: 
     return np.array(states, "<u4").tobytes() + np.array(words[::-1], "<u2").tobytes()
 
 
-def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.ndarray, n_sets: int,
+def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.ndarray, sets: np.ndarray,
                 min_log2: int) -> bytes:
+    """A coded tile (mode 1), or the raw tile when that is not smaller; sets[k]: plane k's set."""
     c = tile.shape[2]
     symbols, chans = choice.symbols()
     out = bytearray([f2.TILE_CODED, 0])
@@ -254,11 +256,11 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
         if choice.const[k]:
             out.append(f2.CH_CONST)
         else:
-            out.append(f2.channel_byte(choice.predictors[k], min(k, n_sets - 1)))
+            out.append(f2.channel_byte(choice.predictors[k], int(sets[k])))
     out += bytes(int(choice.planes[k].flat[0]) for k in range(c) if choice.const[k])
     log2 = 0
     if symbols.size:
-        tables = table_index(symbols, np.minimum(chans, n_sets - 1))
+        tables = table_index(symbols, sets[chans])
         log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
         body = rans_encode(symbols, tables, freq, cum, 1 << log2)
     out[1] = choice.colour | log2 << 4
@@ -269,14 +271,15 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
 
 
 def encode_palette_tile(tile: np.ndarray, pal: PaletteChoice, freq: np.ndarray, cum: np.ndarray,
-                        n_sets: int, min_log2: int) -> bytes:
-    """A palette tile (mode 2), or the raw tile when that is not smaller."""
+                        sets: np.ndarray, min_log2: int) -> bytes:
+    """A palette tile (mode 2), or the raw tile when that is not smaller; sets[C]: the index
+    plane's set."""
     symbols, chans = pal.symbols()
-    tables = table_index(symbols, np.minimum(chans, n_sets - 1))
+    tables = table_index(symbols, sets[chans])
     log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
     c = tile.shape[2]
     head = bytes([f2.TILE_PALETTE, log2 << 4, pal.palette.shape[0] - 1,
-                  f2.channel_byte(pal.predictor, min(c, n_sets - 1))])
+                  f2.channel_byte(pal.predictor, int(sets[c]))])
     coded = head + pal.palette.astype(np.uint8).tobytes() + rans_encode(symbols, tables, freq, cum, 1 << log2)
     if len(coded) >= 1 + tile.size:
         return raw_tile(tile)
@@ -291,26 +294,39 @@ def raw_tile(tile: np.ndarray) -> bytes:
 Choice = TileChoice | PaletteChoice
 
 
-def estimate(choice: Choice, freq: np.ndarray, n_sets: int, min_log2: int) -> int:
+def estimate(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int) -> int:
     """Estimated coded tile size in bytes: header, constants or palette, states and the
-    symbols' costs."""
+    symbols' costs; sets: the tile's set row (one_set_per_plane)."""
+    overhead, cost = estimate_parts(choice, freq, sets, min_log2)
+    return overhead + cost // 128
+
+
+def estimate_parts(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int) -> tuple[int, int]:
+    """(bytes besides the symbols: header, constants or palette, lane states; the symbols'
+    cost in 1/16 bits)."""
     symbols, chans = choice.symbols()
-    size = choice.header_bytes()
+    overhead, cost = choice.header_bytes(), 0
     if symbols.size:
-        tables = table_index(symbols, np.minimum(chans, n_sets - 1))
+        tables = table_index(symbols, sets[chans])
         cost = int(cost_table(freq)[tables, symbols].sum())
-        size += (4 << lanes_log2(cost, min_log2)) + cost // 128
-    return size
+        overhead += 4 << lanes_log2(cost, min_log2)
+    return overhead, cost
 
 
-def build_tables(choices: list[Choice], n_sets: int) -> np.ndarray:
-    """Frequencies (n_sets * CONTEXTS, 256) from every coded symbol of the image."""
+def build_tables(choices: list[Choice], sets: list[np.ndarray], n_sets: int) -> np.ndarray:
+    """Frequencies (n_sets * CONTEXTS, 256) from every coded symbol of the choices (their set
+    rows in sets)."""
+    return np.stack([normalize(row) for row in count_symbols(choices, sets, n_sets)])
+
+
+def count_symbols(choices: list[Choice], sets: list[np.ndarray], n_sets: int) -> np.ndarray:
+    """Counts (n_sets * CONTEXTS, 256) of (table, symbol) of every coded symbol of the choices."""
     counts = np.zeros((n_sets * f2.CONTEXTS, 256), np.int64)
-    for choice in choices:
+    for choice, sets_row in zip(choices, sets, strict=True):
         symbols, chans = choice.symbols()
         if symbols.size:
-            np.add.at(counts, (table_index(symbols, np.minimum(chans, n_sets - 1)), symbols), 1)
-    return np.stack([normalize(row) for row in counts])
+            np.add.at(counts, (table_index(symbols, sets_row[chans]), symbols), 1)
+    return counts
 
 
 def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
@@ -339,20 +355,24 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
         # gives tables; under them each candidate tile takes the smaller estimate (ties:
         # coded), and the image keeps set C only when a palette tile remains.
         n_sets = c + 1
+        row = one_set_per_plane(c, n_sets)
         first: list[Choice] = [pal if pal is not None and palette_first(ch, pal) else ch
                                for ch, pal in zip(coded, pals, strict=True)]
-        freq = build_tables(first, n_sets)
+        freq = build_tables(first, [row] * len(tiles), n_sets)
         for i, pal in enumerate(pals):
-            if pal is not None and estimate(pal, freq, n_sets, min_log2) < estimate(coded[i], freq, n_sets, min_log2):
+            if pal is not None and estimate(pal, freq, row, min_log2) < estimate(coded[i], freq, row, min_log2):
                 choices[i] = pal
         if not any(isinstance(ch, PaletteChoice) for ch in choices):
             n_sets = c
-    freq = build_tables(choices, n_sets)
+    sets = [one_set_per_plane(c, n_sets)] * len(tiles)
+    freq = build_tables(choices, sets, n_sets)
     # Tiles whose estimated coded size reaches their raw size leave the tables: noise
     # should not pay for tables no tile uses (one re-count, integer estimates: deterministic).
-    keep = [i for i, ch in enumerate(choices) if estimate(ch, freq, n_sets, min_log2) < 1 + tiles[i].size]
+    keep = [i for i, ch in enumerate(choices) if estimate(ch, freq, sets[i], min_log2) < 1 + tiles[i].size]
     if len(keep) < len(choices):
-        freq = build_tables([choices[i] for i in keep], n_sets)
+        freq = build_tables([choices[i] for i in keep], [sets[i] for i in keep], n_sets)
+    if table_sets.applies(len(tiles), c, fast_decode):
+        sets, n_sets, freq = with_table_sets(choices, keep, sets, n_sets, freq, min_log2)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     kept = set(keep)
@@ -361,10 +381,64 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
         if i not in kept:
             payloads.append(raw_tile(t))
         elif isinstance(ch, PaletteChoice):
-            payloads.append(encode_palette_tile(t, ch, freq, cum, n_sets, min_log2))
+            payloads.append(encode_palette_tile(t, ch, freq, cum, sets[i], min_log2))
         else:
-            payloads.append(encode_tile(t, ch, freq, cum, n_sets, min_log2))
+            payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2))
     return smaller_of(assemble(header, freq, payloads), header, tiles)
+
+
+def one_set_per_plane(c: int, n_sets: int) -> np.ndarray:
+    """A tile's set row when every plane has its own set: plane k (k < C) in set k, the
+    palette index plane (key C) in set C, clipped to the sets there are."""
+    return np.minimum(np.arange(c + 1), n_sets - 1)
+
+
+def plane_histograms(choice: Choice, c: int) -> list[tuple[int, np.ndarray]]:
+    """(plane key, (CONTEXTS, 256) counts of (context, symbol)) of each rANS-coded plane of a
+    choice in coded order; a palette tile's index plane has key C."""
+    symbols, chans = choice.symbols()
+    contexts = table_index(symbols, np.zeros(symbols.size, np.int64))
+    out = []
+    for key in range(c + 1):
+        mine = chans == key
+        if mine.any():
+            counts = np.zeros((f2.CONTEXTS, 256), np.int64)
+            np.add.at(counts, (contexts[mine], symbols[mine]), 1)
+            out.append((key, counts))
+    return out
+
+
+def with_table_sets(choices: list[Choice], keep: list[int], sets: list[np.ndarray], n_sets: int, freq: np.ndarray,
+                    min_log2: int) -> tuple[list[np.ndarray], int, np.ndarray]:
+    """(sets, n_sets, freq) with up to 2C table sets per tile class (table_sets.propose), kept
+    only when the stream's measure (table_sets.stream_bytes) shrinks."""
+    c = len(sets[0]) - 1
+    owners: list[tuple[int, int]] = []  # (tile, plane key) of each item
+    items = []
+    for i in keep:
+        for key, counts in plane_histograms(choices[i], c):
+            owners.append((i, key))
+            items.append(counts)
+    if not items:
+        return sets, n_sets, freq
+    now = np.array([sets[i][key] for i, key in owners], np.int64)
+    proposal, n_proposed = table_sets.propose(np.stack(items), now, n_sets, f2.MAX_SETS_PER_CHANNEL * c)
+    if n_proposed == n_sets and (proposal == now).all():
+        return sets, n_sets, freq
+    proposed = [np.zeros(c + 1, np.int64) for _ in choices]  # planes that are no item name set 0
+    for (i, key), s in zip(owners, proposal, strict=True):
+        proposed[i][key] = s
+    kept_choices = [choices[i] for i in keep]
+    proposed_counts = count_symbols(kept_choices, [proposed[i] for i in keep], n_proposed)
+    proposed_freq = np.stack([normalize(row) for row in proposed_counts])
+    before = table_sets.stream_bytes(sum(estimate_parts(choices[i], freq, sets[i], min_log2)[0] for i in keep),
+                                     count_symbols(kept_choices, [sets[i] for i in keep], n_sets), freq)
+    after = table_sets.stream_bytes(
+        sum(estimate_parts(choices[i], proposed_freq, proposed[i], min_log2)[0] for i in keep), proposed_counts,
+        proposed_freq)
+    if after < before:
+        return proposed, n_proposed, proposed_freq
+    return sets, n_sets, freq
 
 
 def smaller_of(stream: bytes, header: fmt.Header, tiles: list[np.ndarray]) -> bytes:

@@ -283,3 +283,27 @@ def test_decode_tables_expanded_on_the_device_equal_the_host_ones() -> None:
     plan.dec, plan.lut = None, np.zeros((0, want.size // max(plan.freq.shape[0], 1)), np.uint8)  # as hostplan's plans
     got = cuda_v2.device_tables(plan, None, cuda.default_stream()).copy_to_host()
     np.testing.assert_array_equal(got, want)
+
+
+def _two_textures(channels: int, step: int, fine: int) -> np.ndarray:
+    """16 x 32 (two tiles of 16): fine noise on the left tile, sparse steps of +-step on the
+    right one, over a ramp."""
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:16, 0:32]
+    base = np.stack([np.roll((yy * 3 + xx * 2) % 256, k, axis=1) for k in range(channels)], 2)
+    image = np.clip(base + rng.integers(-fine, fine + 1, base.shape), 0, 255)
+    steps = np.clip(base + rng.choice([-step, 0, step], base.shape), 0, 255)
+    image[:, 16:] = steps[:, 16:]
+    return image.astype(np.uint8)
+
+
+def test_cuda_v2_follows_each_planes_table_set() -> None:
+    """A stream with table sets per tile class (6 sets for 3 planes, lossless/table_sets.py):
+    the kernel takes each plane's tables from the set its channel byte names. (One image: about
+    25 s under the simulator.)"""
+    image = _two_textures(3, step=40, fine=1)
+    stream = lossless.encode(image, tile=16, version=2)
+    assert f2.read_header(np.frombuffer(stream, np.uint8))[1] == 6
+    got = lossless.decode_batch([stream], device="cuda")[0].copy_to_host()
+    np.testing.assert_array_equal(got.reshape(image.shape), image)
+    np.testing.assert_array_equal(got.reshape(image.shape), reference_v2.decode(stream).reshape(image.shape))

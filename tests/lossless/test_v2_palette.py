@@ -33,13 +33,14 @@ def forced_palette_stream(image: np.ndarray, tile: int, max_colours: int = 256) 
     tiles = [t.astype(np.int64) for t in r2.tiles_of(image3, tile)]
     pals = [r2.choose_palette(t, max_colours) for t in tiles]
     assert all(p is not None for p in pals)
-    freq = r2.build_tables(pals, c + 1)
+    row = r2.one_set_per_plane(c, c + 1)
+    freq = r2.build_tables(pals, [row] * len(pals), c + 1)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     payloads = []
     for t, p in zip(tiles, pals, strict=True):
         assert p is not None
-        payload = r2.encode_palette_tile(t, p, freq, cum, c + 1, f2.min_lanes_log2(False))
+        payload = r2.encode_palette_tile(t, p, freq, cum, row, f2.min_lanes_log2(False))
         payloads.append(payload)
     return f2.assemble(header, freq, payloads)
 

@@ -1,0 +1,167 @@
+"""Table sets per tile class (docs/LOSSLESS.md A9): which of up to 2C table sets codes each
+(tile, plane) of a v2 stream.
+
+A stream may hold up to 2C sets of 4 context tables, and every plane of every tile names its
+own set (A2). One set per plane leaves bytes on the table where an image mixes regions of
+different statistics: the busy tiles flatten the smooth tiles' tables. `propose` groups the
+planes' symbol histograms into more sets (the costliest set split at its median bits per
+symbol, then a Lloyd round: every item to the set that codes it cheapest, tables rebuilt), on
+an evenly spaced sample of at most SAMPLE items, then gives every item the set that codes it
+cheapest. The encoders then count the real tables for the proposal and keep it only when the
+stream's measure (`stream_bytes`) is smaller.
+
+Shared by both encoders (like format_v2.normalize): the same histograms give the same sets,
+so `reference_v2.encode` and `cpu_v2.encode` stay byte-identical. Costs are integers in 1/16
+bits, summed exactly (_costs), so ties break the same way on every machine (the lower set
+number).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from prepkit.lossless import format_v2 as f2
+
+CONTEXTS = f2.CONTEXTS
+
+SAMPLE = 1024  # items the Lloyd rounds look at: a 2560x2560 RGB photograph has 4,800
+LLOYD_ROUNDS = 1  # per split; 3 saved 0.02% more bytes (first 12 images per set) in 2x the time
+# Images whose per-tile histograms (4C x 256 uint16 per tile) exceed this are left with one set
+# per plane: the numba encoder keeps such histograms only up to its HISTOGRAM_BUDGET.
+ITEMS_BUDGET = 64 << 20
+
+
+def applies(n_tiles: int, c: int, fast_decode: bool) -> bool:
+    """Whether the encoders look for table sets per tile class in an image of n_tiles tiles
+    and c channels (both must decide alike). Not for fast_decode streams: more tables cost
+    the CPU decoder 1.5-4.4% (docs/BENCHMARKS.md), and fast_decode trades size for speed."""
+    return not fast_decode and n_tiles * c * f2.CONTEXTS * 256 * 2 <= ITEMS_BUDGET
+
+
+# Cost in 1/16 bits of a symbol of frequency f (format_v2.cost_table), by f; -1 for f = 0.
+_COST_OF_FREQ = np.concatenate([[-1], f2.cost_table(np.arange(1, f2.PROB_SCALE + 1))]).astype(np.int64)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _sparse(values):
+    """The items (m, 1024 counts) as compressed rows: (start of each item's entries (m + 1),
+    their (context, symbol) columns, their counts). A plane of 4096 symbols has 60-150 nonzero
+    entries on average in the photographs measured, of 1024."""
+    m, width = values.shape
+    starts = np.zeros(m + 1, np.int64)
+    for i in prange(m):
+        n = 0
+        for j in range(width):
+            n += values[i, j] != 0
+        starts[i + 1] = n
+    starts = np.cumsum(starts)
+    columns = np.empty(starts[m], np.int64)
+    counts = np.empty(starts[m], np.int64)
+    for i in prange(m):
+        at = starts[i]
+        for j in range(width):
+            if values[i, j] != 0:
+                columns[at] = j
+                counts[at] = values[i, j]
+                at += 1
+    return starts, columns, counts
+
+
+@njit(cache=True, nogil=True)
+def _set_counts(starts, columns, counts, sets, n_sets):
+    """(n_sets, 1024) int64 sums of the items' counts in each set."""
+    out = np.zeros((n_sets, CONTEXTS * 256), np.int64)
+    for i in range(starts.size - 1):
+        row = out[sets[i]]
+        for e in range(starts[i], starts[i + 1]):
+            row[columns[e]] += counts[e]
+    return out
+
+
+def _tables(items: tuple[np.ndarray, np.ndarray, np.ndarray], sets: np.ndarray, n_sets: int) -> np.ndarray:
+    """Cost tables (n_sets, 1024: 4 contexts x 256 symbols; -1: absent symbol) of the items
+    (_sparse) in each set, from frequencies floor(count * 4096 / total) raised to 1: a guide
+    for the choice only (the encoders count the real tables of the sets chosen)."""
+    counts = _set_counts(*items, sets, n_sets).reshape(n_sets * CONTEXTS, 256)
+    total = np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    freq = np.where(counts > 0, np.maximum(1, counts * f2.PROB_SCALE // total), 0)
+    return _COST_OF_FREQ[freq].reshape(n_sets, -1)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _costs(starts, columns, counts, cost):
+    """(m, n_sets) int64 keys: each item's count of distinct symbols the set's tables lack,
+    times 2^32, plus its cost in 1/16 bits under them. The fewest missing symbols win (a set
+    that codes them all, when one exists), then the lowest cost. Integer sums (no BLAS: its
+    threads would fight numba's for the cores), exact in any order; items in parallel."""
+    n_sets = cost.shape[0]
+    out = np.zeros((starts.size - 1, n_sets), np.int64)
+    for i in prange(starts.size - 1):
+        for s in range(n_sets):
+            total = 0
+            missing = 0
+            for e in range(starts[i], starts[i + 1]):
+                bits = cost[s, columns[e]]
+                if bits < 0:
+                    missing += 1
+                else:
+                    total += counts[e] * bits
+            out[i, s] = (missing << 32) + total
+    return out
+
+
+# Bits of a symbol of frequency f in 1/4096 bits, by f (0 for f = 0): finer than the encoders'
+# 1/16-bit costs, which overstate the cost of near-certain symbols (flat regions) by up to 2x.
+_FINE_BITS = np.concatenate([[0], np.rint(4096 * (f2.PROB_BITS - np.log2(np.arange(1, f2.PROB_SCALE + 1))))]
+                            ).astype(np.int64)
+
+
+def stream_bytes(overhead: int, counts: np.ndarray, freq: np.ndarray) -> int:
+    """The encoders' measure of a stream when deciding on table sets: the tiles' bytes outside
+    the symbols (headers, palettes, lane states), the symbols' entropy under the tables freq
+    (counts: the same (table, symbol) shape), and the packed tables. Integer arithmetic: the
+    same in both encoders whatever the order of the sums."""
+    bits = int((counts.astype(np.int64) * _FINE_BITS[freq]).sum())
+    return overhead + -(-bits // (8 * 4096)) + len(f2.pack_tables(freq))
+
+
+def propose(items: np.ndarray, sets: np.ndarray, n_sets: int, max_sets: int) -> tuple[np.ndarray, int]:
+    """A set for each item and the set count, or (sets, n_sets) unchanged when there is
+    nothing to split.
+
+    items: (m, 4, 256) counts of (context, symbol) of each coded plane of the kept tiles, in
+    tile order then plane order (a palette tile's index plane is one item); sets: their sets
+    now (0..n_sets-1)."""
+    m = items.shape[0]
+    if m < 2 or n_sets >= max_sets:
+        return sets, n_sets
+    flat = items.reshape(m, -1)
+    sample = np.unique(np.linspace(0, m - 1, min(m, SAMPLE)).astype(np.int64))
+    part = _sparse(np.ascontiguousarray(flat[sample]))
+    symbols = np.maximum(flat[sample].sum(axis=1, dtype=np.int64), 1)
+    cur = sets[sample].copy()
+    k = n_sets
+    while k < max_sets:
+        own = _costs(*part, _tables(part, cur, k))[np.arange(cur.size), cur]  # every symbol present
+        load = np.bincount(cur, weights=own.astype(np.float64), minlength=k)
+        split = int(np.argmax(load))
+        members = np.flatnonzero(cur == split)
+        rate = own[members] / symbols[members]
+        busy = members[rate > np.median(rate)]
+        if busy.size == 0:
+            break
+        cur[busy] = k
+        k += 1
+        for _ in range(LLOYD_ROUNDS):
+            best = np.argmin(_costs(*part, _tables(part, cur, k)), axis=1)
+            if (best == cur).all():
+                break
+            cur = best
+    if k == n_sets:
+        return sets, n_sets
+    proposal = np.argmin(_costs(*_sparse(np.ascontiguousarray(flat)), _tables(part, cur, k)), axis=1)
+    used = np.unique(proposal)  # number the sets that kept items 0.. in order
+    renumber = np.zeros(k, np.int64)
+    renumber[used] = np.arange(used.size)
+    return renumber[proposal].astype(np.int64), int(used.size)

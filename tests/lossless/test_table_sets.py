@@ -1,0 +1,128 @@
+"""Table sets per tile class (prepkit.lossless.table_sets, docs/LOSSLESS.md A9): the proposal
+itself, and streams of more than one set per plane through both encoders and decoders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prepkit import lossless
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import reference_v2 as r2
+from prepkit.lossless import table_sets
+
+from .images import assert_byte_flips_refused_or_agree, make_image
+
+
+def _mixed_image(c: int | None = 3) -> np.ndarray:
+    """Two textures of one context statistics but different residuals (fine noise; sparse
+    steps of 10) side by side, and flat label tiles in colour (a grey image's palette tiles
+    would take its second set): one table per plane fits neither texture. 128 x 192: 2 x 3
+    tiles of 64."""
+    smooth = make_image("gradient", 128, 192, c, seed=4).astype(np.int64)
+    rng = np.random.default_rng(5)
+    image = np.clip(smooth + rng.integers(-2, 3, smooth.shape), 0, 255)
+    steps = np.clip(smooth + rng.choice([-10, 0, 10], smooth.shape), 0, 255)
+    image[:, 64:128] = steps[:, 64:128]
+    if c is not None:
+        labels = (np.arange(64)[:, None] // 16 + np.arange(64)[None, :] // 16) % 3 * 90
+        image[:64, 128:] = labels[..., None]
+    return image.astype(np.uint8)
+
+
+def _n_sets(stream: bytes) -> int:
+    return f2.read_header(np.frombuffer(stream, np.uint8))[1]
+
+
+def _one_set_per_plane(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(table_sets, "applies", lambda n_tiles, c, fast_decode: False)
+
+
+@pytest.mark.parametrize("c", [None, 3])
+def test_mixed_content_gets_more_sets_than_planes_and_both_encoders_agree(
+        c: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    image = _mixed_image(c)
+    channels = 1 if c is None else c
+    stream = lossless.encode(image, version=2)
+    assert stream == r2.encode(image)
+    assert channels < _n_sets(stream) <= f2.MAX_SETS_PER_CHANNEL * channels
+    np.testing.assert_array_equal(lossless.decode(stream), image)
+    np.testing.assert_array_equal(r2.decode(stream), image)
+    with monkeypatch.context() as one_set:
+        _one_set_per_plane(one_set)
+        plain = lossless.encode(image, version=2)
+        assert plain == r2.encode(image)
+    assert _n_sets(plain) == channels + (c is not None)  # the colour image has palette tiles
+    assert _n_sets(stream) > _n_sets(plain)
+    assert len(stream) < len(plain)
+
+
+def test_the_planes_of_one_tile_can_name_any_set() -> None:
+    """Channel bytes name sets beyond the plane's own index: the decoders follow the bytes,
+    not the plane number."""
+    image = _mixed_image(3)
+    stream = lossless.encode(image, version=2)
+    s = f2.read_stream(np.frombuffer(stream, np.uint8))
+    coded = (s.mode == f2.TILE_CODED)[:, None] & (s.ch_mode != f2.CH_CONST)
+    named = {(k, int(s.table_set[i, k])) for i, k in zip(*np.nonzero(coded), strict=True)}
+    assert any(table_set != k for k, table_set in named), named
+    assert_byte_flips_refused_or_agree(stream, flips=150, seed=3)
+
+
+def test_images_over_the_budget_keep_one_set_per_plane(monkeypatch: pytest.MonkeyPatch) -> None:
+    image = _mixed_image(3)
+    monkeypatch.setattr(table_sets, "ITEMS_BUDGET", 0)
+    stream = lossless.encode(image, version=2)
+    assert stream == r2.encode(image)
+    assert _n_sets(stream) == 4  # one per plane and the palette tiles' set
+
+
+def _two_classes(m: int) -> np.ndarray:
+    """Items alternately peaked (all mass on symbols 0-1) and spread (symbols 0-199)."""
+    rng = np.random.default_rng(0)
+    items = np.zeros((m, f2.CONTEXTS, 256), np.uint16)
+    for i in range(m):
+        if i % 2:
+            items[i, 0, :200] = rng.integers(1, 20, 200)
+        else:
+            items[i, 0, :2] = [3000, 40]
+    return items
+
+
+def test_propose_separates_two_classes() -> None:
+    items = _two_classes(40)
+    sets, n_sets = table_sets.propose(items, np.zeros(40, np.int64), 1, 2)
+    assert n_sets == 2
+    assert len(set(sets[0::2])) == 1 and len(set(sets[1::2])) == 1
+    assert sets[0] != sets[1]
+
+
+def test_propose_uses_sets_numbered_from_zero_and_up_to_the_limit() -> None:
+    items = _two_classes(2000)  # more than SAMPLE: the final pass assigns the unsampled items
+    sets, n_sets = table_sets.propose(items, np.zeros(2000, np.int64), 1, 6)
+    assert 2 <= n_sets <= 6
+    assert sorted(set(sets.tolist())) == list(range(n_sets))
+    assert (sets[0::2] != sets[1::2]).all()
+
+
+def test_propose_leaves_what_it_cannot_split() -> None:
+    items = _two_classes(10)
+    now = np.arange(10, dtype=np.int64) % 2
+    same, n = table_sets.propose(items, now, 2, 2)  # already at the limit
+    assert n == 2 and same is now
+    one, n = table_sets.propose(items[:1], np.zeros(1, np.int64), 1, 4)  # one item
+    assert n == 1 and one.tolist() == [0]
+
+
+def test_applies_follows_the_histogram_budget_and_not_fast_decode() -> None:
+    per_tile = f2.CONTEXTS * 256 * 2
+    assert table_sets.applies(table_sets.ITEMS_BUDGET // (3 * per_tile), 3, False)
+    assert not table_sets.applies(table_sets.ITEMS_BUDGET // (3 * per_tile) + 1, 3, False)
+    assert not table_sets.applies(1, 3, True)
+
+
+def test_fast_decode_streams_keep_one_set_per_plane() -> None:
+    image = _mixed_image(3)
+    stream = lossless.encode(image, version=2, fast_decode=True)
+    assert stream == r2.encode(image, fast_decode=True)
+    assert _n_sets(stream) == 4

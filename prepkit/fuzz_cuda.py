@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 
+from prepkit import cudasim
 from prepkit.errors import PrepkitError
 from prepkit.fuzz import FuzzReport, budget, mutate
 
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    cudasim.tune()  # under the simulator: faster, and its shared arrays allocated under a lock
     report = fuzz_lossless_cuda(args.seconds, args.seed)
     print(report.line())
     for finding in report.findings[:5]:

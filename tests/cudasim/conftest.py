@@ -10,3 +10,9 @@ import os
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
     raise RuntimeError("tests/cudasim must run with NUMBA_ENABLE_CUDASIM=1 (see Makefile)")
+
+from prepkit import cudasim
+
+# A short thread switch interval (about 4x faster here) and a lock around the simulator's
+# shared-array allocation (prepkit/cudasim.py).
+cudasim.tune()

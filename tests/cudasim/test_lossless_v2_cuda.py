@@ -162,7 +162,8 @@ def test_cuda_v2_forced_med_on_edge_shapes(monkeypatch: pytest.MonkeyPatch) -> N
     got = lossless.decode_batch(streams, device="cuda")
     for out, image in zip(got, images, strict=True):
         np.testing.assert_array_equal(out.copy_to_host().reshape(image.shape), image)
-    rois = [(3, 60, 33, 65), (10, 1, 64, 66), (1, 1, 39, 2), (31, 5, 36, 22)]
+    # (the second crop keeps to the 64x2 tile: the simulator takes about a minute per 64x64 tile)
+    rois = [(3, 60, 33, 65), (10, 64, 64, 66), (1, 1, 39, 2), (31, 5, 36, 22)]
     flat, _, _ = lossless.decode_batch_packed(streams, "cuda", rois)
     cpu_flat, _, _ = lossless.decode_batch_packed(streams, "cpu", rois)
     np.testing.assert_array_equal(flat.copy_to_host()[: cpu_flat.size], cpu_flat)

@@ -109,22 +109,37 @@ def _prediction(padded, y, x, p):
     return (left if p & 1 else 0) + (up if p & 2 else 0) - (upleft if p == 3 else 0)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _zigzag_bits(r):
+    """ZIGZAG_BITS[r & 255] by arithmetic (a table lookup per residual is a gather that keeps
+    LLVM from vectorising _predictor_costs): the signed residual s, its zig-zag code z, and
+    z's bit length as a count of the powers of two it reaches."""
+    s = ((r & 255) ^ 128) - 128
+    z = (s << 1) ^ (s >> 31)
+    return (np.int32(z > 0) + np.int32(z > 1) + np.int32(z > 3) + np.int32(z > 7) + np.int32(z > 15)
+            + np.int32(z > 31) + np.int32(z > 63) + np.int32(z > 127))
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _predictor_costs(padded, th, tw, costs):
     """reference_v2.bit_cost of one plane (padded as _colour_forward writes it) under each of
-    the 5 predictors: twice the symbols' bit lengths over the plane's even rows."""
+    the 5 predictors: twice the symbols' bit lengths over the plane's even rows. Branch-free
+    and without table lookups (MED as the median of L, U and L + U - UL), so the loop over a
+    row runs in vector registers: 2-3x faster than one lookup per residual."""
     c0 = c1 = c2 = c3 = c4 = 0
     for y in range(1, th + 1, 2):
+        cur = padded[y]
+        prev = padded[y - 1]
         for x in range(1, tw + 1):
-            v = padded[y, x]
-            left = padded[y, x - 1]
-            up = padded[y - 1, x]
-            upleft = padded[y - 1, x - 1]
-            c0 += ZIGZAG_BITS[v]
-            c1 += ZIGZAG_BITS[(v - left) & 255]
-            c2 += ZIGZAG_BITS[(v - up) & 255]
-            c3 += ZIGZAG_BITS[(v - left - up + upleft) & 255]
-            c4 += ZIGZAG_BITS[(v - _med(left, up, upleft)) & 255]
+            v = cur[x]
+            left = cur[x - 1]
+            up = prev[x]
+            upleft = prev[x - 1]
+            c0 += _zigzag_bits(v)
+            c1 += _zigzag_bits(v - left)
+            c2 += _zigzag_bits(v - up)
+            c3 += _zigzag_bits(v - left - up + upleft)
+            c4 += _zigzag_bits(v - max(min(left, up), min(max(left, up), left + up - upleft)))
     costs[0], costs[1], costs[2], costs[3], costs[4] = 2 * c0, 2 * c1, 2 * c2, 2 * c3, 2 * c4
 
 
@@ -215,7 +230,8 @@ N_CHOICE = 13
 # Columns of the per-tile set rows (tile_sets): the table set of planes 0-3, then of a palette
 # tile's index plane.
 PALETTE_SET = 4
-MAX_PALETTE = 64  # as reference_v2.MAX_PALETTE
+MAX_PALETTE = 256  # as reference_v2.MAX_PALETTE (colour tiles)
+MAX_GREY_PALETTE = 64  # as reference_v2.MAX_GREY_PALETTE (one-channel tiles)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -231,14 +247,15 @@ def _packed(image, y, x, c):
 # open addressing over HASH_SLOTS slots of packed colours (EMPTY where free), more than twice
 # MAX_PALETTE so probes stay short. (A bisection of the sorted list per pixel was a chain of
 # dependent loads: 6-9 ns per pixel, half the encoder's time on rendered wallpapers.)
-HASH_SLOTS = 128
+HASH_SLOTS = 2 * MAX_PALETTE
+HASH_SHIFT = 64 - (HASH_SLOTS.bit_length() - 1)  # the top log2(HASH_SLOTS) bits make the slot
 EMPTY = -1
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _slot(v):
-    """Home slot of a packed colour (Fibonacci hashing: the top 7 bits of v times 2^64/phi)."""
-    return np.int64((np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(57))
+    """Home slot of a packed colour (Fibonacci hashing: the top bits of v times 2^64/phi)."""
+    return np.int64((np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(HASH_SHIFT))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -296,7 +313,7 @@ def _grey_colours(image, y0, x0, th, tw, colours):
         for x in range(tw):
             v = row[x]
             if not present[v]:
-                if n_colours == MAX_PALETTE:
+                if n_colours == MAX_GREY_PALETTE:
                     return 0
                 present[v] = True
                 n_colours += 1
@@ -311,7 +328,7 @@ def _grey_colours(image, y0, x0, th, tw, colours):
 @njit(nogil=True, cache=True, boundscheck=False)
 def _tile_colours(image, y0, x0, th, tw, colours):
     """The tile's distinct colours, sorted, into colours; their count, or 0 when there are
-    more than MAX_PALETTE."""
+    more than MAX_PALETTE (MAX_GREY_PALETTE for one channel)."""
     c = image.shape[2]
     if c == 1:
         return _grey_colours(image, y0, x0, th, tw, colours)
@@ -338,7 +355,8 @@ def _tile_colours(image, y0, x0, th, tw, colours):
 @njit(nogil=True, cache=True, boundscheck=False)
 def _choose_palette(image, y0, x0, th, tw, padded, choice_row, colours, n_predictors):
     """The palette candidate (reference_v2.choose_palette): colours[:P] sorted, P, the index
-    predictor and its cost into choice_row; P = 0 when the tile has more than MAX_PALETTE colours."""
+    predictor and its cost into choice_row; P = 0 when the tile has more colours than
+    reference_v2.max_palette allows."""
     choice_row[COL_PAL_SIZE] = 0
     n_colours = _tile_colours(image, y0, x0, th, tw, colours)
     if n_colours == 0:
@@ -1041,6 +1059,44 @@ def _rans_two_lanes(words, last_word, w, i, stop, table_of, flat, symbols, state
     return i, w
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _lane_symbol(row, j, x, table_of, flat):
+    """Decode lane j's symbol of a whole round (row = symbols[i : i + 64 + lanes]) into
+    row[64 + j]; return the lane's state before renormalisation."""
+    # Unsigned indices: numba adds no negative-index fix-up to these loads.
+    e = np.int64(flat[np.uint64(table_of[np.uint64(row[j])]) + np.uint64(x & 4095)])
+    row[j + np.uint64(64)] = e & 255
+    return ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, flat, symbols, states):
+    """_rans's whole rounds of `lanes` symbols (lanes >= 4). While a whole round of words is
+    left (w + lanes <= n_words) a lane reads its word unchecked; the last rounds clamp the
+    read (w > n_words is caught by the caller). A function of its own so that its few live
+    values stay in registers. Returns (i, w)."""
+    ulanes = np.uint64(lanes)
+    while i + lanes <= stop and w + ulanes <= n_words:
+        row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
+        for j in range(ulanes):
+            x = _lane_symbol(row, j, states[j], table_of, flat)
+            # Arithmetic, not a select: LLVM turns a select here into an unpredictable branch.
+            need = np.int64(x < STATE_LOW)
+            states[j] = (x << (need << 4)) | (np.int64(words[w]) & -need)
+            w += np.uint64(need)
+        i += lanes
+    while i + lanes <= stop:
+        row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
+        for j in range(ulanes):
+            x = _lane_symbol(row, j, states[j], table_of, flat)
+            take = x < STATE_LOW
+            word = np.int64(words[min(w, last_word)])  # clamped: w > n_words is caught by _rans
+            states[j] = ((x << 16) | word) if take else x
+            w += np.uint64(take)
+        i += lanes
+    return i, w
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states, table_of):
     """Decode the tile's n_rans * plane symbols into symbols[64:]; return an error code.
@@ -1079,19 +1135,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
             w = np.uint64(0)
             if lanes == 2:  # tiny tiles (masks): the two states in registers, not memory
                 i, w = _rans_two_lanes(words, last_word, w, i, stop, table_of, flat, symbols, states)
-            while i + lanes <= stop:
-                # Unsigned indices: numba adds no negative-index fix-up to these loads.
-                row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
-                for j in range(np.uint64(lanes)):
-                    x = states[j]
-                    e = np.int64(flat[np.uint64(table_of[np.uint64(row[j])]) + np.uint64(x & 4095)])
-                    x = ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
-                    row[j + np.uint64(64)] = e & 255
-                    take = x < STATE_LOW
-                    word = np.int64(words[min(w, last_word)])  # clamped: w > n_words is caught below
-                    states[j] = ((x << 16) | word) if take else x
-                    w += np.uint64(take)
-                i += lanes
+            i, w = _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, flat, symbols, states)
             if empty[tset] | empty[tset + 1] | empty[tset + 2] | empty[tset + 3]:
                 for q in range(first, i):  # (an empty table decodes as symbol 0, f = 1: harmless)
                     flags |= empty[tset + ctx_of[symbols[q]]]
@@ -1151,9 +1195,10 @@ def _med_add(left, up, upleft, residual):
 def _med_at(row, at, above, left, upleft):
     """Pixel row[at] (a residual on entry) under MED with its upper neighbour at row[above]:
     returns (the pixel, the upper neighbour), the next pixel's left and upper-left."""
-    up = np.int32(row[above])
-    pixel = _med_add(left, up, upleft, np.int32(row[at]))
-    row[at] = pixel
+    # Unsigned indices: numba adds no negative-index fix-up (a shift, an and, an add) to them.
+    up = np.int32(row[np.uint64(above)])
+    pixel = _med_add(left, up, upleft, np.int32(row[np.uint64(at)]))
+    row[np.uint64(at)] = pixel
     return pixel, up
 
 

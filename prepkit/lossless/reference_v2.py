@@ -160,7 +160,19 @@ def choose(tile: np.ndarray, n_predictors: int = f2.PREDICTORS) -> TileChoice:
     return best
 
 
-MAX_PALETTE = 64  # the encoder tries palette mode on tiles with at most this many colours
+# The encoder tries palette mode on colour tiles with at most MAX_PALETTE colours (all that A2
+# allows: screenshots and UI tiles with anti-aliased text hold 65-256, and their index planes
+# cost a fraction of three coded planes) and on grey tiles with at most MAX_GREY_PALETTE
+# values: a grey tile always has at most 256, and an index plane of more than 64 values
+# renames the values without making them cheaper, while it costs a table set of the two
+# that C = 1 allows.
+MAX_PALETTE = 256
+MAX_GREY_PALETTE = 64
+
+
+def max_palette(c: int) -> int:
+    """The most colours the encoder gives a palette candidate of a C-channel tile."""
+    return MAX_PALETTE if c > 1 else MAX_GREY_PALETTE
 
 
 class PaletteChoice:
@@ -190,13 +202,14 @@ def pack_colours(tile: np.ndarray) -> np.ndarray:
     return packed
 
 
-def choose_palette(tile: np.ndarray, max_colours: int = MAX_PALETTE,
+def choose_palette(tile: np.ndarray, max_colours: int | None = None,
                    n_predictors: int = f2.PREDICTORS) -> PaletteChoice | None:
-    """The palette candidate of a tile with at most max_colours colours (None otherwise):
-    colours sorted by packed value, the index predictor with the smallest sum of bit lengths."""
+    """The palette candidate of a tile with at most max_colours colours (max_palette(C) when
+    None; None otherwise): colours sorted by packed value, the index predictor with the
+    smallest sum of bit lengths."""
     packed = pack_colours(tile)
     colours = np.unique(packed)
-    if colours.size > max_colours:
+    if colours.size > (max_palette(tile.shape[2]) if max_colours is None else max_colours):
         return None
     c = tile.shape[2]
     palette = (colours[:, None] >> (8 * np.arange(c - 1, -1, -1))) & 255

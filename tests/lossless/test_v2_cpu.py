@@ -275,11 +275,12 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
             assert set(used) == ({"_count_all"} if tile == 16 else {"_count_hist"})
 
 
-@pytest.mark.parametrize("c", [1, 3])
-@pytest.mark.parametrize("n_values", [1, 2, 63, 64, 65, 200])
+@pytest.mark.parametrize(("c", "n_values"), [(1, n) for n in (1, 2, 63, 64, 65, 200)]
+                         + [(3, n) for n in (1, 2, 64, 65, 200, 256, 257, 1000)])
 def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c: int, n_values: int) -> None:
     """The palette candidate's colour list (grey tiles: a presence table; colour tiles: a
-    hash set) is np.unique of the packed colours, or 0 past MAX_PALETTE; indices map back."""
+    hash set) is np.unique of the packed colours, or 0 past reference_v2.max_palette(C) (64
+    values for grey tiles, 256 colours otherwise); indices map back."""
     rng = np.random.default_rng(n_values)
     values = rng.choice(256 if c == 1 else 1 << 24, n_values, replace=False)
     packed = values[rng.integers(0, n_values, (64, 64))]
@@ -287,7 +288,7 @@ def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c:
     image = np.stack([(packed >> (8 * (c - 1 - k))) & 255 for k in range(c)], axis=2).astype(np.uint8)
     colours = np.zeros(cpu_v2.MAX_PALETTE, np.int64)
     n = cpu_v2._tile_colours(image, 0, 0, 64, 64, colours)
-    if n_values > cpu_v2.MAX_PALETTE:
+    if n_values > r2.max_palette(c):
         assert n == 0
         return
     np.testing.assert_array_equal(colours[:n], np.unique(values))
@@ -295,3 +296,21 @@ def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c:
     cpu_v2._index_plane(image, 0, 0, 64, 64, colours, n, padded)
     np.testing.assert_array_equal(colours[padded[1:, 1:]], packed)
     assert (padded[0] == 0).all() and (padded[:, 0] == 0).all()
+
+
+def test_zigzag_bits_by_arithmetic_equal_the_table() -> None:
+    """_predictor_costs computes bit lengths without the ZIGZAG_BITS lookup: every residual
+    it can meet (v - L - U + UL spans -510..510; only the low byte counts) gives the table's
+    value, so the encoder's choices and bytes stay those of reference_v2.bit_cost."""
+    for r in range(-520, 521):
+        assert cpu_v2._zigzag_bits(np.int32(r)) == cpu_v2.ZIGZAG_BITS[r & 255], r
+    rng = np.random.default_rng(9)
+    padded = np.zeros((65, 65), np.int32)
+    for kind in ("noise", "steps", "flat"):
+        plane = {"noise": rng.integers(0, 256, (64, 64)), "steps": np.repeat(rng.integers(0, 256, (64, 8)), 8, axis=1),
+                 "flat": np.full((64, 64), 37)}[kind]
+        padded[1:, 1:] = plane
+        costs = np.zeros(f2.PREDICTORS, np.int64)
+        cpu_v2._predictor_costs(padded, 64, 64, costs)
+        expected = [r2.bit_cost(r2.predict(plane.astype(np.int64), p)) for p in range(f2.PREDICTORS)]
+        assert costs.tolist() == expected, kind

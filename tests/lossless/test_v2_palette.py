@@ -76,6 +76,28 @@ def test_masks_and_photos() -> None:
     assert lossless.encode(photo, version=2)[7] == 3
 
 
+@pytest.mark.parametrize("n_colours", [65, 150, 256])
+def test_colour_tiles_of_up_to_256_colours_become_palette_tiles(n_colours: int) -> None:
+    """Anti-aliased text holds 65-256 colours per tile: both encoders give such colour tiles a
+    palette (an index plane of ~8 bits per pixel instead of three coded planes) up to the 256
+    that A2 allows, and grey tiles of more than 64 values none (reference_v2.max_palette)."""
+    image = palette_image(64, 128, 3, n_colours, seed=n_colours)
+    data = lossless.encode(image, version=2)
+    assert data == r2.encode(image)
+    stream = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert (stream.mode == f2.TILE_PALETTE).all()
+    assert (stream.palette_size == n_colours).all()
+    np.testing.assert_array_equal(lossless.decode(data), image)
+    np.testing.assert_array_equal(r2.decode(data), image)
+    rng = np.random.default_rng(n_colours)
+    grey = rng.permutation(256)[:n_colours].astype(np.uint8)[rng.integers(0, n_colours, (64, 128))]
+    assert all(np.unique(grey[:, x : x + 64]).size > 64 for x in (0, 64))
+    grey_data = lossless.encode(grey, version=2)
+    assert grey_data == r2.encode(grey)
+    assert not (f2.read_stream(np.frombuffer(grey_data, np.uint8)).mode == f2.TILE_PALETTE).any()
+    np.testing.assert_array_equal(lossless.decode(grey_data), grey)
+
+
 @pytest.mark.parametrize("n_colours,c", [(1, 1), (1, 3), (256, 1), (200, 3)])
 def test_forced_palette_sizes_decode_everywhere(n_colours: int, c: int) -> None:
     if n_colours == 256:  # every value once, smooth so the index plane codes small

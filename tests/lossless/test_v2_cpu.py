@@ -279,23 +279,26 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
                          + [(3, n) for n in (1, 2, 64, 65, 200, 256, 257, 1000)])
 def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c: int, n_values: int) -> None:
     """The palette candidate's colour list (grey tiles: a presence table; colour tiles: a
-    hash set) is np.unique of the packed colours, or 0 past reference_v2.max_palette(C) (64
-    values for grey tiles, 256 colours otherwise); indices map back."""
+    hash set, indices renumbered from order of appearance) is np.unique of the packed
+    colours, or 0 past reference_v2.max_palette(C) (64 values for grey tiles, 256 colours
+    otherwise); indices map back, and _index_plane rebuilds the same plane."""
     rng = np.random.default_rng(n_values)
     values = rng.choice(256 if c == 1 else 1 << 24, n_values, replace=False)
     packed = values[rng.integers(0, n_values, (64, 64))]
     packed.flat[:n_values] = values  # every value present
     image = np.stack([(packed >> (8 * (c - 1 - k))) & 255 for k in range(c)], axis=2).astype(np.uint8)
     colours = np.zeros(cpu_v2.MAX_PALETTE, np.int64)
-    n = cpu_v2._tile_colours(image, 0, 0, 64, 64, colours)
+    padded = np.full((65, 65), -1, np.int32)
+    n = cpu_v2._tile_palette(image, 0, 0, 64, 64, colours, padded)
     if n_values > r2.max_palette(c):
         assert n == 0
         return
     np.testing.assert_array_equal(colours[:n], np.unique(values))
-    padded = np.full((65, 65), -1, np.int32)
-    cpu_v2._index_plane(image, 0, 0, 64, 64, colours, n, padded)
     np.testing.assert_array_equal(colours[padded[1:, 1:]], packed)
     assert (padded[0] == 0).all() and (padded[:, 0] == 0).all()
+    again = np.full((65, 65), -1, np.int32)  # the later symbol pass rebuilds it from the colours
+    cpu_v2._index_plane(image, 0, 0, 64, 64, colours, n, again)
+    np.testing.assert_array_equal(again, padded)
 
 
 def test_zigzag_bits_by_arithmetic_equal_the_table() -> None:

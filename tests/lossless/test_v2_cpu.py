@@ -301,12 +301,14 @@ def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c:
     np.testing.assert_array_equal(again, padded)
 
 
-def test_zigzag_bits_by_arithmetic_equal_the_table() -> None:
-    """_predictor_costs computes bit lengths without the ZIGZAG_BITS lookup: every residual
-    it can meet (v - L - U + UL spans -510..510; only the low byte counts) gives the table's
-    value, so the encoder's choices and bytes stay those of reference_v2.bit_cost."""
+def test_zigzag_codes_and_bits_by_arithmetic_equal_the_tables() -> None:
+    """_predictor_costs and _residual_symbols compute zig-zag bit lengths and codes by
+    arithmetic, not through the ZIGZAG_BITS and ZIGZAG tables: every residual they can meet
+    (v - L - U + UL spans -510..510; only the low byte counts) gives the tables' values, and
+    whole planes give reference_v2's costs and symbols under every predictor."""
     for r in range(-520, 521):
         assert cpu_v2._zigzag_bits(np.int32(r)) == cpu_v2.ZIGZAG_BITS[r & 255], r
+        assert cpu_v2._zigzag_of(np.int32(r)) == cpu_v2.ZIGZAG[r & 255], r
     rng = np.random.default_rng(9)
     padded = np.zeros((65, 65), np.int32)
     for kind in ("noise", "steps", "flat"):
@@ -317,3 +319,7 @@ def test_zigzag_bits_by_arithmetic_equal_the_table() -> None:
         cpu_v2._predictor_costs(padded, 64, 64, costs)
         expected = [r2.bit_cost(r2.predict(plane.astype(np.int64), p)) for p in range(f2.PREDICTORS)]
         assert costs.tolist() == expected, kind
+        for p in range(f2.PREDICTORS):
+            symbols = np.zeros(64 * 64 + 5, np.uint8)
+            assert cpu_v2._residual_symbols(padded, 64, 64, p, symbols, 5) == 5 + 64 * 64
+            np.testing.assert_array_equal(symbols[5:], r2.zigzag(r2.predict(plane.astype(np.int64), p)).ravel())

@@ -449,20 +449,20 @@ def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal):
     """Table index (A4: set * 4 + context of the symbol 64 earlier) of the tile's n symbols
     syms[s0 : s0 + n], into tables[:n]; sets_row: the set of each plane, then of a palette
     tile's index plane (pal)."""
-    i = 0
-    if pal:
-        s4 = sets_row[PALETTE_SET] * 4
-        for _ in range(plane):
-            tables[i] = s4 + (CONTEXT_OF[syms[s0 + i - 64]] if i >= 64 else 0)
-            i += 1
-        return
-    for k in range(c):
-        if choice_row[5 + k]:
+    src = syms[s0 : s0 + n]
+    i = np.uint64(0)
+    for k in range(1 if pal else c):
+        if not pal and choice_row[5 + k]:
             continue
-        s4 = sets_row[k] * 4
-        for _ in range(plane):
-            tables[i] = s4 + (CONTEXT_OF[syms[s0 + i - 64]] if i >= 64 else 0)
-            i += 1
+        s4 = sets_row[PALETTE_SET if pal else k] * 4
+        stop = i + np.uint64(plane)
+        head = min(stop, np.uint64(64))
+        while i < head:  # no symbol 64 earlier: context 0
+            tables[i] = s4
+            i += np.uint64(1)
+        while i < stop:  # unsigned indices: no negative-index fix-ups
+            tables[i] = s4 + CONTEXT_OF[src[i - np.uint64(64)]]
+            i += np.uint64(1)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -475,19 +475,20 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
     # would otherwise make every increment wait for the previous one's store.
     parts = np.zeros((4, hist.shape[0], 256), np.uint16)
     src = syms[s0 : s0 + n]
-    i = 0
+    i = np.uint64(0)
+    three = np.uint64(3)
     for k in range(1 if pal else c):
         if not pal and choice_row[5 + k]:
             continue
-        row = 0 if pal else 4 * k
-        stop = i + plane
-        head = min(stop, 64)
+        row = np.uint64(0 if pal else 4 * k)
+        stop = i + np.uint64(plane)
+        head = min(stop, np.uint64(64))
         while i < head:  # no symbol 64 earlier: context 0
-            parts[i & 3, row, src[i]] += 1
-            i += 1
-        while i < stop:
-            parts[i & 3, row + CONTEXT_OF[src[i - 64]], src[i]] += 1
-            i += 1
+            parts[i & three, row, np.uint64(src[i])] += 1
+            i += np.uint64(1)
+        while i < stop:  # unsigned indices: no negative-index fix-ups
+            parts[i & three, row + np.uint64(CONTEXT_OF[src[i - np.uint64(64)]]), np.uint64(src[i])] += 1
+            i += np.uint64(1)
     for r in range(hist.shape[0]):
         into = hist[r]
         for v in range(256):
@@ -690,22 +691,27 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
     states = np.empty(MAX_LANES, np.int64)
     for j in range(lanes):
         states[j] = STATE_LOW
-    n_words = 0
-    for i in range(n - 1, -1, -1):
-        entry = coder[tables[i], syms[s0 + i]]
+    n_words = np.uint64(0)
+    mask = np.uint64(lanes - 1)
+    tile_syms = syms[s0 : s0 + n]
+    for i in range(np.uint64(n) - np.uint64(1), np.uint64(0) - np.uint64(1), np.int64(-1)):
+        # Unsigned indices: numba adds no negative-index fix-up to these loads and stores.
+        at = np.uint64(i)
+        entry = coder[np.uint64(tables[at]), np.uint64(tile_syms[at])]
         packed = entry[0]
         f = packed & 0xFFFF
-        j = i & (lanes - 1)
+        j = at & mask
         x = states[j]
         # Renormalise without a branch: the word is always written, kept when emitted.
         emit = np.int64(x >= (f << (32 - PROB_BITS)))
         words[n_words] = x & 0xFFFF
-        n_words += emit
+        n_words += np.uint64(emit)
         x >>= 16 * emit
         # x // f as a multiply and a shift (a division costs several times more): exact for
         # x < f << 20, which renormalisation leaves (_coder_table).
         q = np.int64((np.uint64(x) * np.uint64(entry[1])) >> np.uint64(RECIPROCAL_SHIFT))
         states[j] = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
+    n_words = np.int64(n_words)
     if pos + 4 * lanes + 2 * n_words >= limit:
         return -1, 0
     for j in range(lanes):

@@ -15,7 +15,9 @@ from prepkit.lossless import reference_v2
 def _palette_images() -> list[np.ndarray]:
     rng = np.random.default_rng(8)
     out = []
-    for shape, c, n in [((18, 21), None, 3), ((17, 19), 3, 6), ((20, 9), 4, 2), ((16, 16), 1, 12)]:
+    # The last: colour tiles of 65-80 colours (the encoders give colour tiles palettes of up to 256).
+    for shape, c, n in [((18, 21), None, 3), ((17, 19), 3, 6), ((20, 9), 4, 2), ((16, 16), 1, 12),
+                        ((32, 32), 3, 80)]:
         colours = rng.integers(0, 256, (n, c or 1))
         image = colours[rng.integers(0, n, shape)].astype(np.uint8)
         out.append(image[:, :, 0] if c is None else image)
@@ -25,6 +27,7 @@ def _palette_images() -> list[np.ndarray]:
 def test_palette_tiles_match_cpu_and_reference() -> None:
     streams = [lossless.encode(im, tile=16, version=2) for im in _palette_images()]
     assert any((f2.read_stream(np.frombuffer(s, np.uint8)).mode == f2.TILE_PALETTE).any() for s in streams)
+    assert f2.read_stream(np.frombuffer(streams[-1], np.uint8)).palette_size.max() > 64
     got = lossless.decode_batch(streams, device="cuda")
     for out, stream, image in zip(got, streams, _palette_images(), strict=True):
         np.testing.assert_array_equal(out.copy_to_host(), image)

@@ -106,12 +106,19 @@ def _med(left, up, upleft):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _zigzag_i32(r):
+    """ZIGZAG[r & 255] by arithmetic, in int32 (see I32): the residual's low byte read as a
+    signed byte s, then 2s for s >= 0 and -2s - 1 below."""
+    s = I32(I32(I32(I32(r) & I32(255)) ^ I32(128)) - I32(128))
+    return I32(I32(s << I32(1)) ^ I32(s >> I32(31)))
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _zigzag_bits(r):
     """ZIGZAG_BITS[r & 255] by arithmetic (a table lookup per residual is a gather that keeps
-    LLVM from vectorising _predictor_costs): the signed residual s, its zig-zag code z, and
-    z's bit length as a count of the powers of two it reaches."""
-    s = I32(I32(I32(I32(r) & I32(255)) ^ I32(128)) - I32(128))
-    z = I32(I32(s << I32(1)) ^ I32(s >> I32(31)))
+    LLVM from vectorising _predictor_costs): the bit length of the zig-zag code z as a count
+    of the powers of two it reaches."""
+    z = _zigzag_i32(r)
     low = I32(I32(z > I32(0)) + I32(z > I32(1))) + I32(I32(z > I32(3)) + I32(z > I32(7)))
     high = I32(I32(z > I32(15)) + I32(z > I32(31))) + I32(I32(z > I32(63)) + I32(z > I32(127)))
     return I32(I32(low) + I32(high))
@@ -265,6 +272,15 @@ def _find(keys, v):
     return s
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _zero_border(padded, th, tw):
+    """Row 0 and column 0 of a padded plane to 0: the neighbours predictors see outside the tile."""
+    for x in range(tw + 1):
+        padded[0, x] = 0
+    for y in range(th + 1):
+        padded[y, 0] = 0
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
     """Palette indices of the tile into padded[1:th+1, 1:tw+1] (colours[:n_colours] sorted,
@@ -279,10 +295,7 @@ def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
                 padded[y + 1, x + 1] = grey_index[image[y0 + y, x0 + x, 0]]
     else:
         _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
-    for x in range(tw + 1):
-        padded[0, x] = 0
-    for y in range(th + 1):
-        padded[y, 0] = 0
+    _zero_border(padded, th, tw)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -362,10 +375,7 @@ def _tile_palette(image, y0, x0, th, tw, colours, padded):
         row = padded[y + 1, 1 : tw + 1]
         for x in range(tw):
             row[x] = rank[row[x]]
-    for x in range(tw + 1):
-        padded[0, x] = 0
-    for y in range(th + 1):
-        padded[y, 0] = 0
+    _zero_border(padded, th, tw)
     return n_colours
 
 
@@ -411,9 +421,8 @@ def _tile_symbols(image, y0, x0, th, tw, choice_row, planes, out, o):
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _zigzag_of(r):
-    """ZIGZAG[r & 255] by arithmetic in int32 (see I32): no table load, so loops vectorise."""
-    s = I32(I32(I32(I32(r) & I32(255)) ^ I32(128)) - I32(128))
-    return np.uint8(I32(I32(s << I32(1)) ^ I32(s >> I32(31))))
+    """ZIGZAG[r & 255] as a byte, by arithmetic: no table load, so loops vectorise."""
+    return np.uint8(_zigzag_i32(r))
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -694,9 +703,10 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
     n_words = np.uint64(0)
     mask = np.uint64(lanes - 1)
     tile_syms = syms[s0 : s0 + n]
-    for i in range(np.uint64(n) - np.uint64(1), np.uint64(0) - np.uint64(1), np.int64(-1)):
+    at = np.uint64(n)
+    while at > 0:  # rANS codes backwards: the decoder reads forwards
         # Unsigned indices: numba adds no negative-index fix-up to these loads and stores.
-        at = np.uint64(i)
+        at -= np.uint64(1)
         entry = coder[np.uint64(tables[at]), np.uint64(tile_syms[at])]
         packed = entry[0]
         f = packed & 0xFFFF

@@ -17,11 +17,12 @@ from types import ModuleType
 from typing import Any
 
 
-def dependency_digest(modules: Iterable[ModuleType]) -> str:
-    """SHA-256 over the source files of ``modules``, in order."""
+def dependency_digest(modules: Iterable[ModuleType], extra: str = "") -> str:
+    """SHA-256 over the source files of ``modules``, in order, and ``extra``."""
     digest = hashlib.sha256()
     for module in modules:
         digest.update(Path(str(module.__file__)).read_bytes())
+    digest.update(extra.encode())
     return digest.hexdigest()
 
 
@@ -52,9 +53,10 @@ def drop_if_stale(folder: Path, prefix: str, digest: str) -> bool:
         return False
 
 
-def guard_disk_cache(namespace: dict[str, Any], dependencies: Iterable[ModuleType]) -> None:
-    """Drop the stale cache entries of every cached numba function in ``namespace``."""
-    digest = dependency_digest(dependencies)
+def guard_disk_cache(namespace: dict[str, Any], dependencies: Iterable[ModuleType], extra: str = "") -> None:
+    """Drop the stale cache entries of every cached numba function in ``namespace``;
+    ``extra`` names a build choice the dependencies' sources do not show (a CPU switch)."""
+    digest = dependency_digest(dependencies, extra)
     for value in list(namespace.values()):
         entry = cache_entry(value)
         if entry is not None:

@@ -16,10 +16,11 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
-from prepkit.lossless import table_sets
+from prepkit.lossless import rans_avx2, table_sets
 
 PROB_BITS = f2.PROB_BITS
 STATE_LOW = f2.STATE_LOW
@@ -1125,13 +1126,45 @@ def _lane_symbol(row, j, x, table_of, flat):
     return ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
 
 
+if rans_avx2.AVAILABLE:
+
+    @njit(nogil=True, cache=True, boundscheck=False)
+    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, flat, symbols, states):
+        """Whole rounds of `lanes` (8, 16 or 32) symbols, eight lanes per AVX2 step
+        (rans_avx2), while a whole round of words is left. Returns (i, w)."""
+        ulanes = np.uint64(lanes)
+        x = np.empty(MAX_LANES, np.uint32)
+        for j in range(lanes):
+            x[j] = states[j]
+        permute = rans_avx2.PERMUTE
+        while i + lanes <= stop and w + ulanes <= n_words:
+            row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
+            for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
+                w = rans_avx2.rans_step8(row, j0, x, j0, flat, tbase, words, w, permute)
+            i += lanes
+        for j in range(lanes):
+            states[j] = x[j]
+        return i, w
+
+else:
+
+    @njit(nogil=True, cache=True, boundscheck=False)
+    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, flat, symbols, states):
+        """No AVX2: the scalar rounds of _rans_rounds do all the work."""
+        return i, w
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, flat, symbols, states):
-    """_rans's whole rounds of `lanes` symbols (lanes >= 4). While a whole round of words is
-    left (w + lanes <= n_words) a lane reads its word unchecked; the last rounds clamp the
-    read (w > n_words is caught by the caller). A function of its own so that its few live
+def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, flat, symbols, states, vector=True):
+    """_rans's whole rounds of `lanes` symbols (lanes >= 4). With AVX2 (and `vector`, which
+    tests turn off to compare), lanes of 8 or more go eight at a time (_vector_rounds). Then,
+    while a whole round of words is left
+    (w + lanes <= n_words) a lane reads its word unchecked; the last rounds clamp the read
+    (w > n_words is caught by the caller). A function of its own so that its few live
     values stay in registers. Returns (i, w)."""
     ulanes = np.uint64(lanes)
+    if vector and lanes >= 8:
+        i, w = _vector_rounds(words, n_words, w, i, stop, lanes, table_of[0], flat, symbols, states)
     while i + lanes <= stop and w + ulanes <= n_words:
         row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
         for j in range(ulanes):
@@ -1514,3 +1547,8 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
     else:
         symbols, planes = _decode_scratch(1)
         _decode_items_serial(plan.src, plan.work, items, out, errors, dec, empty, CONTEXT_OF, symbols, planes)
+
+
+# Last, once every cached function above exists: the compiled-in modules and the AVX2 switch
+# (PREPKIT_NO_AVX2) are part of their key.
+guard_disk_cache(globals(), (f2, rans_avx2), extra=f"avx2={rans_avx2.AVAILABLE}")

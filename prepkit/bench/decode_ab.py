@@ -1,0 +1,95 @@
+"""Same-process A/B timing of the v2 CPU decoder against its version at another git revision.
+
+    python -m prepkit.bench.decode_ab out/evalsets --rev HEAD~1 --limit 12 --repeat 5
+
+This VM's speed drifts by 20-30% between runs, so a change to the decoder is measured here:
+`prepkit/lossless/cpu_v2.py` of `--rev` is loaded beside the working tree's, both decode the
+same validated plans (streams from the working tree's encoder) on one thread, interleaved
+image by image, and each set reports the ratio of summed times (new / old; below 1 is faster).
+The old module must accept the current plans (true while the bitstream does not change).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+import numba
+import numpy as np
+
+from prepkit.bench.lossless_eval import load_sets
+from prepkit.lossless import cpu_v2, hostplan
+from prepkit.lossless import encode as lossless_encode
+
+MODULE = "prepkit/lossless/cpu_v2.py"
+
+
+def load_revision(rev: str) -> ModuleType:
+    """cpu_v2 as it was at git revision `rev`, imported under another name."""
+    root = Path(__file__).resolve().parents[2]
+    source = subprocess.run(["git", "show", f"{rev}:{MODULE}"], cwd=root, check=True, capture_output=True,
+                            text=True).stdout
+    folder = Path(tempfile.mkdtemp(prefix="decode_ab_"))
+    path = folder / "cpu_v2_ab_old.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("cpu_v2_ab_old", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cpu_v2_ab_old"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _decode_seconds(module: ModuleType, plan, items: np.ndarray) -> float:
+    out = np.empty(plan.total, np.uint8)
+    errors = np.zeros(plan.work.shape[0], np.int32)
+    start = time.perf_counter()
+    module.decode_items(plan, items, out, errors)
+    seconds = time.perf_counter() - start
+    if errors.any():
+        raise RuntimeError(f"{module.__name__} reported decode errors {np.unique(errors)}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("evalsets", type=Path)
+    parser.add_argument("--rev", default="HEAD", help="git revision of the old decoder (default HEAD)")
+    parser.add_argument("--sets", nargs="*", default=None)
+    parser.add_argument("--limit", type=int, default=12, help="images per set")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--fast-decode", action="store_true", help="encode with fast_decode=True")
+    args = parser.parse_args(argv)
+
+    numba.set_num_threads(1)
+    old = load_revision(args.rev)
+    for name, images in load_sets(args.evalsets, args.sets, args.limit).items():
+        plans = []
+        for image in images:
+            stream = lossless_encode(image, fast_decode=args.fast_decode)
+            plan = hostplan.plan_buffers([stream], None)
+            items = np.arange(plan.work.shape[0])
+            out_new = np.empty(plan.total, np.uint8)
+            out_old = np.empty(plan.total, np.uint8)
+            errors = np.zeros(plan.work.shape[0], np.int32)
+            cpu_v2.decode_items(plan, items, out_new, errors)
+            old.decode_items(plan, items, out_old, errors)
+            if errors.any() or not np.array_equal(out_new, out_old):
+                raise RuntimeError(f"{name}: the two decoders disagree")
+            plans.append((plan, items))
+        totals = {"new": 0.0, "old": 0.0}
+        for _ in range(args.repeat):
+            for plan, items in plans:
+                totals["old"] += _decode_seconds(old, plan, items)
+                totals["new"] += _decode_seconds(cpu_v2, plan, items)
+        print(f"{name:10s} {len(plans):3d} images  old {1e3 * totals['old'] / args.repeat:9.1f} ms  "
+              f"new {1e3 * totals['new'] / args.repeat:9.1f} ms  new/old {totals['new'] / totals['old']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The AVX2 rANS step (rans_avx2) against its numpy reference, and the decoder's vector
+rounds against its scalar rounds on the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+from prepkit.lossless import cpu_v2, rans_avx2
+
+needs_avx2 = pytest.mark.skipif(not rans_avx2.AVAILABLE, reason="this CPU has no AVX2 (the scalar loop runs)")
+
+
+def random_tables(rng: np.random.Generator, n_tables: int) -> np.ndarray:
+    """A flat decode table (cpu_v2.decode_table layout) of n_tables valid tables: each slot
+    holds symbol | (f - 1) << 8 | (slot - cum) << 20 for random frequencies summing to 4096.
+    Odd tables hold symbols below 20 only, so decoded symbols cross every context bound."""
+    flat = np.zeros(n_tables * 4096, np.uint32)
+    for t in range(n_tables):
+        alphabet = 20 if t % 2 else 256
+        n_symbols = int(rng.integers(alphabet // 2, alphabet + 1))
+        symbols = np.sort(rng.choice(alphabet, n_symbols, replace=False))
+        cuts = np.sort(rng.choice(np.arange(1, 4096), n_symbols - 1, replace=False))
+        freq = np.diff(np.concatenate([[0], cuts, [4096]]))
+        cum = np.concatenate([[0], np.cumsum(freq)[:-1]])
+        for s, f, c in zip(symbols, freq, cum, strict=True):
+            slots = np.arange(c, c + f)
+            flat[t * 4096 + slots] = s | ((f - 1) << 8) | ((slots - c) << 20)
+    return flat
+
+
+@njit
+def _step(row, at, states, j0, flat, tbase, words, w):
+    return rans_avx2.rans_step8(row, np.uint64(at), states, np.uint64(j0), flat, tbase, words, np.uint64(w),
+                                rans_avx2.PERMUTE)
+
+
+def test_permute_rows_send_the_kth_needing_lane_to_word_k() -> None:
+    for mask in range(256):
+        needing = [j for j in range(8) if mask >> j & 1]
+        assert [int(rans_avx2.PERMUTE[mask, j]) for j in needing] == list(range(len(needing)))
+
+
+@needs_avx2
+def test_step_matches_the_numpy_reference() -> None:
+    rng = np.random.default_rng(5)
+    flat = random_tables(rng, 8)
+    for _ in range(300):
+        # context symbols around the context bounds 0, 2, 8 and above 15 (the shuffle's clamp)
+        row = rng.choice(np.array([0, 1, 2, 3, 8, 9, 15, 16, 200, 255], np.uint8), 96)
+        states = rng.integers(1 << 16, 1 << 32, 32, dtype=np.uint64).astype(np.uint32)
+        words = rng.integers(0, 1 << 16, 48).astype(np.uint16)
+        tbase = int(rng.integers(0, 5)) * 4096
+        j0, w = int(rng.choice([0, 8, 16, 24])), int(rng.integers(0, 40))
+        row_v, states_v, row_r, states_r = row.copy(), states.copy(), row.copy(), states.copy()
+        w_v = _step(row_v, j0, states_v, j0, flat, tbase, words, w)
+        w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, words, w)
+        assert w_v == w_r
+        np.testing.assert_array_equal(row_v, row_r)
+        np.testing.assert_array_equal(states_v, states_r)
+
+
+@needs_avx2
+@pytest.mark.parametrize("lanes", [8, 16, 32])
+def test_vector_rounds_equal_the_scalar_rounds(lanes: int) -> None:
+    """_rans_rounds with and without the AVX2 steps, from the same states, words and tables
+    (any inputs: both are the same function of them), stop inside and at a plane's end, and
+    word areas that run out mid-plane (the scalar rounds then finish with clamped reads)."""
+    rng = np.random.default_rng(lanes)
+    flat = random_tables(rng, 8)
+    for n_words, stop in [(4000, 4096), (300, 4096), (4000, 1000), (lanes, 4096)]:
+        words = rng.integers(0, 1 << 16, n_words).astype(np.uint16)
+        symbols = np.zeros(64 + 4096 + 64, np.uint8)
+        symbols[:64] = rng.integers(0, 20, 64)  # contexts of the first round (zero in a real tile)
+        start_states = rng.integers(1 << 16, 1 << 32, cpu_v2.MAX_LANES, dtype=np.uint64).astype(np.int64)
+        table_of = ((4 + cpu_v2.CONTEXT_OF) * 4096).astype(np.int64)  # table set 1
+        results = []
+        for vector in (True, False):
+            states, out = start_states.copy(), symbols.copy()
+            i, w = cpu_v2._rans_rounds(words, np.uint64(n_words), np.uint64(n_words - 1), np.uint64(0), 0, stop,
+                                       lanes, table_of, flat, out, states, vector)
+            results.append((i, w, states, out))
+        (i_v, w_v, states_v, out_v), (i_s, w_s, states_s, out_s) = results
+        assert (i_v, w_v) == (i_s, w_s)
+        assert i_v == stop - stop % lanes
+        np.testing.assert_array_equal(states_v[:lanes], states_s[:lanes])
+        np.testing.assert_array_equal(out_v, out_s)
+        contexts = cpu_v2.CONTEXT_OF[out_v[64 : 64 + i_v]]
+        assert np.isin(np.arange(4), contexts).all()  # every context was decoded from

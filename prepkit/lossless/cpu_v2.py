@@ -19,8 +19,8 @@ from numba import njit, prange
 from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import med_simd, rans_avx2, table_sets
 from prepkit.lossless import plan as plan_mod
-from prepkit.lossless import rans_avx2, table_sets
 
 PROB_BITS = f2.PROB_BITS
 STATE_LOW = f2.STATE_LOW
@@ -1273,69 +1273,18 @@ def _unpredict(symbols, i, p, row, th, tw):
         _unpredict_med(row, th, tw)
 
 
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _med_add(left, up, upleft, residual):
-    """residual + MED(L, U, UL) mod 256, MED as the median of L, U and L + U - UL: four
-    min/max and no branch (data-dependent branches mispredict on every other pixel)."""
-    return (residual + max(min(left, up), min(max(left, up), left + up - upleft))) & 255
-
-
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _med_at(row, at, above, left, upleft):
-    """Pixel row[at] (a residual on entry) under MED with its upper neighbour at row[above]:
-    returns (the pixel, the upper neighbour), the next pixel's left and upper-left."""
-    # Unsigned indices: numba adds no negative-index fix-up (a shift, an and, an add) to them.
-    up = np.int32(row[np.uint64(above)])
-    pixel = _med_add(left, up, upleft, np.int32(row[np.uint64(at)]))
-    row[np.uint64(at)] = pixel
-    return pixel, up
-
-
 @njit(nogil=True, cache=True, boundscheck=False)
 def _unpredict_med(row, th, tw):
     """Residual plane -> plane under MED (A4). Row 0 predicts from the left and column 0
-    from above (running sums). The rest goes four rows at a time, row y0 + k one column
-    behind row y0 + k - 1, so the four serial chains (each pixel needs its left neighbour)
-    overlap; their left and upper-left pixels are plain local variables (registers). The
-    skew's ramps test bounds; the steady state between them does not."""
+    from above (running sums); the rest goes eight rows at a time (med_simd)."""
     run = np.uint8(0)
     for x in range(tw):
         run += row[x]
         row[x] = run
     for y in range(1, th):
         row[y * tw] += row[(y - 1) * tw]
-    y0 = 1
-    while y0 + 4 <= th and tw >= 4:
-        a0 = y0 * tw
-        a1 = a0 + tw
-        a2 = a1 + tw
-        a3 = a2 + tw
-        l0, l1, l2, l3 = np.int32(row[a0]), np.int32(row[a1]), np.int32(row[a2]), np.int32(row[a3])
-        u0, u1, u2, u3 = np.int32(row[a0 - tw]), l0, l1, l2  # upper-left of each row's column 1
-        for x in range(1, 4):  # ramp up: rows 0-2 start
-            l0, u0 = _med_at(row, a0 + x, a0 - tw + x, l0, u0)
-            if x >= 2:
-                l1, u1 = _med_at(row, a1 + x - 1, a0 + x - 1, l1, u1)
-            if x >= 3:
-                l2, u2 = _med_at(row, a2 + x - 2, a1 + x - 2, l2, u2)
-        for x in range(4, tw):  # steady state: all four rows, no bounds tests
-            l0, u0 = _med_at(row, a0 + x, a0 - tw + x, l0, u0)
-            l1, u1 = _med_at(row, a1 + x - 1, a0 + x - 1, l1, u1)
-            l2, u2 = _med_at(row, a2 + x - 2, a1 + x - 2, l2, u2)
-            l3, u3 = _med_at(row, a3 + x - 3, a2 + x - 3, l3, u3)
-        for x in range(tw, tw + 3):  # ramp down: rows 1-3 finish
-            if x - 1 < tw:
-                l1, u1 = _med_at(row, a1 + x - 1, a0 + x - 1, l1, u1)
-            if x - 2 < tw:
-                l2, u2 = _med_at(row, a2 + x - 2, a1 + x - 2, l2, u2)
-            l3, u3 = _med_at(row, a3 + x - 3, a2 + x - 3, l3, u3)
-        y0 += 4
-    for y in range(y0, th):  # the last rows (and narrow tiles) one at a time
-        a = y * tw
-        left = np.int32(row[a])
-        upleft = np.int32(row[a - tw])
-        for x in range(1, tw):
-            left, upleft = _med_at(row, a + x, a - tw + x, left, upleft)
+    if tw > 1:
+        med_simd.unpredict_rows(row, th, tw)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1551,4 +1500,4 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
 
 # Last, once every cached function above exists: the compiled-in modules and the AVX2 switch
 # (PREPKIT_NO_AVX2) are part of their key.
-guard_disk_cache(globals(), (f2, rans_avx2), extra=f"avx2={rans_avx2.AVAILABLE}")
+guard_disk_cache(globals(), (f2, med_simd, rans_avx2), extra=f"avx2={rans_avx2.AVAILABLE}")

@@ -29,20 +29,50 @@ from prepkit.lossless import encode as lossless_encode
 MODULE = "prepkit/lossless/cpu_v2.py"
 
 
-def load_revision(rev: str) -> ModuleType:
-    """cpu_v2 as it was at git revision `rev`, imported under another name."""
-    root = Path(__file__).resolve().parents[2]
-    source = subprocess.run(["git", "show", f"{rev}:{MODULE}"], cwd=root, check=True, capture_output=True,
-                            text=True).stdout
-    folder = Path(tempfile.mkdtemp(prefix="decode_ab_"))
-    path = folder / "cpu_v2_ab_old.py"
+def _git_show(root: Path, rev: str, path: str) -> str | None:
+    shown = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def _import_source(name: str, source: str, folder: Path) -> ModuleType:
+    path = folder / f"{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("cpu_v2_ab_old", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["cpu_v2_ab_old"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_revision(rev: str) -> ModuleType:
+    """cpu_v2 as it was at git revision `rev`, imported under another name, with the
+    `prepkit.lossless` helper modules it imports (med_simd, rans_avx2, ...) also taken from
+    `rev` where they differ from the working tree's."""
+    root = Path(__file__).resolve().parents[2]
+    source = _git_show(root, rev, MODULE)
+    if source is None:
+        raise SystemExit(f"{MODULE} does not exist at {rev}")
+    folder = Path(tempfile.mkdtemp(prefix="decode_ab_"))
+    lines = []
+    for line in source.splitlines():
+        names = line.removeprefix("from prepkit.lossless import ").split(", ")
+        if not line.startswith("from prepkit.lossless import ") or " as " in line:
+            lines.append(line)
+            continue
+        kept = []
+        for name in names:
+            path = f"prepkit/lossless/{name}.py"
+            old_helper = _git_show(root, rev, path)
+            if old_helper is not None and old_helper != (root / path).read_text():
+                _import_source(f"ab_old_{name}", old_helper, folder)
+                lines.append(f"import ab_old_{name} as {name}")
+            else:
+                kept.append(name)
+        if kept:
+            lines.append("from prepkit.lossless import " + ", ".join(kept))
+    sys.path.insert(0, str(folder))
+    return _import_source("cpu_v2_ab_old", "\n".join(lines) + "\n", folder)
 
 
 def _decode_seconds(module: ModuleType, plan, items: np.ndarray) -> float:

@@ -14,7 +14,9 @@ from typing import NamedTuple
 
 import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format as fmt
@@ -114,15 +116,25 @@ def _zigzag_i32(r):
     return I32(I32(s << I32(1)) ^ I32(s >> I32(31)))
 
 
+@intrinsic
+def _float_bits(typingctx, value):
+    """The IEEE-754 bits of a float32 as an int32 (numba has no scalar view)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _zigzag_bits(r):
     """ZIGZAG_BITS[r & 255] by arithmetic (a table lookup per residual is a gather that keeps
-    LLVM from vectorising _predictor_costs): the bit length of the zig-zag code z as a count
-    of the powers of two it reaches."""
+    LLVM from vectorising _predictor_costs): the bit length of the zig-zag code z is the
+    exponent of float(z) less 126 (0 for z = 0), a conversion, a shift and a subtraction in
+    int32 lanes (eight compares and seven adds before: _predictor_costs 3.3 -> 1.95 ns per
+    sample on the EPYC VM)."""
     z = _zigzag_i32(r)
-    low = I32(I32(z > I32(0)) + I32(z > I32(1))) + I32(I32(z > I32(3)) + I32(z > I32(7)))
-    high = I32(I32(z > I32(15)) + I32(z > I32(31))) + I32(I32(z > I32(63)) + I32(z > I32(127)))
-    return I32(I32(low) + I32(high))
+    return max(I32(I32(_float_bits(np.float32(z)) >> I32(23)) - I32(126)), I32(0))
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

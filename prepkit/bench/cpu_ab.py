@@ -1,12 +1,14 @@
-"""Same-process A/B timing of the v2 CPU decoder against its version at another git revision.
+"""Same-process A/B timing of the v2 CPU decoder or encoder against another git revision's.
 
-    python -m prepkit.bench.decode_ab out/evalsets --rev HEAD~1 --limit 12 --repeat 5
+    python -m prepkit.bench.cpu_ab out/evalsets --rev HEAD~1 --limit 12 --repeat 5 [--encode]
 
-This VM's speed drifts by 20-30% between runs, so a change to the decoder is measured here:
-`prepkit/lossless/cpu_v2.py` of `--rev` is loaded beside the working tree's, both decode the
-same validated plans (streams from the working tree's encoder) on one thread, interleaved
-image by image, and each set reports the ratio of summed times (new / old; below 1 is faster).
-The old module must accept the current plans (true while the bitstream does not change).
+This VM's speed drifts by 20-30% between runs, so a change to the kernels is measured here:
+`prepkit/lossless/cpu_v2.py` of `--rev` is loaded beside the working tree's, both run on one
+thread, interleaved image by image, and each set reports the ratio of summed times (new / old;
+below 1 is faster). Decoding: both decode the same validated plans (streams from the working
+tree's encoder) and must return the same pixels; the old module must accept the current plans
+(true while the bitstream does not change). `--encode`: both encode the same images and must
+write the same bytes.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ def load_revision(rev: str) -> ModuleType:
     source = _git_show(root, rev, MODULE)
     if source is None:
         raise SystemExit(f"{MODULE} does not exist at {rev}")
-    folder = Path(tempfile.mkdtemp(prefix="decode_ab_"))
+    folder = Path(tempfile.mkdtemp(prefix="cpu_ab_"))
     lines = []
     for line in source.splitlines():
         names = line.removeprefix("from prepkit.lossless import ").split(", ")
@@ -94,11 +96,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=12, help="images per set")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--fast-decode", action="store_true", help="encode with fast_decode=True")
+    parser.add_argument("--encode", action="store_true", help="time the encoders instead of the decoders")
     args = parser.parse_args(argv)
 
     numba.set_num_threads(1)
     old = load_revision(args.rev)
     for name, images in load_sets(args.evalsets, args.sets, args.limit).items():
+        if args.encode:
+            _encode_ab(name, images, old, args.repeat, args.fast_decode)
+            continue
         plans = []
         for image in images:
             stream = lossless_encode(image, fast_decode=args.fast_decode)
@@ -119,6 +125,21 @@ def main(argv: list[str] | None = None) -> None:
                 totals["new"] += _decode_seconds(cpu_v2, plan, items)
         print(f"{name:10s} {len(plans):3d} images  old {1e3 * totals['old'] / args.repeat:9.1f} ms  "
               f"new {1e3 * totals['new'] / args.repeat:9.1f} ms  new/old {totals['new'] / totals['old']:.3f}")
+
+
+def _encode_ab(name: str, images: list[np.ndarray], old: ModuleType, repeat: int, fast_decode: bool) -> None:
+    for image in images:
+        if cpu_v2.encode(image, fast_decode=fast_decode) != old.encode(image, fast_decode=fast_decode):
+            raise RuntimeError(f"{name}: the two encoders write different bytes")
+    totals = {"new": 0.0, "old": 0.0}
+    for _ in range(repeat):
+        for image in images:
+            for label, module in (("old", old), ("new", cpu_v2)):
+                start = time.perf_counter()
+                module.encode(image, fast_decode=fast_decode)
+                totals[label] += time.perf_counter() - start
+    print(f"{name:10s} {len(images):3d} images  encode old {1e3 * totals['old'] / repeat:9.1f} ms  "
+          f"new {1e3 * totals['new'] / repeat:9.1f} ms  new/old {totals['new'] / totals['old']:.3f}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from prepkit.jitcache import drop_if_stale
+from prepkit import jitcache
+from prepkit.jitcache import dependency_digest, drop_if_stale
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,6 +43,13 @@ def test_drop_if_stale_removes_only_entries_of_other_digests(tmp_path: Path) -> 
     assert (tmp_path / "k-1.py311.nbi").exists()
     assert drop_if_stale(tmp_path, "k-1.py311", "bbb")  # dependency changed: dropped
     assert not (tmp_path / "k-1.py311.nbi").exists()
+
+
+def test_digest_covers_the_build_switch() -> None:
+    """cpu_v2 passes its AVX2 switch as `extra`: turning it changes the digest, and so drops the
+    cached kernels compiled with the other setting."""
+    assert dependency_digest([jitcache], "avx2=True") != dependency_digest([jitcache], "avx2=False")
+    assert dependency_digest([jitcache]) == dependency_digest([jitcache], "")
 
 
 def test_cached_kernel_sees_an_edit_of_an_inlined_module(tmp_path: Path) -> None:

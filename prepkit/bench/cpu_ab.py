@@ -26,7 +26,6 @@ import numpy as np
 
 from prepkit.bench.lossless_eval import load_sets
 from prepkit.lossless import cpu_v2, hostplan
-from prepkit.lossless import encode as lossless_encode
 
 MODULE = "prepkit/lossless/cpu_v2.py"
 
@@ -73,11 +72,12 @@ def load_revision(rev: str) -> ModuleType:
                 kept.append(name)
         if kept:
             lines.append("from prepkit.lossless import " + ", ".join(kept))
-    sys.path.insert(0, str(folder))
+    # (the helpers are in sys.modules already, so `import ab_old_...` finds them there)
     return _import_source("cpu_v2_ab_old", "\n".join(lines) + "\n", folder)
 
 
-def _decode_seconds(module: ModuleType, plan, items: np.ndarray) -> float:
+def _decode(module: ModuleType, plan, items: np.ndarray) -> tuple[np.ndarray, float]:
+    """module.decode_items over the plan: (the pixels, seconds); raises on a decode error."""
     out = np.empty(plan.total, np.uint8)
     errors = np.zeros(plan.work.shape[0], np.int32)
     start = time.perf_counter()
@@ -85,46 +85,23 @@ def _decode_seconds(module: ModuleType, plan, items: np.ndarray) -> float:
     seconds = time.perf_counter() - start
     if errors.any():
         raise RuntimeError(f"{module.__name__} reported decode errors {np.unique(errors)}")
-    return seconds
+    return out, seconds
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("evalsets", type=Path)
-    parser.add_argument("--rev", default="HEAD", help="git revision of the old decoder (default HEAD)")
-    parser.add_argument("--sets", nargs="*", default=None)
-    parser.add_argument("--limit", type=int, default=12, help="images per set")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--fast-decode", action="store_true", help="encode with fast_decode=True")
-    parser.add_argument("--encode", action="store_true", help="time the encoders instead of the decoders")
-    args = parser.parse_args(argv)
-
-    numba.set_num_threads(1)
-    old = load_revision(args.rev)
-    for name, images in load_sets(args.evalsets, args.sets, args.limit).items():
-        if args.encode:
-            _encode_ab(name, images, old, args.repeat, args.fast_decode)
-            continue
-        plans = []
-        for image in images:
-            stream = lossless_encode(image, fast_decode=args.fast_decode)
-            plan = hostplan.plan_buffers([stream], None)
-            items = np.arange(plan.work.shape[0])
-            out_new = np.empty(plan.total, np.uint8)
-            out_old = np.empty(plan.total, np.uint8)
-            errors = np.zeros(plan.work.shape[0], np.int32)
-            cpu_v2.decode_items(plan, items, out_new, errors)
-            old.decode_items(plan, items, out_old, errors)
-            if errors.any() or not np.array_equal(out_new, out_old):
-                raise RuntimeError(f"{name}: the two decoders disagree")
-            plans.append((plan, items))
-        totals = {"new": 0.0, "old": 0.0}
-        for _ in range(args.repeat):
-            for plan, items in plans:
-                totals["old"] += _decode_seconds(old, plan, items)
-                totals["new"] += _decode_seconds(cpu_v2, plan, items)
-        print(f"{name:10s} {len(plans):3d} images  old {1e3 * totals['old'] / args.repeat:9.1f} ms  "
-              f"new {1e3 * totals['new'] / args.repeat:9.1f} ms  new/old {totals['new'] / totals['old']:.3f}")
+def _decode_ab(name: str, images: list[np.ndarray], old: ModuleType, repeat: int, fast_decode: bool) -> None:
+    plans = []
+    for image in images:
+        plan = hostplan.plan_buffers([cpu_v2.encode(image, fast_decode=fast_decode)], None)
+        items = np.arange(plan.work.shape[0])
+        if not np.array_equal(_decode(cpu_v2, plan, items)[0], _decode(old, plan, items)[0]):
+            raise RuntimeError(f"{name}: the two decoders disagree")
+        plans.append((plan, items))
+    totals = {"new": 0.0, "old": 0.0}
+    for _ in range(repeat):
+        for plan, items in plans:
+            for label, module in (("old", old), ("new", cpu_v2)):
+                totals[label] += _decode(module, plan, items)[1]
+    _report(name, len(images), "decode", totals, repeat)
 
 
 def _encode_ab(name: str, images: list[np.ndarray], old: ModuleType, repeat: int, fast_decode: bool) -> None:
@@ -138,8 +115,29 @@ def _encode_ab(name: str, images: list[np.ndarray], old: ModuleType, repeat: int
                 start = time.perf_counter()
                 module.encode(image, fast_decode=fast_decode)
                 totals[label] += time.perf_counter() - start
-    print(f"{name:10s} {len(images):3d} images  encode old {1e3 * totals['old'] / repeat:9.1f} ms  "
+    _report(name, len(images), "encode", totals, repeat)
+
+
+def _report(name: str, n_images: int, what: str, totals: dict[str, float], repeat: int) -> None:
+    print(f"{name:10s} {n_images:3d} images  {what} old {1e3 * totals['old'] / repeat:9.1f} ms  "
           f"new {1e3 * totals['new'] / repeat:9.1f} ms  new/old {totals['new'] / totals['old']:.3f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("evalsets", type=Path)
+    parser.add_argument("--rev", default="HEAD", help="git revision of the old kernels (default HEAD)")
+    parser.add_argument("--sets", nargs="*", default=None)
+    parser.add_argument("--limit", type=int, default=12, help="images per set")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--fast-decode", action="store_true", help="encode with fast_decode=True")
+    parser.add_argument("--encode", action="store_true", help="time the encoders instead of the decoders")
+    args = parser.parse_args(argv)
+
+    numba.set_num_threads(1)
+    old = load_revision(args.rev)
+    for name, images in load_sets(args.evalsets, args.sets, args.limit).items():
+        (_encode_ab if args.encode else _decode_ab)(name, images, old, args.repeat, args.fast_decode)
 
 
 if __name__ == "__main__":

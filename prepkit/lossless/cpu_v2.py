@@ -1169,13 +1169,16 @@ else:
 @njit(nogil=True, cache=True, boundscheck=False)
 def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, flat, symbols, states, vector=True):
     """_rans's whole rounds of `lanes` symbols (lanes >= 4). With AVX2 (and `vector`, which
-    tests turn off to compare), lanes of 8 or more go eight at a time (_vector_rounds). Then,
-    while a whole round of words is left
-    (w + lanes <= n_words) a lane reads its word unchecked; the last rounds clamp the read
-    (w > n_words is caught by the caller). A function of its own so that its few live
-    values stay in registers. Returns (i, w)."""
+    tests turn off to compare), tiles of 8 or more lanes go eight lanes at a time
+    (_vector_rounds) while a whole round of words is left; otherwise, and for the rounds
+    after, each lane reads its word unchecked while a whole round of words is left
+    (w + lanes <= n_words), and clamped in the last rounds (w > n_words is caught by the
+    caller). A function of its own so that its few live values stay in registers.
+    Returns (i, w)."""
     ulanes = np.uint64(lanes)
     if vector and lanes >= 8:
+        # table_of[0] is the plane's context-0 table (CONTEXT_OF[0] == 0) times 4096: the base
+        # to which the vector step adds context * 4096 + slot.
         i, w = _vector_rounds(words, n_words, w, i, stop, lanes, table_of[0], flat, symbols, states)
     while i + lanes <= stop and w + ulanes <= n_words:
         row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
@@ -1510,6 +1513,6 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
         _decode_items_serial(plan.src, plan.work, items, out, errors, dec, empty, CONTEXT_OF, symbols, planes)
 
 
-# Last, once every cached function above exists: the compiled-in modules and the AVX2 switch
-# (PREPKIT_NO_AVX2) are part of their key.
-guard_disk_cache(globals(), (f2, med_simd, rans_avx2), extra=f"avx2={rans_avx2.AVAILABLE}")
+# Last, once every cached function above exists: the modules whose functions and constants
+# are compiled into these kernels, and the AVX2 switch (PREPKIT_NO_AVX2), are part of their key.
+guard_disk_cache(globals(), (fmt, f2, plan_mod, med_simd, rans_avx2), extra=f"avx2={rans_avx2.AVAILABLE}")

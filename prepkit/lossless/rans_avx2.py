@@ -43,7 +43,7 @@ AVAILABLE = (llvm.get_process_triple().startswith("x86_64") and bool(llvm.get_ho
 PERMUTE = np.array([[bin(m & ((1 << j) - 1)).count("1") for j in range(8)] for m in range(256)], np.int32)
 
 _I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
-_V8I8, _V8I16, _V8I32, _V8I1 = (ir.VectorType(t, 8) for t in (_I8, _I16, _I32, ir.IntType(1)))
+_V8I8, _V8I16, _V8I32 = (ir.VectorType(t, 8) for t in (_I8, _I16, _I32))
 _V16I8, _V16I32 = ir.VectorType(_I8, 16), ir.VectorType(_I32, 16)
 # The context (A4) of every symbol value below 16; 15 stands for every larger value (context 3).
 CONTEXT16 = [(u > 0) + (u > 2) + (u > 8) for u in range(16)]

@@ -70,7 +70,7 @@ def med_step8(typingctx, row, base, stride, live, x, tw, left, upleft, above):
         left = builder.bitcast(left_v, _V8I8)
         upleft = builder.bitcast(upleft_v, _V8I8)
         # U = L shifted up a lane, `above` in lane 0, as integer arithmetic: built with vector
-        # inserts LLVM picks AMD's SSE4a insertq, which this VM runs 15x slower than the step.
+        # inserts LLVM picks AMD's SSE4a insertq, which made this step 14x slower on this VM.
         up = builder.bitcast(builder.or_(builder.shl(left_v, ir.Constant(_I64, 8)), builder.zext(above_v, _I64)), _V8I8)
         t = builder.call(usat_sub, [builder.call(usat_add, [left, builder.call(usat_sub, [up, upleft])]),
                                     builder.call(usat_sub, [upleft, up])])

@@ -8,7 +8,8 @@ thread, interleaved image by image, and each set reports the ratio of summed tim
 below 1 is faster). Decoding: both decode the same validated plans (streams from the working
 tree's encoder) and must return the same pixels; the old module must accept the current plans
 (true while the bitstream does not change). `--encode`: both encode the same images and must
-write the same bytes.
+write the same bytes. `--own-streams`, for a change of the bitstream: each revision decodes
+the streams its own encoder writes (both must return the images), and encoders may differ.
 """
 from __future__ import annotations
 
@@ -88,25 +89,35 @@ def _decode(module: ModuleType, plan, items: np.ndarray) -> tuple[np.ndarray, fl
     return out, seconds
 
 
-def _decode_ab(name: str, images: list[np.ndarray], old: ModuleType, repeat: int, fast_decode: bool) -> None:
+def _decode_ab(name: str, images: list[np.ndarray], old: ModuleType, repeat: int, fast_decode: bool,
+               own_streams: bool) -> None:
     plans = []
     for image in images:
         plan = hostplan.plan_buffers([cpu_v2.encode(image, fast_decode=fast_decode)], None)
         items = np.arange(plan.work.shape[0])
-        if not np.array_equal(_decode(cpu_v2, plan, items)[0], _decode(old, plan, items)[0]):
-            raise RuntimeError(f"{name}: the two decoders disagree")
-        plans.append((plan, items))
+        if own_streams:
+            old_plan = hostplan.plan_buffers([old.encode(image, fast_decode=fast_decode)], None)
+            old_items = np.arange(old_plan.work.shape[0])
+            for module, p, i in ((cpu_v2, plan, items), (old, old_plan, old_items)):
+                if not np.array_equal(_decode(module, p, i)[0], image.reshape(-1)):
+                    raise RuntimeError(f"{name}: {module.__name__} does not return the image")
+        else:
+            old_plan, old_items = plan, items
+            if not np.array_equal(_decode(cpu_v2, plan, items)[0], _decode(old, plan, items)[0]):
+                raise RuntimeError(f"{name}: the two decoders disagree")
+        plans.append(((plan, items), (old_plan, old_items)))
     totals = {"new": 0.0, "old": 0.0}
     for _ in range(repeat):
-        for plan, items in plans:
-            for label, module in (("old", old), ("new", cpu_v2)):
-                totals[label] += _decode(module, plan, items)[1]
+        for new_pair, old_pair in plans:
+            for label, module, (plan_r, items_r) in (("old", old, old_pair), ("new", cpu_v2, new_pair)):
+                totals[label] += _decode(module, plan_r, items_r)[1]
     _report(name, len(images), "decode", totals, repeat)
 
 
-def _encode_ab(name: str, images: list[np.ndarray], old: ModuleType, repeat: int, fast_decode: bool) -> None:
+def _encode_ab(name: str, images: list[np.ndarray], old: ModuleType, repeat: int, fast_decode: bool,
+               own_streams: bool) -> None:
     for image in images:
-        if cpu_v2.encode(image, fast_decode=fast_decode) != old.encode(image, fast_decode=fast_decode):
+        if not own_streams and cpu_v2.encode(image, fast_decode=fast_decode) != old.encode(image, fast_decode=fast_decode):
             raise RuntimeError(f"{name}: the two encoders write different bytes")
     totals = {"new": 0.0, "old": 0.0}
     for _ in range(repeat):
@@ -132,12 +143,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--fast-decode", action="store_true", help="encode with fast_decode=True")
     parser.add_argument("--encode", action="store_true", help="time the encoders instead of the decoders")
+    parser.add_argument("--own-streams", action="store_true",
+                        help="each revision codes its own streams (for a change of the bitstream)")
     args = parser.parse_args(argv)
 
     numba.set_num_threads(1)
     old = load_revision(args.rev)
     for name, images in load_sets(args.evalsets, args.sets, args.limit).items():
-        (_encode_ab if args.encode else _decode_ab)(name, images, old, args.repeat, args.fast_decode)
+        (_encode_ab if args.encode else _decode_ab)(name, images, old, args.repeat, args.fast_decode,
+                                                    args.own_streams)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,10 @@ PER_ITERATION = {"rans": 1, "rows": 4, "columns": 4, "med": 2}
 # per-slot figure is scaled by 190 / 128.
 MED_SLOTS_PER_PIXEL = 2 * (32 + 32 + 31) / 128
 # An instruction each source iteration runs exactly `count` times (in the C = 4 path for the
-# output): ptxas unrolls loops, and this tells by how much.
+# output; rans: the symbol stored to its plane row and twice to the context ring): ptxas
+# unrolls loops, and this tells by how much.
 SIGNATURE = {
-    "rans": ("STS.U8", 1), "rows": ("STS", 1), "columns": ("STS", 1), "output": ("LDS", 4), "rare": ("", 1),
+    "rans": ("STS.U8", 3), "rows": ("STS", 1), "columns": ("STS", 1), "output": ("LDS", 4), "rare": ("", 1),
     "med": ("STS.U16", 1), "output1": ("LDS", 1),
 }
 

@@ -30,8 +30,14 @@ MAX_PLANE = max(fmt.TILE_SIZES) ** 2
 MAX_VALUES = 4 * MAX_PLANE
 MAX_LANES = 1 << f2.MAX_LANES_LOG2
 _local = threading.local()
-# Context of a symbol from the symbol 64 positions earlier: (u > 0) + (u > 2) + (u > 8).
-CONTEXT_OF = np.array([(u > 0) + (u > 2) + (u > 8) for u in range(256)], np.int64)
+# Context (A4) of each context value u: CONTEXT_OF[wide, u], row 0 for streams without
+# FLAG_WIDE_CONTEXT, row 1 with it.
+CONTEXT_OF = np.array([f2.context_of_value(np.arange(256), wide) for wide in (False, True)], np.int64)
+# The decoder's symbol buffer holds symbol i at SYM0 + i after SYM0 zeros (the context
+# symbols before the start, A4), so every context read is a non-negative index.
+SYM0 = f2.CONTEXT_HISTORY
+NARROW_CONTEXT_OF = CONTEXT_OF[0].copy()
+WIDE_CONTEXT_OF = CONTEXT_OF[1].copy()
 _NO_WORDS = np.zeros(1, np.uint16)  # what _rans reads (and refuses) when a payload has no words left
 
 
@@ -466,25 +472,90 @@ def _residual_symbols(padded, th, tw, p, out, n):
     return n
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _largest_back(src, i):
+    """The wide context value (A4) of symbol i >= 128 (unsigned) of a tile's sequence src:
+    the largest of the symbols 63, 64, 65 and 128 earlier."""
+    return max(max(src[i - np.uint64(63)], src[i - np.uint64(64)]), max(src[i - np.uint64(65)], src[i - np.uint64(128)]))
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _sequence_context(src, i, wide):
+    """Context (A4) of symbol i (unsigned) of a tile's symbol sequence src: wide, from the
+    largest of the symbols 63, 64, 65 and 128 earlier, or narrow, from the symbol 64
+    earlier; those before the start are 0."""
+    if not wide:
+        return NARROW_CONTEXT_OF[src[i - np.uint64(64)]] if i >= np.uint64(64) else np.int64(0)
+    if i >= np.uint64(128):
+        u = _largest_back(src, i)
+    else:
+        u = src[i - np.uint64(63)] if i >= np.uint64(63) else np.uint8(0)
+        if i >= np.uint64(64):
+            u = max(u, src[i - np.uint64(64)])
+        if i >= np.uint64(65):
+            u = max(u, src[i - np.uint64(65)])
+    return WIDE_CONTEXT_OF[u]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _narrow_tables(src, i, stop, s4, tables):
+    """tables[i:stop] = s4 + narrow context (i >= 64; unsigned indices). Returns stop."""
+    while i < stop:
+        tables[i] = s4 + NARROW_CONTEXT_OF[src[i - np.uint64(64)]]
+        i += np.uint64(1)
+    return i
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _wide_tables(src, i, stop, s4, tables):
+    """tables[i:stop] = s4 + wide context (i >= 128; unsigned indices). Returns stop."""
+    while i < stop:
+        tables[i] = s4 + WIDE_CONTEXT_OF[_largest_back(src, i)]
+        i += np.uint64(1)
+    return i
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _narrow_counts(src, i, stop, row, parts):
+    """Count (row + narrow context, symbol) of src[i:stop] into parts[i % 4] (i >= 64)."""
+    three = np.uint64(3)
+    while i < stop:
+        parts[i & three, row + np.uint64(NARROW_CONTEXT_OF[src[i - np.uint64(64)]]), np.uint64(src[i])] += 1
+        i += np.uint64(1)
+    return i
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _wide_counts(src, i, stop, row, parts):
+    """Count (row + wide context, symbol) of src[i:stop] into parts[i % 4] (i >= 128)."""
+    three = np.uint64(3)
+    while i < stop:
+        parts[i & three, row + np.uint64(WIDE_CONTEXT_OF[_largest_back(src, i)]), np.uint64(src[i])] += 1
+        i += np.uint64(1)
+    return i
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal):
-    """Table index (A4: set * 4 + context of the symbol 64 earlier) of the tile's n symbols
-    syms[s0 : s0 + n], into tables[:n]; sets_row: the set of each plane, then of a palette
-    tile's index plane (pal)."""
+    """Table index (A4: set * 4 + context) of the tile's n symbols syms[s0 : s0 + n], into
+    tables[:n]; sets_row: the set of each plane, then of a palette tile's index plane (pal)."""
     src = syms[s0 : s0 + n]
+    wide = c == 1  # format_v2.encoder_wide_context
     i = np.uint64(0)
     for k in range(1 if pal else c):
         if not pal and choice_row[5 + k]:
             continue
         s4 = sets_row[PALETTE_SET if pal else k] * 4
         stop = i + np.uint64(plane)
-        head = min(stop, np.uint64(64))
-        while i < head:  # no symbol 64 earlier: context 0
-            tables[i] = s4
+        head = min(stop, np.uint64(f2.CONTEXT_HISTORY))
+        while i < head:  # the first symbols: some context symbols lie before the start
+            tables[i] = s4 + _sequence_context(src, i, wide)
             i += np.uint64(1)
-        while i < stop:  # unsigned indices: no negative-index fix-ups
-            tables[i] = s4 + CONTEXT_OF[src[i - np.uint64(64)]]
-            i += np.uint64(1)
+        # (one plain loop per kind, each a function of its own: LLVM optimises those best)
+        if wide:
+            i = _wide_tables(src, i, stop, s4, tables)
+        else:
+            i = _narrow_tables(src, i, stop, s4, tables)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -497,6 +568,7 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
     # would otherwise make every increment wait for the previous one's store.
     parts = np.zeros((4, hist.shape[0], 256), np.uint16)
     src = syms[s0 : s0 + n]
+    wide = c == 1  # format_v2.encoder_wide_context
     i = np.uint64(0)
     three = np.uint64(3)
     for k in range(1 if pal else c):
@@ -504,13 +576,14 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
             continue
         row = np.uint64(0 if pal else 4 * k)
         stop = i + np.uint64(plane)
-        head = min(stop, np.uint64(64))
-        while i < head:  # no symbol 64 earlier: context 0
-            parts[i & three, row, np.uint64(src[i])] += 1
+        head = min(stop, np.uint64(f2.CONTEXT_HISTORY))
+        while i < head:  # the first symbols: some context symbols lie before the start
+            parts[i & three, row + np.uint64(_sequence_context(src, i, wide)), np.uint64(src[i])] += 1
             i += np.uint64(1)
-        while i < stop:  # unsigned indices: no negative-index fix-ups
-            parts[i & three, row + np.uint64(CONTEXT_OF[src[i - np.uint64(64)]]), np.uint64(src[i])] += 1
-            i += np.uint64(1)
+        if wide:
+            i = _wide_counts(src, i, stop, row, parts)
+        else:
+            i = _narrow_counts(src, i, stop, row, parts)
     for r in range(hist.shape[0]):
         into = hist[r]
         for v in range(256):
@@ -869,7 +942,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     from prepkit.lossless import cpu
 
     image, flags = fmt.prepare(image, tile)
-    flags &= f2.FLAG_2D
+    flags = (flags & f2.FLAG_2D) | (f2.FLAG_WIDE_CONTEXT if f2.encoder_wide_context(image.shape[2]) else 0)
     h, w, c = image.shape
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     n = header.n_tiles
@@ -1085,10 +1158,20 @@ def _pack_tables(lut, freq, cum, packed):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states):
+def _context_value(symbols, i, wmask):
+    """Context value u (A4) of the symbol at symbols[SYM0 + i]: the symbol 64 earlier, and
+    with wmask = 255 (wide contexts; 0 otherwise) the largest of it and those 63, 65 and 128
+    earlier."""
+    i = np.uint64(i)
+    wide = max(max(symbols[i + np.uint64(SYM0 - 63)], symbols[i + np.uint64(SYM0 - 65)]), symbols[i])
+    return np.uint64(max(symbols[i + np.uint64(SYM0 - 64)], wide & wmask))
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, symbols, states):
     """One symbol (A6), renormalisation branch-free with the word read clamped inside the
     payload: (new pos, error bits: 1 empty table, 2 words overrun)."""
-    t = tset + ctx_of[symbols[i]]
+    t = tset + ctx_of[_context_value(symbols, i, wmask)]
     j = i & mask
     x = states[j]
     e = np.int64(dec[t, x & 4095])
@@ -1098,62 +1181,113 @@ def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, state
     word = np.int64(src[at]) | (np.int64(src[at + 1]) << 8)
     flags = empty[t] | (2 * (need & np.int64(pos > last)))
     states[j] = (x << (16 * need)) | (word * need)
-    symbols[i + 64] = e & 255
+    symbols[i + SYM0] = e & 255
     return pos + 2 * need, flags
 
 
+if rans_avx2.AVAILABLE:
+
+    @njit(nogil=True, cache=True, boundscheck=False, inline="always")
+    def _table_bases32(symbols, i, table_of, ctx16, wmask, bases):
+        """bases[k] = table_of[context value of symbol i + k] for k < 32 (rans_avx2)."""
+        row = symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)]
+        rans_avx2.table_bases32(row, np.uint64(0), table_of[0], ctx16, wmask, bases)
+
+else:
+
+    @njit(nogil=True, cache=True, boundscheck=False, inline="always")
+    def _table_bases32(symbols, i, table_of, ctx16, wmask, bases):
+        """bases[k] = table_of[context value of symbol i + k] for k < 32."""
+        for k in range(32):
+            bases[k] = table_of[_context_value(symbols, i + k, wmask)]
+
+
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _rans_two_lanes(words, last_word, w, i, stop, table_of, flat, symbols, states):
+def _two_symbols(words, last_word, w, i, row0, row1, x0, x1, flat, symbols):
+    """Symbols i and i + 1 (lanes 0 and 1) from the table rows row0, row1 of the flat decode
+    table: each to symbols[SYM0 + i], its lane state updated and renormalised from the
+    words (clamped reads; w > the word count is caught by _rans). Returns (x0, x1, w)."""
+    e0 = np.int64(flat[np.uint64(row0) + np.uint64(x0 & 4095)])
+    e1 = np.int64(flat[np.uint64(row1) + np.uint64(x1 & 4095)])
+    x0 = ((e0 >> 8) & 4095) * (x0 >> PROB_BITS) + (x0 >> PROB_BITS) + (e0 >> 20)
+    x1 = ((e1 >> 8) & 4095) * (x1 >> PROB_BITS) + (x1 >> PROB_BITS) + (e1 >> 20)
+    symbols[np.uint64(i + SYM0)] = e0 & 255
+    symbols[np.uint64(i + SYM0 + 1)] = e1 & 255
+    take = x0 < STATE_LOW
+    x0 = ((x0 << 16) | np.int64(words[min(w, last_word)])) if take else x0
+    w += np.uint64(take)
+    take = x1 < STATE_LOW
+    x1 = ((x1 << 16) | np.int64(words[min(w, last_word)])) if take else x1
+    w += np.uint64(take)
+    return x0, x1, w
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rans_two_lanes(words, last_word, w, i, stop, table_of, ctx16, wmask, bases, flat, symbols, states):
     """_rans's whole rounds for 2 lanes, the states in local variables: each symbol's state
     update waits on the previous one of its lane, and a round trip through the states array
-    would add a store-to-load forward to that chain. Returns (i, w)."""
+    would add a store-to-load forward to that chain. Narrow contexts take the table row from
+    the symbol 64 back; wide ones get the rows of 32 symbols at a time (_table_bases32), off
+    that chain. Returns (i, w)."""
     x0 = states[0]
     x1 = states[1]
-    while i + 2 <= stop:
-        e0 = np.int64(flat[np.uint64(table_of[np.uint64(symbols[np.uint64(i)])]) + np.uint64(x0 & 4095)])
-        e1 = np.int64(flat[np.uint64(table_of[np.uint64(symbols[np.uint64(i + 1)])]) + np.uint64(x1 & 4095)])
-        x0 = ((e0 >> 8) & 4095) * (x0 >> PROB_BITS) + (x0 >> PROB_BITS) + (e0 >> 20)
-        x1 = ((e1 >> 8) & 4095) * (x1 >> PROB_BITS) + (x1 >> PROB_BITS) + (e1 >> 20)
-        symbols[np.uint64(i + 64)] = e0 & 255
-        symbols[np.uint64(i + 65)] = e1 & 255
-        take = x0 < STATE_LOW
-        x0 = ((x0 << 16) | np.int64(words[min(w, last_word)])) if take else x0
-        w += np.uint64(take)
-        take = x1 < STATE_LOW
-        x1 = ((x1 << 16) | np.int64(words[min(w, last_word)])) if take else x1
-        w += np.uint64(take)
+    while wmask == 0 and i + 2 <= stop:
+        row0 = table_of[symbols[np.uint64(i + SYM0 - 64)]]
+        row1 = table_of[symbols[np.uint64(i + SYM0 - 63)]]
+        x0, x1, w = _two_symbols(words, last_word, w, i, row0, row1, x0, x1, flat, symbols)
         i += 2
+    while i + 2 <= stop:
+        _table_bases32(symbols, i, table_of, ctx16, wmask, bases)
+        block_end = min(stop, i + 32)
+        i0 = i
+        while i + 2 <= block_end:
+            b = np.uint64(i - i0)
+            x0, x1, w = _two_symbols(words, last_word, w, i, bases[b], bases[b + np.uint64(1)], x0, x1, flat, symbols)
+            i += 2
     states[0] = x0
     states[1] = x1
     return i, w
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _lane_symbol(row, j, x, table_of, flat):
-    """Decode lane j's symbol of a whole round (row = symbols[i : i + 64 + lanes]) into
-    row[64 + j]; return the lane's state before renormalisation."""
+def _lane_symbol(row, j, x, base, flat):
+    """Decode lane j's symbol of a whole round (row = symbols[i : i + SYM0 + lanes]) with
+    the table row `base` into row[SYM0 + j]; return the lane's state before renormalisation."""
     # Unsigned indices: numba adds no negative-index fix-up to these loads.
-    e = np.int64(flat[np.uint64(table_of[np.uint64(row[j])]) + np.uint64(x & 4095)])
-    row[j + np.uint64(64)] = e & 255
+    e = np.int64(flat[np.uint64(base) + np.uint64(x & 4095)])
+    row[j + np.uint64(SYM0)] = e & 255
     return ((e >> 8) & 4095) * (x >> PROB_BITS) + (x >> PROB_BITS) + (e >> 20)
 
 
 if rans_avx2.AVAILABLE:
 
     @njit(nogil=True, cache=True, boundscheck=False)
-    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, flat, symbols, states):
+    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, ctx16, wmask, bases, x, flat, symbols, states):
         """Whole rounds of `lanes` (8, 16 or 32) symbols, eight lanes per AVX2 step
-        (rans_avx2), while a whole round of words is left. Returns (i, w)."""
+        (rans_avx2), while a whole round of words is left; x: scratch for the uint32
+        states. Returns (i, w)."""
         ulanes = np.uint64(lanes)
-        x = np.empty(MAX_LANES, np.uint32)
         for j in range(lanes):
             x[j] = states[j]
         permute = rans_avx2.PERMUTE
+        if wmask == 0:  # narrow contexts: each step takes its contexts itself
+            while i + lanes <= stop and w + ulanes <= n_words:
+                row = symbols[np.uint64(i) : np.uint64(i + SYM0 + lanes)]
+                for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
+                    w = rans_avx2.rans_step8_narrow(row, j0, x, j0, flat, tbase, words, w, permute)
+                i += lanes
+        # Wide contexts, blocks of 32 symbols: their table rows at once (their context symbols
+        # are at least 63 back: decoded), then the block's rounds.
         while i + lanes <= stop and w + ulanes <= n_words:
-            row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
-            for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
-                w = rans_avx2.rans_step8(row, j0, x, j0, flat, tbase, words, w, permute)
-            i += lanes
+            rans_avx2.table_bases32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], np.uint64(0), tbase, ctx16, wmask,
+                                    bases)
+            for b0 in range(np.uint64(0), np.uint64(32), ulanes):
+                if i + lanes > stop or w + ulanes > n_words:
+                    break
+                row = symbols[np.uint64(i) : np.uint64(i + SYM0 + lanes)]
+                for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
+                    w = rans_avx2.rans_step8(row, j0, x, j0, flat, bases, b0 + j0, words, w, permute)
+                i += lanes
         for j in range(lanes):
             states[j] = x[j]
         return i, w
@@ -1161,13 +1295,14 @@ if rans_avx2.AVAILABLE:
 else:
 
     @njit(nogil=True, cache=True, boundscheck=False)
-    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, flat, symbols, states):
+    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, ctx16, wmask, bases, x, flat, symbols, states):
         """No AVX2: the scalar rounds of _rans_rounds do all the work."""
         return i, w
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, flat, symbols, states, vector=True):
+def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, bases, xstates, flat, symbols,
+                 states, vector=True):
     """_rans's whole rounds of `lanes` symbols (lanes >= 4). With AVX2 (and `vector`, which
     tests turn off to compare), tiles of 8 or more lanes go eight lanes at a time
     (_vector_rounds) while a whole round of words is left; otherwise, and for the rounds
@@ -1177,40 +1312,60 @@ def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, flat, s
     Returns (i, w)."""
     ulanes = np.uint64(lanes)
     if vector and lanes >= 8:
-        # table_of[0] is the plane's context-0 table (CONTEXT_OF[0] == 0) times 4096: the base
-        # to which the vector step adds context * 4096 + slot.
-        i, w = _vector_rounds(words, n_words, w, i, stop, lanes, table_of[0], flat, symbols, states)
+        # table_of[0] is the plane's context-0 table (context value 0 is context 0) times
+        # 4096: the base to which the vector step adds context * 4096 + slot.
+        i, w = _vector_rounds(words, n_words, w, i, stop, lanes, table_of[0], ctx16, wmask, bases, xstates, flat,
+                              symbols, states)
+    b = np.uint64(32)  # bases: the table rows of the next symbols, 32 at a time
     while i + lanes <= stop and w + ulanes <= n_words:
-        row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
+        if b == np.uint64(32):
+            _table_bases32(symbols, i, table_of, ctx16, wmask, bases)
+            b = np.uint64(0)
+        row = symbols[np.uint64(i) : np.uint64(i + SYM0 + lanes)]
         for j in range(ulanes):
-            x = _lane_symbol(row, j, states[j], table_of, flat)
+            x = _lane_symbol(row, j, states[j], bases[b + j], flat)
             # Arithmetic, not a select: LLVM turns a select here into an unpredictable branch.
             need = np.int64(x < STATE_LOW)
             states[j] = (x << (need << 4)) | (np.int64(words[w]) & -need)
             w += np.uint64(need)
+        b += ulanes
         i += lanes
     while i + lanes <= stop:
-        row = symbols[np.uint64(i) : np.uint64(i + 64 + lanes)]
+        if b == np.uint64(32):
+            _table_bases32(symbols, i, table_of, ctx16, wmask, bases)
+            b = np.uint64(0)
+        row = symbols[np.uint64(i) : np.uint64(i + SYM0 + lanes)]
         for j in range(ulanes):
-            x = _lane_symbol(row, j, states[j], table_of, flat)
+            x = _lane_symbol(row, j, states[j], bases[b + j], flat)
             take = x < STATE_LOW
             word = np.int64(words[min(w, last_word)])  # clamped: w > n_words is caught by _rans
             states[j] = ((x << 16) | word) if take else x
             w += np.uint64(take)
+        b += ulanes
         i += lanes
     return i, w
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states, table_of):
-    """Decode the tile's n_rans * plane symbols into symbols[64:]; return an error code.
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rans_scratch():
+    """_rans's scratch arrays, made once per thread, not per tile: the lane states, the map
+    from context value to table row (table_of), the next 32 symbols' table rows (bases), the
+    vector step's context shuffle table (ctx16) and its uint32 lane states."""
+    return (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32), np.empty(16, np.uint8),
+            np.empty(MAX_LANES, np.uint32))
 
-    symbols[0:64] is zero (the "symbol above" of the first row) and symbol i lands at
-    symbols[64 + i], so the context of symbol i is read from symbols[i] without a branch.
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, wmask, symbols, scratch):
+    """Decode the tile's n_rans * plane symbols into symbols[SYM0:]; return an error code.
+
+    symbols[0:SYM0] is zero (the context symbols before the first, A4) and symbol i lands at
+    symbols[SYM0 + i], so its context symbols are read without a branch (_context_value;
+    ctx_of is the stream's row of CONTEXT_OF, wmask 255 for wide contexts, else 0).
     Whole rounds of `lanes` symbols decode lane by lane, each lane taking its 16-bit word
     (through a u16 view of the payload) with a select, not a branch; the partial rounds at
     plane boundaries take one symbol at a time. table_of (256 int64, scratch) maps the
-    context symbol to the row of the plane's table in the flat decode table, so a symbol
+    context value to the row of the plane's table in the flat decode table, so a symbol
     costs three dependent loads and no address arithmetic. A symbol decoded from an empty
     table is found after the plane, by a scan that only runs when its table set has one.
     """
@@ -1219,6 +1374,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
     i = 0
     last = end - 2
     flat = dec.reshape(-1)
+    states, table_of, bases, ctx16, xstates = scratch  # (_rans_scratch)
     for k in range(c):
         chb = np.int64(src[start + 2 + k])
         if chb == 0:
@@ -1226,10 +1382,12 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
         tset = base + (chb >> 4) * 4
         for v in range(256):
             table_of[v] = (tset + ctx_of[v]) * 4096
+        for v in range(16):
+            ctx16[v] = ctx_of[v]
         first = i
         stop = i + plane
         while i < stop and (i & mask) != 0:
-            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states)
+            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, symbols, states)
             flags |= f
             i += 1
         if i + lanes <= stop:
@@ -1238,16 +1396,18 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
             last_word = n_words - np.uint64(1) if n_words > 0 else np.uint64(0)
             w = np.uint64(0)
             if lanes == 2:  # tiny tiles (masks): the two states in registers, not memory
-                i, w = _rans_two_lanes(words, last_word, w, i, stop, table_of, flat, symbols, states)
-            i, w = _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, flat, symbols, states)
+                i, w = _rans_two_lanes(words, last_word, w, i, stop, table_of, ctx16, wmask, bases, flat, symbols,
+                                       states)
+            i, w = _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, bases, xstates,
+                                flat, symbols, states)
             if empty[tset] | empty[tset + 1] | empty[tset + 2] | empty[tset + 3]:
                 for q in range(first, i):  # (an empty table decodes as symbol 0, f = 1: harmless)
-                    flags |= empty[tset + ctx_of[symbols[q]]]
+                    flags |= empty[tset + ctx_of[_context_value(symbols, q, wmask)]]
             if w > n_words:
                 return plan_mod.ERR_TABLE if flags & 1 else plan_mod.ERR_WORDS
             pos += 2 * np.int64(w)
         while i < stop:
-            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, symbols, states)
+            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, symbols, states)
             flags |= f
             i += 1
     if flags & 1:
@@ -1264,10 +1424,10 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbo
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _unpredict(symbols, i, p, row, th, tw):
-    """Residuals -> plane: undo zig-zag of symbols[64 + i:], then the predictor's prefix sums
+    """Residuals -> plane: undo zig-zag of symbols[SYM0 + i:], then the predictor's prefix sums
     (uint8 wraps mod 256)."""
     plane = th * tw
-    zs = symbols[64 + i : 64 + i + plane]
+    zs = symbols[SYM0 + i : SYM0 + i + plane]
     for q in range(plane):
         z = zs[q]
         row[q] = (z >> 1) ^ -(z & 1)
@@ -1317,7 +1477,7 @@ def _lane_states(src, pos, lanes, states):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
-                    dec, empty, ctx_of, symbols, index):
+                    dec, empty, ctx_of, wmask, symbols, scratch, index):
     """A palette tile (A2 mode 2): the index plane is a one-plane rANS decode whose channel
     byte sits at start + 3 (so _rans reads it as plane 0 of a tile starting at start + 1);
     every index must lie below P, then each pixel is its palette colour."""
@@ -1325,11 +1485,10 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
     lanes = np.int64(1) << (np.int64(src[start + 1]) >> 4)
     pal = start + 4
     pos = pal + n_colours * c
-    states = np.empty(MAX_LANES, np.int64)
-    if not _lane_states(src, pos, lanes, states):
+    if not _lane_states(src, pos, lanes, scratch[0]):
         return plan_mod.ERR_STATE
-    err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, symbols, states,
-                np.empty(256, np.int64))
+    err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, wmask, symbols,
+                scratch)
     if err:
         return err
     _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw)
@@ -1417,12 +1576,15 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
+def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
     """Decode one v2 work item (plan.py columns) into the flat output; return an error code."""
     start, end = item[0], item[1]
     th, tw, c = item[2], item[3], item[4]
     out_base, out_h, out_w, oy, ox = item[6], item[7], item[8], item[9], item[10]
     base = item[12]
+    wide = item[plan_mod.WIDE]
+    ctx = ctx_of[wide]  # the stream's contexts: CONTEXT_OF row 0 or 1
+    wmask = np.uint8(255) if wide else np.uint8(0)
     plane = th * tw
     ya, yb = max(0, -oy), min(th, out_h - oy)
     xa, xb = max(0, -ox), min(tw, out_w - ox)
@@ -1437,7 +1599,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
         return 0
     if src[start] == f2.TILE_PALETTE:
         return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
-                               dec, empty, ctx_of, symbols, planes[0, :plane])
+                               dec, empty, ctx, wmask, symbols, scratch, planes[0, :plane])
     info = np.int64(src[start + 1])
     colour = info & 15
     lanes = np.int64(1) << (info >> 4)
@@ -1453,12 +1615,10 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
         else:
             n_rans += 1
     if n_rans:
-        states = np.empty(MAX_LANES, np.int64)
-        if not _lane_states(src, pos, lanes, states):
+        if not _lane_states(src, pos, lanes, scratch[0]):
             return plan_mod.ERR_STATE
         pos += 4 * lanes
-        err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, symbols, states,
-                    np.empty(256, np.int64))
+        err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx, wmask, symbols, scratch)
         if err:
             return err
         i = 0
@@ -1477,22 +1637,24 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes):
 def _decode_items(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes):
     chunks = symbols.shape[0]
     for chunk in prange(chunks):
+        scratch = _rans_scratch()
         for j in range(chunk, items.shape[0], chunks):
             i = items[j]
-            errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[chunk], planes[chunk])
+            errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[chunk], planes[chunk], scratch)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_items_serial(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes):
+    scratch = _rans_scratch()
     for j in range(items.shape[0]):
         i = items[j]
-        errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[0], planes[0])
+        errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[0], planes[0], scratch)
 
 
 def _decode_scratch(chunks: int) -> tuple[np.ndarray, np.ndarray]:
     rows = getattr(_local, "decode_v2", None)
     if rows is None or rows[0].shape[0] < chunks:
-        rows = (np.zeros((chunks, 64 + MAX_VALUES), np.uint8), np.zeros((chunks, 4, MAX_PLANE), np.uint8))
+        rows = (np.zeros((chunks, SYM0 + MAX_VALUES), np.uint8), np.zeros((chunks, 4, MAX_PLANE), np.uint8))
         _local.decode_v2 = rows
     return rows[0][:chunks], rows[1][:chunks]
 

@@ -7,8 +7,11 @@ Inside a tile:
    order. The lanes that need a 16-bit word in a step take them in lane order: a ballot and
    a popcount of the lower lanes give each its word index. One 32-bit load per symbol from a
    packed decode table (symbol | (f - 1) << 8 | (slot - cum) << 20, built on the host) gives
-   symbol, frequency and bias. The symbol 64 positions earlier (the context) was written by
-   the same lane, so no synchronisation is needed.
+   symbol, frequency and bias. The context symbols (64 back; with wide contexts also 63, 65
+   and 128 back, A4) come from a ring of the last 256 symbols in shared memory, each
+   written twice (at i mod 256 and 256 above) so that every read is the lane's base
+   address plus a constant; they were decoded at least one step earlier, by any lane, and
+   a warp barrier per step orders those writes before the reads.
 2. Symbols land in shared memory at a fixed row pitch of 64 bytes (the largest tile side),
    the rANS planes first (back to back, so symbol i is at row i // tw), then the constant
    planes. Rows are word aligned, so the passes below work on 32-bit words of 4 columns.
@@ -47,6 +50,7 @@ i32 = np.int32
 u32 = np.uint32
 PROB_SCALE = f2.PROB_SCALE
 u64 = np.uint64
+u8 = np.uint8
 WARP = 32
 FULL_MASK = 0xFFFFFFFF
 PITCH_LOG2 = 6  # shared-memory row pitch: 64 bytes = 16 words, the largest tile side
@@ -54,8 +58,13 @@ WORDS_PER_ROW = 16
 LOW7 = 0x7F7F7F7F
 HIGH1 = 0x80808080
 ONES = 0x01010101
-# Context of a symbol from the symbol u 64 places earlier, for u <= 8 (3 above): 2 bits each.
-CONTEXT_BITS = sum(min(3, (u > 0) + (u > 2) + (u > 8)) << (2 * u) for u in range(9))
+# Context of a symbol from its context value u, for u <= 8 (3 above): 2 bits each, narrow
+# and wide contexts (format_v2.context_of_value).
+CONTEXT_BITS_NARROW = sum(int(f2.context_of_value(np.array(u), False)) << (2 * u) for u in range(9))
+CONTEXT_BITS_WIDE = sum(int(f2.context_of_value(np.array(u), True)) << (2 * u) for u in range(9))
+assert f2.NARROW_THRESHOLDS[2] == 8 and f2.WIDE_THRESHOLDS[2] <= 8  # u > 8 is context 3 in both
+RING = 256  # context ring: the last 256 symbols (the farthest context is 128 back)
+RING_BYTES = 2 * RING  # each symbol stored twice (see the rANS pass)
 
 
 if config.ENABLE_CUDASIM:
@@ -197,6 +206,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
     smem = cuda.shared.array(0, types.uint8)  # a numba type: the simulator needs one here
     words = smem.view(np.uint32)
     scratch = cuda.shared.array(WARP, types.int64)  # used by the simulator's warp intrinsics only
+    ring = cuda.shared.array(RING_BYTES, types.uint8)  # context symbols, see rANS below
 
     start = u64(work[item, plan_mod.SRC_START])
     end = u64(work[item, plan_mod.SRC_END])
@@ -209,6 +219,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
     oy = i32(work[item, plan_mod.OY])
     ox = i32(work[item, plan_mod.OX])
     base = i32(work[item, plan_mod.TABLE_BASE])
+    wide = work[item, plan_mod.WIDE] != 0
     ya = i32(max(i32(0), i32(-oy)))
     yb = i32(min(th, i32(out_h - oy)))
     xa = i32(max(i32(0), i32(-ox)))
@@ -293,12 +304,14 @@ def decode_kernel(src, work, dec, empty, out, errors):
         while xx >= tw:
             xx = i32(xx - tw)
             yy = i32(yy + i32(1))
-        # The context symbol i - 64 sits at row yy - back_rows, column xx - back_cols
-        # (one row further up when xx < back_cols): 64 = back_rows * tw + back_cols.
-        back_rows = i32(64 // tw)  # once per tile
-        back_cols = i32(i32(64) - i32(back_rows * tw))
-        back = i32(i32(back_rows << i32(PITCH_LOG2)) + back_cols)
-        wrap = i32(i32(64) - tw)
+        # Context ring: symbol i at ring[i % 256] and ring[i % 256 + 256], so symbol i - d is
+        # at ring[i % 256 + 256 - d] for every d <= 128. Zeros stand for the symbols before
+        # the start (A4).
+        for j in range(lane, i32(RING_BYTES), WARP):
+            ring[u32(j)] = 0
+        cuda.syncthreads()  # (the block is this one warp)
+        wmask = i32(255) if wide else i32(0)
+        context_bits = i32(CONTEXT_BITS_WIDE) if wide else i32(CONTEXT_BITS_NARROW)
         plane = i32(0)
         plane_end = th
         while yy >= plane_end:
@@ -316,18 +329,18 @@ def decode_kernel(src, work, dec, empty, out, errors):
             need = False
             if live:
                 addr = i32((yy << i32(PITCH_LOG2)) + xx)
-                u = i32(0)
-                if i >= i32(64):
-                    ua = i32(addr - back)
-                    if xx < back_cols:
-                        ua = i32(ua - wrap)
-                    u = i32(smem[u32(ua)])
-                # ctx = (u > 0) + (u > 2) + (u > 8): 2-bit fields of CONTEXT_BITS for u <= 8
-                ctx = i32(3) if u > i32(8) else i32((i32(CONTEXT_BITS) >> i32(u << i32(1))) & i32(3))
+                q = u32(i32(i & i32(RING - 1)) + i32(RING))
+                far = i32(max(max(i32(ring[q - u32(63)]), i32(ring[q - u32(65)])), i32(ring[q - u32(128)])))
+                u = i32(max(i32(ring[q - u32(64)]), i32(far & wmask)))
+                # ctx: 2-bit fields of context_bits for u <= 8, 3 above
+                ctx = i32(3) if u > i32(8) else i32((context_bits >> i32(u << i32(1))) & i32(3))
                 empty_hit = i32(empty_hit | (emask >> ctx))
                 e = dec[u32(i32(i32(tbase + ctx) << i32(12)) | i32(x & u32(4095)))]
                 x = u32(u32(u32((e >> u32(8)) & u32(4095)) + u32(1)) * (x >> u32(12)) + (e >> u32(20)))
-                smem[u32(addr)] = e & u32(255)
+                sym = u8(e & u32(255))
+                smem[u32(addr)] = sym
+                ring[q] = sym
+                ring[q - u32(RING)] = sym
                 need = x < u32(f2.STATE_LOW)
             mask = u32(_ballot(scratch, need))
             if need:
@@ -338,6 +351,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 else:
                     code = i32(plan_mod.ERR_WORDS)
             ptr = i32(ptr + i32(cuda.popc(mask)))
+            _syncwarp()  # this step's ring writes before the next steps' reads
             i = i32(i + lanes)
             xx = i32(xx + lanes)
             while xx >= tw:  # once per row at most when lanes <= tw

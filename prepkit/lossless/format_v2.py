@@ -25,13 +25,23 @@ _HEADER = struct.Struct("<4sBBBBIIHHI")
 assert _HEADER.size == HEADER_SIZE
 
 FLAG_2D = fmt.FLAG_2D
-KNOWN_FLAGS = FLAG_2D
+# Bit 2, wide contexts (A4): a symbol's context comes from the largest of the symbols 63, 64,
+# 65 and 128 positions earlier (above-right, above, above-left and two rows up in a full
+# tile) instead of the symbol 64 earlier alone (the first v2 streams, still decoded).
+# Decoders that predate it refuse the flag as unknown.
+FLAG_WIDE_CONTEXT = 4  # not bit 1: that is v1's FLAG_COLOUR (fmt.Header.colour)
+KNOWN_FLAGS = FLAG_2D | FLAG_WIDE_CONTEXT
 
 PROB_BITS = 12
 PROB_SCALE = 1 << PROB_BITS  # frequencies of a table sum to this
 STATE_LOW = 1 << 16  # rANS states live in [STATE_LOW, 2^32); also every lane's initial state
-CONTEXTS = 4  # tables per set: chosen by the symbol 64 positions earlier (see context())
-CONTEXT_DISTANCE = 64
+CONTEXTS = 4  # tables per set: chosen by earlier symbols of the same lane (see context())
+CONTEXT_DISTANCE = 64  # the one context symbol of a stream without FLAG_WIDE_CONTEXT
+WIDE_DISTANCES = (63, 64, 65, 128)  # the context symbols of a stream with it
+CONTEXT_HISTORY = 128  # the farthest back a context looks (decoders keep 128 zeros before symbol 0)
+# ctx = (u > t0) + (u > t1) + (u > t2) for the context value u, narrow and wide streams.
+NARROW_THRESHOLDS = (0, 2, 8)
+WIDE_THRESHOLDS = (0, 2, 6)
 MAX_LANES_LOG2 = 5
 MAX_SETS_PER_CHANNEL = 2  # table sets per image: 1 .. 2 * C (the reference encoder uses C)
 
@@ -95,10 +105,35 @@ class TablesV2:
         return out
 
 
-def context(previous: np.ndarray) -> np.ndarray:
-    """Context (0..3) of a symbol from the zig-zag value 64 positions earlier (0 before that)."""
-    p = np.asarray(previous, np.int64)
-    return (p > 0).astype(np.int64) + (p > 2) + (p > 8)
+def encoder_wide_context(channels: int) -> bool:
+    """Whether the encoders write wide contexts (FLAG_WIDE_CONTEXT) for an image of this many
+    channels: one-channel images only (masks 9.3% smaller, grey scans 1-3%), where they pay
+    for their decode cost; colour images keep narrow contexts (docs/BENCHMARKS.md "Wide
+    contexts")."""
+    return channels == 1
+
+
+def context_of_value(u: np.ndarray, wide: bool) -> np.ndarray:
+    """Context (0..3) from the context value u (A4)."""
+    t = WIDE_THRESHOLDS if wide else NARROW_THRESHOLDS
+    p = np.asarray(u, np.int64)
+    return (p > t[0]).astype(np.int64) + (p > t[1]) + (p > t[2])
+
+
+def context_values(symbols: np.ndarray, wide: bool) -> np.ndarray:
+    """Context value u of every symbol of a tile's sequence (A4): the symbol 64 earlier, or
+    with wide contexts the largest of those 63, 64, 65 and 128 earlier; 0 before the start."""
+    s = np.asarray(symbols, np.int64)
+    u = np.zeros(s.size, np.int64)
+    for d in WIDE_DISTANCES if wide else (CONTEXT_DISTANCE,):
+        if d < s.size:
+            u[d:] = np.maximum(u[d:], s[:-d])
+    return u
+
+
+def contexts(symbols: np.ndarray, wide: bool) -> np.ndarray:
+    """Context (0..3) of every symbol of a tile's sequence."""
+    return context_of_value(context_values(symbols, wide), wide)
 
 
 def pack_header(

@@ -356,6 +356,7 @@ def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner,
         y0, x0, y1, x1 = rois[r, 0], rois[r, 1], rois[r, 2], rois[r, 3]
         ty0, ty1, tx0, tx1 = y0 // t, (y1 - 1) // t, x0 // t, (x1 - 1) // t
         colour = 1 if (version == 1 and info[r, I_FLAGS] & fmt.FLAG_COLOUR) else 0
+        wide = 1 if (version == 2 and info[r, I_FLAGS] & f2.FLAG_WIDE_CONTEXT) else 0
         k = lay[r, L_ITEM]
         placed = 0
         dst_base = lay[r, L_DST]
@@ -391,6 +392,7 @@ def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner,
                 work[k, plan_mod.OX] = tx * t - x0
                 work[k, plan_mod.VERSION] = version
                 work[k, plan_mod.TABLE_BASE] = lay[r, L_TABLE] if version == 2 else 0
+                work[k, plan_mod.WIDE] = wide
                 owner[k] = r
                 k += 1
             if crop:

@@ -7,17 +7,23 @@ this module writes one step of eight lanes directly in LLVM IR, with the AVX2 ga
 permute instructions, as a numba intrinsic that `cpu_v2._rans_rounds` calls four times per
 round of 32 lanes:
 
-    u      = the 8 context symbols (the symbols 64 back, one per lane)
-    ctx    = (u > 0) + (u > 2) + (u > 8)                     one vpshufb on min(u, 15)
-    e      = dec[tbase + ctx * 4096 + (x & 4095)]            one vpgatherdd
-    symbol = e & 255                                        8 bytes stored at row[64 + j0]
+    e      = dec[bases[j] + (x & 4095)]                      one vpgatherdd
+    symbol = e & 255                                        8 bytes stored at row[128 + j0]
     x      = ((e >> 8) & 4095) * (x >> 12) + (x >> 12) + (e >> 20)
     need   = x < 2^16                                       a lane mask, then its popcount
     word   = the next 8 words, permuted so that the k-th lane needing one gets word k
     x      = need ? (x << 16) | word : x
 
+where bases[j] = tbase + ctx * 4096 comes from `table_bases32`, which computes the contexts
+of 32 symbols at once (every context symbol is at least 63 back, so 32 symbols' contexts are
+known before the first of them is decoded, whatever the lane count):
+
+    u      = the context values (A4): the symbols 64 back, with wide contexts the largest
+             of those 63, 64, 65 and 128 back               four 32-byte loads, vpmaxub
+    ctx    = ctx16[min(u, 15)]                              one vpshufb
+
 The permutation of each of the 256 lane masks is a row of PERMUTE (vpermd's indices). The
-caller guarantees 8 readable words at `w` and 72 bytes of `row` from `at`; the decoded values
+caller guarantees 8 readable words at `w` and 136 bytes of `row` from `at`; the decoded values
 equal the scalar loop's (tests compare both on every lane count and on random tables).
 
 AVAILABLE is False on a CPU without AVX2 (or not x86-64); the decoder then keeps its scalar
@@ -34,6 +40,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from prepkit.lossless import format_v2 as f2
+
 # PREPKIT_NO_AVX2=1 forces the scalar loop (tests compare both; also a switch for users).
 AVAILABLE = (llvm.get_process_triple().startswith("x86_64") and bool(llvm.get_host_cpu_features().get("avx2", False))
              and os.environ.get("PREPKIT_NO_AVX2", "") in ("", "0"))
@@ -45,8 +53,10 @@ PERMUTE = np.array([[bin(m & ((1 << j) - 1)).count("1") for j in range(8)] for m
 _I8, _I16, _I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 _V8I8, _V8I16, _V8I32 = (ir.VectorType(t, 8) for t in (_I8, _I16, _I32))
 _V16I8, _V16I32 = ir.VectorType(_I8, 16), ir.VectorType(_I32, 16)
-# The context (A4) of every symbol value below 16; 15 stands for every larger value (context 3).
-CONTEXT16 = [(u > 0) + (u > 2) + (u > 8) for u in range(16)]
+_V32I8, _V32I32 = ir.VectorType(_I8, 32), ir.VectorType(_I32, 32)
+SYM0 = f2.CONTEXT_HISTORY  # symbol i of a round sits at row[SYM0 + i] (cpu_v2.SYM0)
+# The narrow context (A4) of every value below 16; 15 stands for every larger value.
+NARROW16 = [int(f2.context_of_value(np.array(u), False)) for u in range(16)]
 
 
 def _splat(value: int) -> ir.Constant:
@@ -60,70 +70,175 @@ def _address(builder: ir.IRBuilder, context, aryty, array, index: ir.Value, vect
 
 
 @intrinsic
-def rans_step8(typingctx, row, at, states, j0, flat, tbase, words, w, permute):
-    """One step of lanes j0..j0+7: contexts from row[at:at+8], symbols to row[at+64:at+72],
-    states[j0:j0+8] (uint32) updated, words read from words[w:]; returns the new w (uint64).
-    flat is the uint32 decode table (cpu_v2.decode_table, flattened), tbase the index of the
-    tile plane's context-0 table in it, permute PERMUTE."""
+def table_bases32(typingctx, row, at, tbase, ctx16, wmask, bases):
+    """bases[0:32] (int32) = tbase + 4096 * context of the symbols row[at+SYM0 : at+SYM0+32]
+    (A4), from the context symbols before them in row; ctx16 (16 uint8) is the context of
+    each value below 16 (15: every larger one), wmask (uint8) 255 for wide contexts and 0
+    otherwise. The caller guarantees that those 32 symbols' context symbols are decoded."""
+    sig = types.void(row, types.uint64, types.int64, ctx16, types.uint8, bases)
+
+    def codegen(context, builder, signature, args):
+        row_v, at_v, tbase_v, ctx16_v, wmask_v, bases_v = args
+        tys = signature.args
+        pshufb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32I8, [_V32I8, _V32I8]),
+                                                "llvm.x86.avx2.pshuf.b")
+
+        data = context.make_array(tys[0])(context, builder, row_v).data
+
+        def back(distance: int) -> ir.Value:
+            """The 32 bytes S(i - distance .. i - distance + 31), distance a multiple of 8,
+            as four 8-byte loads, each exactly one earlier 8-byte store of the vector step
+            (a load spanning several stores still in flight waits for them to reach the
+            cache; no difference was measured on the dev VM, but it costs nothing)."""
+            parts = []
+            for k in range(4):
+                at = builder.add(at_v, ir.Constant(at_v.type, SYM0 - distance + 8 * k))
+                parts.append(builder.load(_address(builder, context, tys[0], row_v, at, _V8I8), align=1))
+            low = builder.shuffle_vector(parts[0], parts[1], ir.Constant(_V16I32, list(range(16))))
+            high = builder.shuffle_vector(parts[2], parts[3], ir.Constant(_V16I32, list(range(16))))
+            return builder.shuffle_vector(low, high, ir.Constant(_V32I32, list(range(32))))
+
+        def byte(distance: int) -> ir.Value:
+            """S(i - distance) as element 0 of a vector (one byte inside an earlier store)."""
+            value = builder.load(builder.gep(data, [builder.add(at_v, ir.Constant(at_v.type, SYM0 - distance))]))
+            return builder.insert_element(ir.Constant(_V32I8, ir.Undefined), value, ir.Constant(_I32, 0))
+
+        def umax(a: ir.Value, b: ir.Value) -> ir.Value:
+            return builder.select(builder.icmp_unsigned(">", a, b), a, b)
+
+        def splat32(value: ir.Value, vector: ir.VectorType) -> ir.Value:
+            one = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(_I32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), ir.Constant(_V32I32, [0] * 32))
+
+        # u = max(S(i-64), wmask & max(S(i-63), S(i-65), S(i-128))), ctx = ctx16[min(u, 15)].
+        # S(i-63) and S(i-65) are S(i-64) shifted by one byte either way, with S(i-32) and
+        # S(i-65) brought in as single bytes.
+        above = back(64)
+        above_right = builder.shuffle_vector(above, byte(32), ir.Constant(_V32I32, list(range(1, 33))))
+        above_left = builder.shuffle_vector(byte(65), above, ir.Constant(_V32I32, [0] + list(range(32, 63))))
+        wide = builder.and_(umax(umax(above_right, above_left), back(128)), splat32(wmask_v, _V32I8))
+        u = umax(above, wide)
+        fifteen = ir.Constant(_V32I8, [15] * 32)
+        u = builder.select(builder.icmp_unsigned(">", u, fifteen), fifteen, u)
+        table16 = builder.load(_address(builder, context, tys[3], ctx16_v, ir.Constant(ir.IntType(64), 0), _V16I8),
+                               align=1)
+        table32 = builder.shuffle_vector(table16, table16, ir.Constant(_V32I32, list(range(16)) * 2))
+        ctx = builder.call(pshufb, [table32, u])
+        base = builder.insert_element(ir.Constant(_V8I32, ir.Undefined), builder.trunc(tbase_v, _I32),
+                                      ir.Constant(_I32, 0))
+        base = builder.shuffle_vector(base, ir.Constant(_V8I32, ir.Undefined), ir.Constant(_V8I32, [0] * 8))
+        # Stored as four 32-byte vectors, the loads rans_step8 makes: a load that takes part
+        # of a wider store cannot always be forwarded from it (it waits for the cache).
+        for k in range(4):
+            part = builder.shuffle_vector(ctx, ctx, ir.Constant(_V8I32, list(range(8 * k, 8 * k + 8))))
+            result = builder.add(base, builder.shl(builder.zext(part, _V8I32), _splat(12)))
+            out_p = _address(builder, context, tys[5], bases_v, ir.Constant(ir.IntType(64), 8 * k), _V8I32)
+            builder.store(result, out_p, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: ir.Value, table_base: ir.Value,
+                 flat_v, words_v, w_v, permute_v) -> ir.Value:
+    """The rANS step of 8 lanes once each lane's table row (table_base, <8 x i32>) is known:
+    gather, symbol store to row[at+SYM0 : at+SYM0+8], state update and renormalisation (the
+    states back to states_p); returns the new word index. tys: the argument types of
+    (row, at, states, j0, flat, _, words, w, permute) at indices 0, 4, -3 and -1."""
+    module = builder.module
+    gather = cgutils.get_or_insert_function(
+        module, ir.FunctionType(_V8I32, [_V8I32, ir.PointerType(_I8), _V8I32, _V8I32, _I8]),
+        "llvm.x86.avx2.gather.d.d.256")
+    permd = cgutils.get_or_insert_function(module, ir.FunctionType(_V8I32, [_V8I32, _V8I32]), "llvm.x86.avx2.permd")
+    ctpop = cgutils.get_or_insert_function(module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
+    index = builder.add(table_base, builder.and_(x, _splat(4095)))
+    flat_p = builder.bitcast(context.make_array(tys[4])(context, builder, flat_v).data, ir.PointerType(_I8))
+    e = builder.call(gather, [_splat(0), flat_p, index, _splat(-1), ir.Constant(_I8, 4)])
+
+    out_at = builder.add(at_v, ir.Constant(at_v.type, SYM0))
+    builder.store(builder.trunc(e, _V8I8), _address(builder, context, tys[0], row_v, out_at, _V8I8), align=1)
+    high = builder.lshr(x, _splat(12))
+    freq_less_one = builder.and_(builder.lshr(e, _splat(8)), _splat(4095))
+    x = builder.add(builder.add(builder.mul(freq_less_one, high), high), builder.lshr(e, _splat(20)))
+
+    need = builder.icmp_unsigned("==", builder.lshr(x, _splat(16)), _splat(0))
+    mask = builder.zext(builder.bitcast(need, _I8), _I32)
+    count = builder.call(ctpop, [mask])
+    next_words = builder.load(_address(builder, context, tys[-3], words_v, w_v, _V8I16), align=2)
+    perm_row = builder.mul(builder.zext(mask, ir.IntType(64)), ir.Constant(ir.IntType(64), 8))
+    perm_p = _address(builder, context, tys[-1], permute_v, perm_row, _V8I32)
+    word = builder.call(permd, [builder.zext(next_words, _V8I32), builder.load(perm_p, align=4)])
+    refilled = builder.or_(builder.shl(x, _splat(16)), word)
+    builder.store(builder.select(need, refilled, x), states_p, align=4)
+    return builder.add(w_v, builder.zext(count, w_v.type))
+
+
+@intrinsic
+def rans_step8(typingctx, row, at, states, j0, flat, bases, b0, words, w, permute):
+    """One step of lanes j0..j0+7: symbols to row[at+SYM0 : at+SYM0+8], states[j0:j0+8]
+    (uint32) updated, words read from words[w:]; returns the new w (uint64). flat is the
+    uint32 decode table (cpu_v2.decode_table, flattened), bases[b0:b0+8] (int32) the eight
+    symbols' table bases in it (table_bases32), permute PERMUTE."""
+    sig = types.uint64(row, types.uint64, states, types.uint64, flat, bases, types.uint64, words, types.uint64,
+                       permute)
+
+    def codegen(context, builder, signature, args):
+        row_v, at_v, states_v, j0_v, flat_v, bases_v, b0_v, words_v, w_v, permute_v = args
+        tys = signature.args
+        table_base = builder.load(_address(builder, context, tys[5], bases_v, b0_v, _V8I32), align=4)
+        states_p = _address(builder, context, tys[2], states_v, j0_v, _V8I32)
+        x = builder.load(states_p, align=4)
+        return _decode_step(context, builder, tys, row_v, at_v, states_p, x, table_base, flat_v, words_v, w_v,
+                            permute_v)
+
+    return sig, codegen
+
+
+@intrinsic
+def rans_step8_narrow(typingctx, row, at, states, j0, flat, tbase, words, w, permute):
+    """rans_step8 for narrow contexts (A4: the symbol 64 back alone), the context computed
+    in the step from one 8-byte load (no table_bases32; faster for these streams,
+    docs/BENCHMARKS.md "Wide contexts"): contexts from row[at+SYM0-64 : at+SYM0-56], tbase
+    the index of the tile plane's context-0 table in flat; otherwise as rans_step8."""
     sig = types.uint64(row, types.uint64, states, types.uint64, flat, types.int64, words, types.uint64, permute)
 
     def codegen(context, builder, signature, args):
         row_v, at_v, states_v, j0_v, flat_v, tbase_v, words_v, w_v, permute_v = args
         tys = signature.args
-        module = builder.module
-        gather = cgutils.get_or_insert_function(
-            module, ir.FunctionType(_V8I32, [_V8I32, ir.PointerType(_I8), _V8I32, _V8I32, _I8]),
-            "llvm.x86.avx2.gather.d.d.256")
-        permd = cgutils.get_or_insert_function(module, ir.FunctionType(_V8I32, [_V8I32, _V8I32]),
-                                               "llvm.x86.avx2.permd")
-        ctpop = cgutils.get_or_insert_function(module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
-        pshufb = cgutils.get_or_insert_function(module, ir.FunctionType(_V16I8, [_V16I8, _V16I8]),
+        pshufb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V16I8, [_V16I8, _V16I8]),
                                                 "llvm.x86.ssse3.pshuf.b.128")
-
-        # ctx = CONTEXT16[min(u, 15)] for the 8 context symbols u, one byte shuffle (vpshufb).
-        u = builder.load(_address(builder, context, tys[0], row_v, at_v, _V8I8), align=1)
+        # ctx = NARROW16[min(u, 15)] for the 8 context symbols u, one byte shuffle (vpshufb).
+        u_at = builder.add(at_v, ir.Constant(at_v.type, SYM0 - 64))
+        u = builder.load(_address(builder, context, tys[0], row_v, u_at, _V8I8), align=1)
         u = builder.shuffle_vector(u, ir.Constant(_V8I8, ir.Undefined), ir.Constant(_V16I32, list(range(8)) * 2))
         fifteen = ir.Constant(_V16I8, [15] * 16)
         u = builder.select(builder.icmp_unsigned(">", u, fifteen), fifteen, u)
-        ctx = builder.call(pshufb, [ir.Constant(_V16I8, CONTEXT16), u])
+        ctx = builder.call(pshufb, [ir.Constant(_V16I8, NARROW16), u])
         ctx = builder.zext(builder.shuffle_vector(ctx, ctx, ir.Constant(_V8I32, list(range(8)))), _V8I32)
         states_p = _address(builder, context, tys[2], states_v, j0_v, _V8I32)
         x = builder.load(states_p, align=4)
-        base = builder.insert_element(ir.Constant(_V8I32, ir.Undefined), builder.trunc(tbase_v, _I32), ir.Constant(_I32, 0))
+        base = builder.insert_element(ir.Constant(_V8I32, ir.Undefined), builder.trunc(tbase_v, _I32),
+                                      ir.Constant(_I32, 0))
         base = builder.shuffle_vector(base, ir.Constant(_V8I32, ir.Undefined), ir.Constant(_V8I32, [0] * 8))
-        index = builder.add(builder.add(base, builder.shl(ctx, _splat(12))), builder.and_(x, _splat(4095)))
-        flat_p = builder.bitcast(context.make_array(tys[4])(context, builder, flat_v).data, ir.PointerType(_I8))
-        e = builder.call(gather, [_splat(0), flat_p, index, _splat(-1), ir.Constant(_I8, 4)])
-
-        out_at = builder.add(at_v, ir.Constant(at_v.type, 64))
-        builder.store(builder.trunc(e, _V8I8), _address(builder, context, tys[0], row_v, out_at, _V8I8), align=1)
-        high = builder.lshr(x, _splat(12))
-        freq_less_one = builder.and_(builder.lshr(e, _splat(8)), _splat(4095))
-        x = builder.add(builder.add(builder.mul(freq_less_one, high), high), builder.lshr(e, _splat(20)))
-
-        need = builder.icmp_unsigned("==", builder.lshr(x, _splat(16)), _splat(0))
-        mask = builder.zext(builder.bitcast(need, _I8), _I32)
-        count = builder.call(ctpop, [mask])
-        next_words = builder.load(_address(builder, context, tys[6], words_v, w_v, _V8I16), align=2)
-        perm_row = builder.mul(builder.zext(mask, ir.IntType(64)), ir.Constant(ir.IntType(64), 8))
-        perm_p = _address(builder, context, tys[8], permute_v, perm_row, _V8I32)
-        word = builder.call(permd, [builder.zext(next_words, _V8I32), builder.load(perm_p, align=4)])
-        refilled = builder.or_(builder.shl(x, _splat(16)), word)
-        builder.store(builder.select(need, refilled, x), states_p, align=4)
-        return builder.add(w_v, builder.zext(count, w_v.type))
+        table_base = builder.add(base, builder.shl(ctx, _splat(12)))
+        return _decode_step(context, builder, tys, row_v, at_v, states_p, x, table_base, flat_v, words_v, w_v,
+                            permute_v)
 
     return sig, codegen
 
 
 def step_reference(row: np.ndarray, at: int, states: np.ndarray, j0: int, flat: np.ndarray, tbase: int,
-                   words: np.ndarray, w: int) -> int:
-    """Plain numpy version of rans_step8 (same arguments but PERMUTE; returns the new w)."""
+                   wide: bool, words: np.ndarray, w: int) -> int:
+    """Plain numpy version of table_bases32 then rans_step8 on the first 8 of the 32 bases
+    (ctx16 and wmask from `wide`; returns the new w)."""
+    distances = f2.WIDE_DISTANCES if wide else (f2.CONTEXT_DISTANCE,)
     for j in range(j0, j0 + 8):
-        u = int(row[at + j - j0])
-        ctx = (u > 0) + (u > 2) + (u > 8)
+        i = at + j - j0 + SYM0  # where this lane's symbol goes
+        u = max(int(row[i - d]) for d in distances)
+        ctx = int(f2.context_of_value(np.array(u), wide))
         x = int(states[j])
         e = int(flat[tbase + ctx * 4096 + (x & 4095)])
-        row[at + 64 + j - j0] = e & 255
+        row[i] = e & 255
         x = ((e >> 8) & 4095) * (x >> 12) + (x >> 12) + (e >> 20)
         if x < 1 << 16:
             x = (x << 16) | int(words[w])

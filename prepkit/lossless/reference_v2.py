@@ -225,11 +225,15 @@ def palette_first(choice: TileChoice, pal: PaletteChoice | None) -> bool:
     return pal is not None and pal.cost + 8 * pal.palette.size < choice.cost
 
 
+# Wide contexts (f2.FLAG_WIDE_CONTEXT) where f2.encoder_wide_context says so (None); tests
+# set this to True or False to make streams of either kind from any image.
+WIDE_CONTEXT: bool | None = None
+_wide = False  # the kind of the stream being encoded (set by encode)
+
+
 def table_index(symbols: np.ndarray, channel_set: np.ndarray) -> np.ndarray:
-    """Table of each symbol: set * CONTEXTS + context of the symbol 64 positions earlier."""
-    previous = np.zeros(symbols.size, np.int64)
-    previous[f2.CONTEXT_DISTANCE :] = symbols[: -f2.CONTEXT_DISTANCE] if symbols.size > 64 else []
-    return channel_set * f2.CONTEXTS + f2.context(previous)
+    """Table of each symbol of a tile's sequence: set * CONTEXTS + its context (A4)."""
+    return channel_set * f2.CONTEXTS + f2.contexts(symbols, _wide)
 
 
 def lanes_log2(estimate_16ths: int, min_log2: int) -> int:
@@ -350,9 +354,11 @@ def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
 def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation);
     fast_decode leaves MED out (format_v2.encoder_predictors)."""
+    global _wide
     image, flags = prepare(image, tile)
-    flags &= f2.FLAG_2D
     h, w, c = image.shape
+    _wide = f2.encoder_wide_context(c) if WIDE_CONTEXT is None else WIDE_CONTEXT
+    flags = (flags & f2.FLAG_2D) | (f2.FLAG_WIDE_CONTEXT if _wide else 0)
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     n_predictors = f2.encoder_predictors(fast_decode)
@@ -469,9 +475,11 @@ def smaller_of(stream: bytes, header: fmt.Header, tiles: list[np.ndarray]) -> by
 
 def rans_decode(
     buf: np.ndarray, start: int, end: int, n: int, lanes: int, set_of: np.ndarray, tables: f2.TablesV2,
-    lut: np.ndarray,
+    lut: np.ndarray, wide: bool,
 ) -> np.ndarray:
-    """Decode n symbols from buf[start:end] (states then words); set_of[i] is symbol i's set."""
+    """Decode n symbols from buf[start:end] (states then words); set_of[i] is symbol i's set,
+    wide: the stream's FLAG_WIDE_CONTEXT."""
+    distances = np.array(f2.WIDE_DISTANCES if wide else (f2.CONTEXT_DISTANCE,))
     states = buf[start : start + 4 * lanes].view("<u4").astype(np.int64)
     if (states < f2.STATE_LOW).any():
         raise CodecError(f"rANS state below {f2.STATE_LOW}")
@@ -481,8 +489,11 @@ def rans_decode(
     for step in range(-(-n // lanes)):
         i = np.arange(step * lanes, min(n, step * lanes + lanes))
         x = states[: i.size]
-        previous = np.where(i >= f2.CONTEXT_DISTANCE, out[np.maximum(i - f2.CONTEXT_DISTANCE, 0)], 0)
-        t = set_of[i] * f2.CONTEXTS + f2.context(previous)
+        # Every context symbol is at least 63 back, so with lanes <= 32 it was decoded in an
+        # earlier step (by any lane): out already holds it.
+        back = i[:, None] - distances[None, :]
+        u = np.where(back >= 0, out[np.maximum(back, 0)], 0).max(axis=1)
+        t = set_of[i] * f2.CONTEXTS + f2.context_of_value(u, wide)
         slot = x & (f2.PROB_SCALE - 1)
         s = lut[t, slot].astype(np.int64)
         f = tables.freq[t, s].astype(np.int64)
@@ -503,6 +514,7 @@ def rans_decode(
 
 def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: np.ndarray) -> np.ndarray:
     c = s.header.channels
+    wide = bool(s.header.flags & f2.FLAG_WIDE_CONTEXT)
     start, end = int(s.offsets[i]), int(s.offsets[i + 1])
     if s.mode[i] == f2.TILE_RAW:
         return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
@@ -511,7 +523,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
         palette = buf[start + 4 : start + 4 + n_colours * c].reshape(n_colours, c).astype(np.int64)
         lanes = 1 << int(s.lanes_log2[i])
         set_of = np.full(th * tw, s.table_set[i, 0], np.int64)
-        symbols = rans_decode(buf, int(s.words_start[i]) - 4 * lanes, end, th * tw, lanes, set_of, s.tables, lut)
+        symbols = rans_decode(buf, int(s.words_start[i]) - 4 * lanes, end, th * tw, lanes, set_of, s.tables, lut, wide)
         index = unpredict(unzigzag(symbols.reshape(th, tw)), int(s.predictor[i, 0]))
         if (index >= n_colours).any():
             raise CodecError(f"palette index {int(index.max())} at or above the palette size {n_colours}")
@@ -525,7 +537,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
         set_of = np.repeat(s.table_set[i, rans], th * tw)
         lanes = 1 << int(s.lanes_log2[i])
         state_at = int(s.words_start[i]) - 4 * lanes
-        symbols = rans_decode(buf, state_at, end, set_of.size, lanes, set_of, s.tables, lut)
+        symbols = rans_decode(buf, state_at, end, set_of.size, lanes, set_of, s.tables, lut, wide)
         for j, k in enumerate(rans):
             res = unzigzag(symbols[j * th * tw : (j + 1) * th * tw].reshape(th, tw))
             planes[k] = unpredict(res, int(s.predictor[i, k]))

@@ -31,9 +31,23 @@ def random_tables(rng: np.random.Generator, n_tables: int) -> np.ndarray:
 
 
 @njit
-def _step(row, at, states, j0, flat, tbase, words, w):
-    return rans_avx2.rans_step8(row, np.uint64(at), states, np.uint64(j0), flat, tbase, words, np.uint64(w),
-                                rans_avx2.PERMUTE)
+def _step(row, at, states, j0, flat, tbase, ctx16, wmask, words, w):
+    """table_bases32 for the 32 symbols from row[at + SYM0], then the step on the first 8."""
+    bases = np.empty(32, np.int32)
+    rans_avx2.table_bases32(row, np.uint64(at), tbase, ctx16, wmask, bases)
+    return rans_avx2.rans_step8(row, np.uint64(at), states, np.uint64(j0), flat, bases, np.uint64(0), words,
+                                np.uint64(w), rans_avx2.PERMUTE)
+
+
+@njit
+def _narrow_step(row, at, states, j0, flat, tbase, words, w):
+    """rans_step8_narrow, the vector step of narrow streams (contexts taken in the step)."""
+    return rans_avx2.rans_step8_narrow(row, np.uint64(at), states, np.uint64(j0), flat, tbase, words, np.uint64(w),
+                                       rans_avx2.PERMUTE)
+
+def shuffle_table(wide: bool) -> np.ndarray:
+    """The vector step's ctx16 for narrow or wide contexts."""
+    return cpu_v2.CONTEXT_OF[int(wide), :16].astype(np.uint8)
 
 
 def test_permute_rows_send_the_kth_needing_lane_to_word_k() -> None:
@@ -43,48 +57,62 @@ def test_permute_rows_send_the_kth_needing_lane_to_word_k() -> None:
 
 
 @needs_avx2
-def test_step_matches_the_numpy_reference() -> None:
-    rng = np.random.default_rng(5)
+@pytest.mark.parametrize(("wide", "narrow_step"), [(False, False), (True, False), (False, True)])
+def test_step_matches_the_numpy_reference(wide: bool, narrow_step: bool) -> None:
+    """table_bases32 + rans_step8 on narrow and wide contexts, and rans_step8_narrow (what
+    narrow streams run), against one numpy reference."""
+    rng = np.random.default_rng(5 + wide + 2 * narrow_step)
     flat = random_tables(rng, 8)
+    ctx16, wmask = shuffle_table(wide), np.uint8(255 if wide else 0)
     for _ in range(300):
-        # context symbols around the context bounds 0, 2, 8 and above 15 (the shuffle's clamp)
-        row = rng.choice(np.array([0, 1, 2, 3, 8, 9, 15, 16, 200, 255], np.uint8), 96)
+        # context symbols around the context bounds 0, 2, 6, 8 and above 15 (the shuffle's
+        # clamp); mostly zeros, so that the largest of four is often a small value
+        values = np.array([0, 0, 0, 0, 1, 2, 3, 6, 7, 8, 9, 15, 16, 200, 255], np.uint8)
+        row = rng.choice(values, 168)
         states = rng.integers(1 << 16, 1 << 32, 32, dtype=np.uint64).astype(np.uint32)
         words = rng.integers(0, 1 << 16, 48).astype(np.uint16)
         tbase = int(rng.integers(0, 5)) * 4096
         j0, w = int(rng.choice([0, 8, 16, 24])), int(rng.integers(0, 40))
         row_v, states_v, row_r, states_r = row.copy(), states.copy(), row.copy(), states.copy()
-        w_v = _step(row_v, j0, states_v, j0, flat, tbase, words, w)
-        w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, words, w)
+        if narrow_step:
+            w_v = _narrow_step(row_v, j0, states_v, j0, flat, tbase, words, w)
+        else:
+            w_v = _step(row_v, j0, states_v, j0, flat, tbase, ctx16, wmask, words, w)
+        w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, wide, words, w)
         assert w_v == w_r
         np.testing.assert_array_equal(row_v, row_r)
         np.testing.assert_array_equal(states_v, states_r)
 
 
 @needs_avx2
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("lanes", [8, 16, 32])
-def test_vector_rounds_equal_the_scalar_rounds(lanes: int) -> None:
+def test_vector_rounds_equal_the_scalar_rounds(lanes: int, wide: bool) -> None:
     """_rans_rounds with and without the AVX2 steps, from the same states, words and tables
     (any inputs: both are the same function of them), stop inside and at a plane's end, and
     word areas that run out mid-plane (the scalar rounds then finish with clamped reads)."""
-    rng = np.random.default_rng(lanes)
+    rng = np.random.default_rng(lanes + 100 * wide)
     flat = random_tables(rng, 8)
+    sym0 = cpu_v2.SYM0
+    ctx_of = cpu_v2.CONTEXT_OF[int(wide)]
+    ctx16, wmask = shuffle_table(wide), np.uint8(255 if wide else 0)
     for n_words, stop in [(4000, 4096), (300, 4096), (4000, 1000), (lanes, 4096)]:
         words = rng.integers(0, 1 << 16, n_words).astype(np.uint16)
-        symbols = np.zeros(64 + 4096 + 64, np.uint8)
-        symbols[:64] = rng.integers(0, 20, 64)  # contexts of the first round (zero in a real tile)
+        symbols = np.zeros(sym0 + 4096 + 64, np.uint8)
+        symbols[:sym0] = rng.integers(0, 20, sym0) * (rng.random(sym0) < 0.3)  # first rounds' contexts
         start_states = rng.integers(1 << 16, 1 << 32, cpu_v2.MAX_LANES, dtype=np.uint64).astype(np.int64)
-        table_of = ((4 + cpu_v2.CONTEXT_OF) * 4096).astype(np.int64)  # table set 1
+        table_of = ((4 + ctx_of) * 4096).astype(np.int64)  # table set 1
         results = []
         for vector in (True, False):
             states, out = start_states.copy(), symbols.copy()
             i, w = cpu_v2._rans_rounds(words, np.uint64(n_words), np.uint64(n_words - 1), np.uint64(0), 0, stop,
-                                       lanes, table_of, flat, out, states, vector)
+                                       lanes, table_of, ctx16, wmask, np.empty(32, np.int32),
+                                       np.empty(cpu_v2.MAX_LANES, np.uint32), flat, out, states, vector)
             results.append((i, w, states, out))
         (i_v, w_v, states_v, out_v), (i_s, w_s, states_s, out_s) = results
         assert (i_v, w_v) == (i_s, w_s)
         assert i_v == stop - stop % lanes
         np.testing.assert_array_equal(states_v[:lanes], states_s[:lanes])
         np.testing.assert_array_equal(out_v, out_s)
-        contexts = cpu_v2.CONTEXT_OF[out_v[64 : 64 + i_v]]
+        contexts = ctx_of[out_v[sym0 : sym0 + i_v]]
         assert np.isin(np.arange(4), contexts).all()  # every context was decoded from

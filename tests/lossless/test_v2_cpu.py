@@ -209,7 +209,8 @@ def _one_tile_stream(freq_of_stream: np.ndarray | None = None) -> tuple[bytes, n
     cum[:, 1:] = np.cumsum(freq, axis=1)
     payload = r2.encode_tile(plane[:, :, None], choice, freq, cum, r2.one_set_per_plane(1, 1), f2.MAX_LANES_LOG2)
     assert payload[0] == f2.TILE_CODED and payload[1] >> 4 == f2.MAX_LANES_LOG2
-    header = r2.fmt.Header(64, 64, 1, 64, 0, f2.VERSION)
+    wide = f2.FLAG_WIDE_CONTEXT if r2._wide else 0  # the kind r2.table_index codes (r2.encode sets it)
+    header = r2.fmt.Header(64, 64, 1, 64, wide, f2.VERSION)
     stored = freq if freq_of_stream is None else freq_of_stream(freq)
     return r2.assemble(header, stored, [payload]), plane.astype(np.uint8)
 
@@ -323,3 +324,69 @@ def test_zigzag_codes_and_bits_by_arithmetic_equal_the_tables() -> None:
             symbols = np.zeros(64 * 64 + 5, np.uint8)
             assert cpu_v2._residual_symbols(padded, 64, 64, p, symbols, 5) == 5 + 64 * 64
             np.testing.assert_array_equal(symbols[5:], r2.zigzag(r2.predict(plane.astype(np.int64), p)).ravel())
+
+
+def _narrow_and_wide(image: np.ndarray, tile: int, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes]:
+    """The reference's streams of `image` with narrow contexts (the first v2 streams) and
+    with wide ones."""
+    streams = []
+    for wide in (False, True):
+        with monkeypatch.context() as kind:
+            kind.setattr(r2, "WIDE_CONTEXT", wide)
+            streams.append(r2.encode(image, tile))
+    return streams[0], streams[1]
+
+
+@pytest.mark.parametrize("kind", ["smooth", "gradient", "labels", "noise"])
+@pytest.mark.parametrize("channels", [None, 3])
+def test_streams_with_narrow_contexts_still_decode(kind: str, channels: int | None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streams without FLAG_WIDE_CONTEXT (contexts from the symbol 64 earlier alone, A4)
+    decode exactly in every decoder, as do streams with it, on lane counts from 2 (small
+    tiles, masks) to 32 and on palette tiles; the two streams differ. The numba encoder
+    writes the kind format_v2.encoder_wide_context names (wide for one channel)."""
+    rng = np.random.default_rng(7)
+    if kind == "labels":  # a mask: a few regions with ragged borders (palette and 2-lane tiles)
+        yy, xx = np.mgrid[0:150, 0:170]
+        image = ((yy // 37 + xx // 53 + (rng.random((150, 170)) < 0.02)) % 5 * 40).astype(np.uint8)
+        if channels:
+            image = np.stack([image, 255 - image, image // 2], axis=2)
+    else:
+        image = make_image(kind, 150, 170, channels, seed=3)
+    lanes: set[int] = set()
+    for tile in (16, 64):
+        old, new = _narrow_and_wide(image, tile, monkeypatch)
+        assert old[5] & f2.FLAG_WIDE_CONTEXT == 0 and new[5] & f2.FLAG_WIDE_CONTEXT
+        if kind != "noise":  # (noise is all raw tiles: no contexts, the same payloads)
+            assert old[24:] != new[24:]
+        for stream in (old, new):
+            np.testing.assert_array_equal(r2.decode(stream), image)
+            np.testing.assert_array_equal(lossless.decode(stream), image)
+        assert lossless.encode(image, tile, version=2) == (new if channels is None else old)
+        lanes |= {int(v) for v in f2.read_stream(np.frombuffer(old, np.uint8)).lanes_log2}
+    if kind in ("smooth", "labels"):  # 2 lanes (the two-lane loop) and 8 or more (the vector steps)
+        assert 1 in lanes and (kind == "labels" or max(lanes) >= 3)
+
+
+def test_batches_mix_narrow_and_wide_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The context kind is per stream (plan.WIDE): one batch decodes both kinds."""
+    a = make_image("smooth", 90, 100, 3, seed=8)
+    b = make_image("smooth", 70, 64, 3, seed=9)
+    old_a, new_a = _narrow_and_wide(a, 64, monkeypatch)
+    old_b, new_b = _narrow_and_wide(b, 32, monkeypatch)
+    for got, want in zip(lossless.decode_batch([old_a, new_b, new_a, old_b]), [a, b, a, b], strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_wide_context_values_follow_the_text() -> None:
+    """format_v2.context_values against A4 written out by hand for a few positions."""
+    s = np.arange(300) % 7 * 3  # symbols 0, 3, ..., 18, 0, ...
+    u = f2.context_values(s, wide=True)
+    assert u[0] == 0 and u[62] == 0
+    assert u[63] == s[0] and u[64] == max(s[1], s[0]) and u[65] == max(s[2], s[1], s[0])
+    for i in (100, 128, 200, 299):
+        expect = max(s[i - 63], s[i - 64], s[i - 65]) if i < 128 else max(s[i - 63], s[i - 64], s[i - 65], s[i - 128])
+        assert u[i] == expect
+    assert (f2.context_values(s, wide=False)[64:] == s[:-64]).all()
+    assert f2.context_of_value(np.array([0, 1, 2, 3, 6, 7, 8, 9]), True).tolist() == [0, 1, 1, 2, 2, 3, 3, 3]
+    assert f2.context_of_value(np.array([0, 1, 2, 3, 6, 7, 8, 9]), False).tolist() == [0, 1, 1, 2, 2, 2, 2, 3]

@@ -29,7 +29,8 @@ def forced_palette_stream(image: np.ndarray, tile: int, max_colours: int = 256) 
     """Every tile a palette tile (reference pieces), whatever its size: P = 1 and 256 included."""
     image3, flags = fmt.prepare(image, tile)
     h, w, c = image3.shape
-    header = fmt.Header(h, w, c, tile, flags & f2.FLAG_2D, f2.VERSION)
+    wide = f2.FLAG_WIDE_CONTEXT if r2._wide else 0  # the kind r2.table_index codes (r2.encode sets it)
+    header = fmt.Header(h, w, c, tile, (flags & f2.FLAG_2D) | wide, f2.VERSION)
     tiles = [t.astype(np.int64) for t in r2.tiles_of(image3, tile)]
     pals = [r2.choose_palette(t, max_colours) for t in tiles]
     assert all(p is not None for p in pals)

@@ -38,6 +38,9 @@ CONTEXT_OF = np.array([f2.context_of_value(np.arange(256), wide) for wide in (Fa
 SYM0 = f2.CONTEXT_HISTORY
 NARROW_CONTEXT_OF = CONTEXT_OF[0].copy()
 WIDE_CONTEXT_OF = CONTEXT_OF[1].copy()
+CONTEXT16 = CONTEXT_OF[:, :16].astype(np.uint8)  # the vector steps' shuffle tables (values >= 15: context 3)
+# Whether the encoder writes wide contexts, by channel count (format_v2.encoder_wide_context).
+WIDE_FOR_CHANNELS = np.array([f2.encoder_wide_context(c) for c in range(5)])
 _NO_WORDS = np.zeros(1, np.uint16)  # what _rans reads (and refuses) when a payload has no words left
 
 
@@ -540,7 +543,7 @@ def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal):
     """Table index (A4: set * 4 + context) of the tile's n symbols syms[s0 : s0 + n], into
     tables[:n]; sets_row: the set of each plane, then of a palette tile's index plane (pal)."""
     src = syms[s0 : s0 + n]
-    wide = c == 1  # format_v2.encoder_wide_context
+    wide = WIDE_FOR_CHANNELS[c]
     i = np.uint64(0)
     for k in range(1 if pal else c):
         if not pal and choice_row[5 + k]:
@@ -568,7 +571,7 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
     # would otherwise make every increment wait for the previous one's store.
     parts = np.zeros((4, hist.shape[0], 256), np.uint16)
     src = syms[s0 : s0 + n]
-    wide = c == 1  # format_v2.encoder_wide_context
+    wide = WIDE_FOR_CHANNELS[c]
     i = np.uint64(0)
     three = np.uint64(3)
     for k in range(1 if pal else c):
@@ -1162,9 +1165,8 @@ def _context_value(symbols, i, wmask):
     """Context value u (A4) of the symbol at symbols[SYM0 + i]: the symbol 64 earlier, and
     with wmask = 255 (wide contexts; 0 otherwise) the largest of it and those 63, 65 and 128
     earlier."""
-    i = np.uint64(i)
-    wide = max(max(symbols[i + np.uint64(SYM0 - 63)], symbols[i + np.uint64(SYM0 - 65)]), symbols[i])
-    return np.uint64(max(symbols[i + np.uint64(SYM0 - 64)], wide & wmask))
+    at = np.uint64(i) + np.uint64(SYM0)
+    return np.uint64(max(symbols[at - np.uint64(64)], _largest_back(symbols, at) & wmask))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -1349,19 +1351,19 @@ def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _rans_scratch():
     """_rans's scratch arrays, made once per thread, not per tile: the lane states, the map
-    from context value to table row (table_of), the next 32 symbols' table rows (bases), the
-    vector step's context shuffle table (ctx16) and its uint32 lane states."""
-    return (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32), np.empty(16, np.uint8),
-            np.empty(MAX_LANES, np.uint32))
+    from context value to table row (table_of), the next 32 symbols' table rows (bases) and
+    the vector step's uint32 lane states."""
+    return np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32), np.empty(MAX_LANES, np.uint32)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, wmask, symbols, scratch):
+def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16, wmask, symbols, scratch):
     """Decode the tile's n_rans * plane symbols into symbols[SYM0:]; return an error code.
 
     symbols[0:SYM0] is zero (the context symbols before the first, A4) and symbol i lands at
     symbols[SYM0 + i], so its context symbols are read without a branch (_context_value;
-    ctx_of is the stream's row of CONTEXT_OF, wmask 255 for wide contexts, else 0).
+    ctx_of and ctx16 are the stream's rows of CONTEXT_OF and CONTEXT16, wmask 255 for wide
+    contexts, else 0).
     Whole rounds of `lanes` symbols decode lane by lane, each lane taking its 16-bit word
     (through a u16 view of the payload) with a select, not a branch; the partial rounds at
     plane boundaries take one symbol at a time. table_of (256 int64, scratch) maps the
@@ -1374,7 +1376,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, wmask
     i = 0
     last = end - 2
     flat = dec.reshape(-1)
-    states, table_of, bases, ctx16, xstates = scratch  # (_rans_scratch)
+    states, table_of, bases, xstates = scratch  # (_rans_scratch)
     for k in range(c):
         chb = np.int64(src[start + 2 + k])
         if chb == 0:
@@ -1382,8 +1384,6 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, wmask
         tset = base + (chb >> 4) * 4
         for v in range(256):
             table_of[v] = (tset + ctx_of[v]) * 4096
-        for v in range(16):
-            ctx16[v] = ctx_of[v]
         first = i
         stop = i + plane
         while i < stop and (i & mask) != 0:
@@ -1477,7 +1477,7 @@ def _lane_states(src, pos, lanes, states):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
-                    dec, empty, ctx_of, wmask, symbols, scratch, index):
+                    dec, empty, ctx_of, ctx16, wmask, symbols, scratch, index):
     """A palette tile (A2 mode 2): the index plane is a one-plane rANS decode whose channel
     byte sits at start + 3 (so _rans reads it as plane 0 of a tile starting at start + 1);
     every index must lie below P, then each pixel is its palette colour."""
@@ -1487,8 +1487,8 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
     pos = pal + n_colours * c
     if not _lane_states(src, pos, lanes, scratch[0]):
         return plan_mod.ERR_STATE
-    err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, wmask, symbols,
-                scratch)
+    err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, ctx16, wmask,
+                symbols, scratch)
     if err:
         return err
     _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw)
@@ -1584,6 +1584,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
     base = item[12]
     wide = item[plan_mod.WIDE]
     ctx = ctx_of[wide]  # the stream's contexts: CONTEXT_OF row 0 or 1
+    ctx16 = CONTEXT16[wide]
     wmask = np.uint8(255) if wide else np.uint8(0)
     plane = th * tw
     ya, yb = max(0, -oy), min(th, out_h - oy)
@@ -1599,7 +1600,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
         return 0
     if src[start] == f2.TILE_PALETTE:
         return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
-                               dec, empty, ctx, wmask, symbols, scratch, planes[0, :plane])
+                               dec, empty, ctx, ctx16, wmask, symbols, scratch, planes[0, :plane])
     info = np.int64(src[start + 1])
     colour = info & 15
     lanes = np.int64(1) << (info >> 4)
@@ -1618,7 +1619,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
         if not _lane_states(src, pos, lanes, scratch[0]):
             return plan_mod.ERR_STATE
         pos += 4 * lanes
-        err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx, wmask, symbols, scratch)
+        err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx, ctx16, wmask, symbols, scratch)
         if err:
             return err
         i = 0

@@ -19,7 +19,7 @@ of 32 symbols at once (every context symbol is at least 63 back, so 32 symbols' 
 known before the first of them is decoded, whatever the lane count):
 
     u      = the context values (A4): the symbols 64 back, with wide contexts the largest
-             of those 63, 64, 65 and 128 back               four 32-byte loads, vpmaxub
+             of those 63, 64, 65 and 128 back               8-byte loads, byte shifts, vpmaxub
     ctx    = ctx16[min(u, 15)]                              one vpshufb
 
 The permutation of each of the 256 lane masks is a row of PERMUTE (vpermd's indices). The
@@ -87,9 +87,10 @@ def table_bases32(typingctx, row, at, tbase, ctx16, wmask, bases):
 
         def back(distance: int) -> ir.Value:
             """The 32 bytes S(i - distance .. i - distance + 31), distance a multiple of 8,
-            as four 8-byte loads, each exactly one earlier 8-byte store of the vector step
-            (a load spanning several stores still in flight waits for them to reach the
-            cache; no difference was measured on the dev VM, but it costs nothing)."""
+            as four 8-byte loads, each exactly one earlier 8-byte store of the vector step:
+            a load spanning several stores still in flight may wait for them to reach the
+            cache. (Measured on the dev VM, 32-byte loads ran as fast: kept for CPUs that
+            forward stores less well, an unconfirmed reason.)"""
             parts = []
             for k in range(4):
                 at = builder.add(at_v, ir.Constant(at_v.type, SYM0 - distance + 8 * k))

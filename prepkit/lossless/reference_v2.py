@@ -225,15 +225,10 @@ def palette_first(choice: TileChoice, pal: PaletteChoice | None) -> bool:
     return pal is not None and pal.cost + 8 * pal.palette.size < choice.cost
 
 
-# Wide contexts (f2.FLAG_WIDE_CONTEXT) where f2.encoder_wide_context says so (None); tests
-# set this to True or False to make streams of either kind from any image.
-WIDE_CONTEXT: bool | None = None
-_wide = False  # the kind of the stream being encoded (set by encode)
-
-
-def table_index(symbols: np.ndarray, channel_set: np.ndarray) -> np.ndarray:
-    """Table of each symbol of a tile's sequence: set * CONTEXTS + its context (A4)."""
-    return channel_set * f2.CONTEXTS + f2.contexts(symbols, _wide)
+def table_index(symbols: np.ndarray, channel_set: np.ndarray, wide: bool) -> np.ndarray:
+    """Table of each symbol of a tile's sequence: set * CONTEXTS + its context (A4; wide:
+    the stream's FLAG_WIDE_CONTEXT)."""
+    return channel_set * f2.CONTEXTS + f2.contexts(symbols, wide)
 
 
 def lanes_log2(estimate_16ths: int, min_log2: int) -> int:
@@ -263,7 +258,7 @@ def rans_encode(symbols: np.ndarray, tables: np.ndarray, freq: np.ndarray, cum: 
 
 
 def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.ndarray, sets: np.ndarray,
-                min_log2: int) -> bytes:
+                min_log2: int, wide: bool) -> bytes:
     """A coded tile (mode 1), or the raw tile when that is not smaller; sets[k]: plane k's set."""
     c = tile.shape[2]
     symbols, chans = choice.symbols()
@@ -277,7 +272,7 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
     out += bytes(int(choice.planes[k].flat[0]) for k in range(c) if choice.const[k])
     log2 = 0
     if symbols.size:
-        tables = table_index(symbols, sets[chans])
+        tables = table_index(symbols, sets[chans], wide)
         log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
         body = rans_encode(symbols, tables, freq, cum, 1 << log2)
     out[1] = choice.colour | log2 << 4
@@ -288,11 +283,11 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
 
 
 def encode_palette_tile(tile: np.ndarray, pal: PaletteChoice, freq: np.ndarray, cum: np.ndarray,
-                        sets: np.ndarray, min_log2: int) -> bytes:
+                        sets: np.ndarray, min_log2: int, wide: bool) -> bytes:
     """A palette tile (mode 2), or the raw tile when that is not smaller; sets[C]: the index
     plane's set."""
     symbols, chans = pal.symbols()
-    tables = table_index(symbols, sets[chans])
+    tables = table_index(symbols, sets[chans], wide)
     log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
     c = tile.shape[2]
     head = bytes([f2.TILE_PALETTE, log2 << 4, pal.palette.shape[0] - 1,
@@ -311,38 +306,38 @@ def raw_tile(tile: np.ndarray) -> bytes:
 Choice = TileChoice | PaletteChoice
 
 
-def estimate(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int) -> int:
+def estimate(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int, wide: bool) -> int:
     """Estimated coded tile size in bytes: header, constants or palette, states and the
     symbols' costs; sets: the tile's set row (one_set_per_plane)."""
-    overhead, cost = estimate_parts(choice, freq, sets, min_log2)
+    overhead, cost = estimate_parts(choice, freq, sets, min_log2, wide)
     return overhead + cost // 128
 
 
-def estimate_parts(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int) -> tuple[int, int]:
+def estimate_parts(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int, wide: bool) -> tuple[int, int]:
     """(bytes besides the symbols: header, constants or palette, lane states; the symbols'
     cost in 1/16 bits)."""
     symbols, chans = choice.symbols()
     overhead, cost = choice.header_bytes(), 0
     if symbols.size:
-        tables = table_index(symbols, sets[chans])
+        tables = table_index(symbols, sets[chans], wide)
         cost = int(cost_table(freq)[tables, symbols].sum())
         overhead += 4 << lanes_log2(cost, min_log2)
     return overhead, cost
 
 
-def build_tables(choices: list[Choice], sets: list[np.ndarray], n_sets: int) -> np.ndarray:
+def build_tables(choices: list[Choice], sets: list[np.ndarray], n_sets: int, wide: bool) -> np.ndarray:
     """Frequencies (n_sets * CONTEXTS, 256) from every coded symbol of the choices (their set
     rows in sets)."""
-    return np.stack([normalize(row) for row in count_symbols(choices, sets, n_sets)])
+    return np.stack([normalize(row) for row in count_symbols(choices, sets, n_sets, wide)])
 
 
-def count_symbols(choices: list[Choice], sets: list[np.ndarray], n_sets: int) -> np.ndarray:
+def count_symbols(choices: list[Choice], sets: list[np.ndarray], n_sets: int, wide: bool) -> np.ndarray:
     """Counts (n_sets * CONTEXTS, 256) of (table, symbol) of every coded symbol of the choices."""
     counts = np.zeros((n_sets * f2.CONTEXTS, 256), np.int64)
     for choice, sets_row in zip(choices, sets, strict=True):
         symbols, chans = choice.symbols()
         if symbols.size:
-            np.add.at(counts, (table_index(symbols, sets_row[chans]), symbols), 1)
+            np.add.at(counts, (table_index(symbols, sets_row[chans], wide), symbols), 1)
     return counts
 
 
@@ -351,14 +346,14 @@ def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
     return [image[y : y + tile, x : x + tile] for y in range(0, h, tile) for x in range(0, w, tile)]
 
 
-def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> bytes:
+def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_context: bool | None = None) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation);
-    fast_decode leaves MED out (format_v2.encoder_predictors)."""
-    global _wide
+    fast_decode leaves MED out (format_v2.encoder_predictors); wide_context (A4) defaults
+    to format_v2.encoder_wide_context (tests ask for either kind on any image)."""
     image, flags = prepare(image, tile)
     h, w, c = image.shape
-    _wide = f2.encoder_wide_context(c) if WIDE_CONTEXT is None else WIDE_CONTEXT
-    flags = (flags & f2.FLAG_2D) | (f2.FLAG_WIDE_CONTEXT if _wide else 0)
+    wide = f2.encoder_wide_context(c) if wide_context is None else wide_context
+    flags = (flags & f2.FLAG_2D) | (f2.FLAG_WIDE_CONTEXT if wide else 0)
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     n_predictors = f2.encoder_predictors(fast_decode)
@@ -377,21 +372,21 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
         row = one_set_per_plane(c, n_sets)
         first: list[Choice] = [pal if pal is not None and palette_first(ch, pal) else ch
                                for ch, pal in zip(coded, pals, strict=True)]
-        freq = build_tables(first, [row] * len(tiles), n_sets)
+        freq = build_tables(first, [row] * len(tiles), n_sets, wide)
         for i, pal in enumerate(pals):
-            if pal is not None and estimate(pal, freq, row, min_log2) < estimate(coded[i], freq, row, min_log2):
+            if pal is not None and estimate(pal, freq, row, min_log2, wide) < estimate(coded[i], freq, row, min_log2, wide):
                 choices[i] = pal
         if not any(isinstance(ch, PaletteChoice) for ch in choices):
             n_sets = c
     sets = [one_set_per_plane(c, n_sets)] * len(tiles)
-    freq = build_tables(choices, sets, n_sets)
+    freq = build_tables(choices, sets, n_sets, wide)
     # Tiles whose estimated coded size reaches their raw size leave the tables: noise
     # should not pay for tables no tile uses (one re-count, integer estimates: deterministic).
-    keep = [i for i, ch in enumerate(choices) if estimate(ch, freq, sets[i], min_log2) < 1 + tiles[i].size]
+    keep = [i for i, ch in enumerate(choices) if estimate(ch, freq, sets[i], min_log2, wide) < 1 + tiles[i].size]
     if len(keep) < len(choices):
-        freq = build_tables([choices[i] for i in keep], [sets[i] for i in keep], n_sets)
+        freq = build_tables([choices[i] for i in keep], [sets[i] for i in keep], n_sets, wide)
     if table_sets.applies(len(tiles), c, fast_decode):
-        sets, n_sets, freq = with_table_sets(choices, keep, sets, n_sets, freq, min_log2)
+        sets, n_sets, freq = with_table_sets(choices, keep, sets, n_sets, freq, min_log2, wide)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     kept = set(keep)
@@ -400,9 +395,9 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
         if i not in kept:
             payloads.append(raw_tile(t))
         elif isinstance(ch, PaletteChoice):
-            payloads.append(encode_palette_tile(t, ch, freq, cum, sets[i], min_log2))
+            payloads.append(encode_palette_tile(t, ch, freq, cum, sets[i], min_log2, wide))
         else:
-            payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2))
+            payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2, wide))
     return smaller_of(assemble(header, freq, payloads), header, tiles)
 
 
@@ -412,11 +407,11 @@ def one_set_per_plane(c: int, n_sets: int) -> np.ndarray:
     return np.minimum(np.arange(c + 1), n_sets - 1)
 
 
-def plane_histograms(choice: Choice, c: int) -> list[tuple[int, np.ndarray]]:
+def plane_histograms(choice: Choice, c: int, wide: bool) -> list[tuple[int, np.ndarray]]:
     """(plane key, (CONTEXTS, 256) counts of (context, symbol)) of each rANS-coded plane of a
     choice in coded order; a palette tile's index plane has key C."""
     symbols, chans = choice.symbols()
-    contexts = table_index(symbols, np.zeros(symbols.size, np.int64))
+    contexts = table_index(symbols, np.zeros(symbols.size, np.int64), wide)
     out = []
     for key in range(c + 1):
         mine = chans == key
@@ -428,14 +423,14 @@ def plane_histograms(choice: Choice, c: int) -> list[tuple[int, np.ndarray]]:
 
 
 def with_table_sets(choices: list[Choice], keep: list[int], sets: list[np.ndarray], n_sets: int, freq: np.ndarray,
-                    min_log2: int) -> tuple[list[np.ndarray], int, np.ndarray]:
+                    min_log2: int, wide: bool) -> tuple[list[np.ndarray], int, np.ndarray]:
     """(sets, n_sets, freq) with up to 2C table sets per tile class (table_sets.propose), kept
     only when the stream's measure (table_sets.stream_bytes) shrinks."""
     c = len(sets[0]) - 1
     owners: list[tuple[int, int]] = []  # (tile, plane key) of each item
     items = []
     for i in keep:
-        for key, counts in plane_histograms(choices[i], c):
+        for key, counts in plane_histograms(choices[i], c, wide):
             owners.append((i, key))
             items.append(counts)
     if not items:
@@ -448,12 +443,12 @@ def with_table_sets(choices: list[Choice], keep: list[int], sets: list[np.ndarra
     for (i, key), s in zip(owners, proposal, strict=True):
         proposed[i][key] = s
     kept_choices = [choices[i] for i in keep]
-    proposed_counts = count_symbols(kept_choices, [proposed[i] for i in keep], n_proposed)
+    proposed_counts = count_symbols(kept_choices, [proposed[i] for i in keep], n_proposed, wide)
     proposed_freq = np.stack([normalize(row) for row in proposed_counts])
-    before = table_sets.stream_bytes(sum(estimate_parts(choices[i], freq, sets[i], min_log2)[0] for i in keep),
-                                     count_symbols(kept_choices, [sets[i] for i in keep], n_sets), freq)
+    before = table_sets.stream_bytes(sum(estimate_parts(choices[i], freq, sets[i], min_log2, wide)[0] for i in keep),
+                                     count_symbols(kept_choices, [sets[i] for i in keep], n_sets, wide), freq)
     after = table_sets.stream_bytes(
-        sum(estimate_parts(choices[i], proposed_freq, proposed[i], min_log2)[0] for i in keep), proposed_counts,
+        sum(estimate_parts(choices[i], proposed_freq, proposed[i], min_log2, wide)[0] for i in keep), proposed_counts,
         proposed_freq)
     if after < before:
         return proposed, n_proposed, proposed_freq

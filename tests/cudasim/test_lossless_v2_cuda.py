@@ -310,18 +310,15 @@ def test_cuda_v2_follows_each_planes_table_set() -> None:
     np.testing.assert_array_equal(got.reshape(image.shape), reference_v2.decode(stream).reshape(image.shape))
 
 
-def test_cuda_v2_decodes_narrow_and_wide_contexts_in_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_v2_decodes_narrow_and_wide_contexts_in_one_batch() -> None:
     """Streams without FLAG_WIDE_CONTEXT (the first v2 streams: contexts from the symbol 64
-    back alone) and with it (what the encoder writes for one-channel images) decode exactly side by side (plan.WIDE per item),
-    on tiles of 2 to 32 lanes and on palette tiles."""
+    back alone) and with it (what the encoder writes for one-channel images) decode exactly
+    side by side (plan.WIDE per item), on tiles of 2 to 32 lanes and on palette tiles."""
     chosen = (1, 6, 8, 15)  # photo-like colour, YCoCg, a mask (palette), stripes
     images = [_images()[i] for i in chosen] + [_noisy()]
     tiles = [16] * len(chosen) + [32]
-    with monkeypatch.context() as kind:
-        kind.setattr(reference_v2, "WIDE_CONTEXT", False)
-        old = [reference_v2.encode(img, tile) for img, tile in zip(images, tiles, strict=True)]
-        kind.setattr(reference_v2, "WIDE_CONTEXT", True)
-        new = [reference_v2.encode(img, tile) for img, tile in zip(images, tiles, strict=True)]
+    old = [reference_v2.encode(img, tile, wide_context=False) for img, tile in zip(images, tiles, strict=True)]
+    new = [reference_v2.encode(img, tile, wide_context=True) for img, tile in zip(images, tiles, strict=True)]
     assert all(not s[5] & f2.FLAG_WIDE_CONTEXT for s in old) and all(s[5] & f2.FLAG_WIDE_CONTEXT for s in new)
     assert [s[24:] for s in old] != [s[24:] for s in new]
     got = lossless.decode_batch(old + new, device="cuda")

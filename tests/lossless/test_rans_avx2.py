@@ -47,7 +47,7 @@ def _narrow_step(row, at, states, j0, flat, tbase, words, w):
 
 def shuffle_table(wide: bool) -> np.ndarray:
     """The vector step's ctx16 for narrow or wide contexts."""
-    return cpu_v2.CONTEXT_OF[int(wide), :16].astype(np.uint8)
+    return cpu_v2.CONTEXT16[int(wide)]
 
 
 def test_permute_rows_send_the_kth_needing_lane_to_word_k() -> None:

@@ -204,13 +204,13 @@ def _one_tile_stream(freq_of_stream: np.ndarray | None = None) -> tuple[bytes, n
     plane = np.random.default_rng(4).integers(0, 4, (64, 64))
     plane[0] = 9
     choice = r2.TileChoice(0, [0], plane[None].astype(np.int64), [False])
-    freq = r2.build_tables([choice], [r2.one_set_per_plane(1, 1)], 1)
+    freq = r2.build_tables([choice], [r2.one_set_per_plane(1, 1)], 1, wide=True)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
-    payload = r2.encode_tile(plane[:, :, None], choice, freq, cum, r2.one_set_per_plane(1, 1), f2.MAX_LANES_LOG2)
+    payload = r2.encode_tile(plane[:, :, None], choice, freq, cum, r2.one_set_per_plane(1, 1), f2.MAX_LANES_LOG2,
+                             wide=True)
     assert payload[0] == f2.TILE_CODED and payload[1] >> 4 == f2.MAX_LANES_LOG2
-    wide = f2.FLAG_WIDE_CONTEXT if r2._wide else 0  # the kind r2.table_index codes (r2.encode sets it)
-    header = r2.fmt.Header(64, 64, 1, 64, wide, f2.VERSION)
+    header = r2.fmt.Header(64, 64, 1, 64, f2.FLAG_WIDE_CONTEXT, f2.VERSION)
     stored = freq if freq_of_stream is None else freq_of_stream(freq)
     return r2.assemble(header, stored, [payload]), plane.astype(np.uint8)
 
@@ -326,21 +326,15 @@ def test_zigzag_codes_and_bits_by_arithmetic_equal_the_tables() -> None:
             np.testing.assert_array_equal(symbols[5:], r2.zigzag(r2.predict(plane.astype(np.int64), p)).ravel())
 
 
-def _narrow_and_wide(image: np.ndarray, tile: int, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, bytes]:
+def _narrow_and_wide(image: np.ndarray, tile: int) -> tuple[bytes, bytes]:
     """The reference's streams of `image` with narrow contexts (the first v2 streams) and
     with wide ones."""
-    streams = []
-    for wide in (False, True):
-        with monkeypatch.context() as kind:
-            kind.setattr(r2, "WIDE_CONTEXT", wide)
-            streams.append(r2.encode(image, tile))
-    return streams[0], streams[1]
+    return r2.encode(image, tile, wide_context=False), r2.encode(image, tile, wide_context=True)
 
 
 @pytest.mark.parametrize("kind", ["smooth", "gradient", "labels", "noise"])
 @pytest.mark.parametrize("channels", [None, 3])
-def test_streams_with_narrow_contexts_still_decode(kind: str, channels: int | None,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_streams_with_narrow_contexts_still_decode(kind: str, channels: int | None) -> None:
     """Streams without FLAG_WIDE_CONTEXT (contexts from the symbol 64 earlier alone, A4)
     decode exactly in every decoder, as do streams with it, on lane counts from 2 (small
     tiles, masks) to 32 and on palette tiles; the two streams differ. The numba encoder
@@ -355,7 +349,7 @@ def test_streams_with_narrow_contexts_still_decode(kind: str, channels: int | No
         image = make_image(kind, 150, 170, channels, seed=3)
     lanes: set[int] = set()
     for tile in (16, 64):
-        old, new = _narrow_and_wide(image, tile, monkeypatch)
+        old, new = _narrow_and_wide(image, tile)
         assert old[5] & f2.FLAG_WIDE_CONTEXT == 0 and new[5] & f2.FLAG_WIDE_CONTEXT
         if kind != "noise":  # (noise is all raw tiles: no contexts, the same payloads)
             assert old[24:] != new[24:]
@@ -368,12 +362,12 @@ def test_streams_with_narrow_contexts_still_decode(kind: str, channels: int | No
         assert 1 in lanes and (kind == "labels" or max(lanes) >= 3)
 
 
-def test_batches_mix_narrow_and_wide_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batches_mix_narrow_and_wide_streams() -> None:
     """The context kind is per stream (plan.WIDE): one batch decodes both kinds."""
     a = make_image("smooth", 90, 100, 3, seed=8)
     b = make_image("smooth", 70, 64, 3, seed=9)
-    old_a, new_a = _narrow_and_wide(a, 64, monkeypatch)
-    old_b, new_b = _narrow_and_wide(b, 32, monkeypatch)
+    old_a, new_a = _narrow_and_wide(a, 64)
+    old_b, new_b = _narrow_and_wide(b, 32)
     for got, want in zip(lossless.decode_batch([old_a, new_b, new_a, old_b]), [a, b, a, b], strict=True):
         np.testing.assert_array_equal(got, want)
 

@@ -117,6 +117,7 @@ def palette_images(rng: np.random.Generator) -> list[np.ndarray]:
 def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None = None) -> FuzzReport:
     """Mutated lossless streams through decode, ROI decode and the batch decoder."""
     from prepkit import lossless
+    from prepkit.lossless import format_v2
 
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
@@ -134,6 +135,8 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
     seeds.append(lossless.encode(mask, tile=32))
     seeds.append(lossless.encode(np_rng.integers(0, 256, (20, 40, 3), dtype=np.uint8), tile=16))
     seeds.extend(lossless.encode(image, tile=16) for image in palette_images(np_rng))
+    # The first v2 streams' u32 tile offsets (FLAG_SHORT_TILE_TABLE clear) are still decoded.
+    seeds.extend(format_v2.with_tile_table(stream, short=False) for stream in seeds[-4:])
     report = FuzzReport("lossless")
     go_on = budget(seconds, cases)
     while go_on(report):

@@ -22,8 +22,10 @@ from prepkit.fuzz import FuzzReport, budget, mutate
 
 
 def _seeds(seed: int) -> list[bytes]:
-    """Small v2 streams covering coded, constant, mask, raw, palette and MED tiles (and one v1 stream)."""
+    """Small v2 streams covering coded, constant, mask, raw, palette and MED tiles, both tile
+    table forms (and one v1 stream)."""
     from prepkit import lossless
+    from prepkit.lossless import format_v2
 
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:20, 0:18]
@@ -39,6 +41,7 @@ def _seeds(seed: int) -> list[bytes]:
     seeds = [lossless.encode(image, tile=16, version=2) for image in images]
     seeds.append(lossless.encode(images[0], tile=16, version=1))
     seeds.append(_med_seed())
+    seeds.append(format_v2.with_tile_table(seeds[1], short=False))  # the first v2 streams' u32 offsets
     return seeds
 
 

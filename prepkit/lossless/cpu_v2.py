@@ -945,7 +945,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     from prepkit.lossless import cpu
 
     image, flags = fmt.prepare(image, tile)
-    flags = (flags & f2.FLAG_2D) | (f2.FLAG_WIDE_CONTEXT if f2.encoder_wide_context(image.shape[2]) else 0)
+    flags = f2.encoder_flags(flags, f2.encoder_wide_context(image.shape[2]))
     h, w, c = image.shape
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     n = header.n_tiles
@@ -1016,7 +1016,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     stream = f2.assemble(header, freq, payloads)
     n_tables = c * f2.CONTEXTS
-    all_raw = f2.HEADER_SIZE + n_tables + header.table_size + int(raw_len.sum())
+    all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())
     if len(stream) <= all_raw:
         return stream
     keep[:] = False

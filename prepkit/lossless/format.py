@@ -168,6 +168,21 @@ def read_header(data: object) -> Header:
     return Header(height, width, channels, tile, flags, version)
 
 
+def u32_offsets(buf: np.ndarray, at: int, n: int) -> np.ndarray:
+    """The n + 1 absolute u32 tile offsets of the table at `at` (v1, and v2 without its
+    short tile table), checked: the table inside the stream, the first tile right after it,
+    the last tile ending the stream."""
+    start = at + 4 * (n + 1)
+    if buf.size < start:
+        raise CodecError(f"stream too short for the tile table: Expected {start} bytes. Got {buf.size}.")
+    offsets = buf[at:start].view("<u4").astype(np.int64)
+    if offsets[0] != start:
+        raise CodecError(f"first tile offset: Expected {start}. Got {offsets[0]}.")
+    if offsets[n] != buf.size:
+        raise CodecError(f"last tile offset: Expected the stream length {buf.size}. Got {offsets[n]}.")
+    return offsets
+
+
 def read_tile_table(data: object, header: Header | None = None) -> np.ndarray:
     """Validate the tile table; return int64 offsets (n_tiles + 1), absolute in the stream.
 
@@ -179,15 +194,7 @@ def read_tile_table(data: object, header: Header | None = None) -> np.ndarray:
         header = read_header(buf)
     if header.version != VERSION:
         raise CodecError(f"read_tile_table reads version {VERSION} streams, got version {header.version}")
-    n = header.n_tiles
-    start = HEADER_SIZE + header.table_size
-    if buf.size < start:
-        raise CodecError(f"stream too short for the tile table: Expected {start} bytes. Got {buf.size}.")
-    offsets = buf[HEADER_SIZE:start].view("<u4").astype(np.int64)
-    if offsets[0] != start:
-        raise CodecError(f"first tile offset: Expected {start}. Got {offsets[0]}.")
-    if offsets[n] != buf.size:
-        raise CodecError(f"last tile offset: Expected the stream length {buf.size}. Got {offsets[n]}.")
+    offsets = u32_offsets(buf, HEADER_SIZE, header.n_tiles)
     lengths = np.diff(offsets)
     th, tw = tile_geometry(header)
     low, high = payload_bounds(-(-(th * tw * header.channels) // BLOCK))

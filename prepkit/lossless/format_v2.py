@@ -30,7 +30,14 @@ FLAG_2D = fmt.FLAG_2D
 # tile) instead of the symbol 64 earlier alone (the first v2 streams, still decoded).
 # Decoders that predate it refuse the flag as unknown.
 FLAG_WIDE_CONTEXT = 4  # not bit 1: that is v1's FLAG_COLOUR (fmt.Header.colour)
-KNOWN_FLAGS = FLAG_2D | FLAG_WIDE_CONTEXT
+# Bit 3, short tile table (A1): each tile's length in one byte, or two for 128 and more,
+# instead of N + 1 u32 offsets (masks, whose tiles are mostly a few dozen bytes, 6.5% smaller).
+# Streams without it (every stream written before) keep the u32 offsets.
+FLAG_SHORT_TILE_TABLE = 8
+KNOWN_FLAGS = FLAG_2D | FLAG_WIDE_CONTEXT | FLAG_SHORT_TILE_TABLE
+SHORT_ONE_BYTE = 128  # lengths below this take one byte in a short tile table
+# The largest tile (raw, 64 x 64 x 4 plus its mode byte) fits a short table's two bytes.
+assert 1 + 64 * 64 * 4 < SHORT_ONE_BYTE << 8
 
 PROB_BITS = 12
 PROB_SCALE = 1 << PROB_BITS  # frequencies of a table sum to this
@@ -134,6 +141,53 @@ def context_values(symbols: np.ndarray, wide: bool) -> np.ndarray:
 def contexts(symbols: np.ndarray, wide: bool) -> np.ndarray:
     """Context (0..3) of every symbol of a tile's sequence."""
     return context_of_value(context_values(symbols, wide), wide)
+
+
+def encoder_flags(flags: int, wide: bool) -> int:
+    """The flags both encoders write: FLAG_2D kept from `flags`, FLAG_WIDE_CONTEXT when
+    `wide` (encoder_wide_context), and always the short tile table."""
+    return (flags & FLAG_2D) | (FLAG_WIDE_CONTEXT if wide else 0) | FLAG_SHORT_TILE_TABLE
+
+
+def tile_table(lengths: np.ndarray, short: bool, at: int) -> bytes:
+    """The tile table (A1) of tiles with these payload lengths, the table placed at stream
+    offset `at`. Short: a byte per tile, the length or 0x80 | its low 7 bits, then for each
+    tile of 128 bytes or more, in tile order, the length >> 7. Otherwise N + 1 u32 offsets."""
+    lengths = np.asarray(lengths, np.int64)
+    if short:
+        big = lengths >= SHORT_ONE_BYTE
+        low = np.where(big, 0x80 | (lengths & 127), lengths)
+        return low.astype(np.uint8).tobytes() + (lengths[big] >> 7).astype(np.uint8).tobytes()
+    offsets = np.concatenate([[0], np.cumsum(lengths)]) + at + 4 * (lengths.size + 1)
+    return offsets.astype("<u4").tobytes()
+
+
+def read_tile_table(buf: np.ndarray, at: int, n: int, short: bool) -> np.ndarray:
+    """The n + 1 absolute tile offsets from the tile table at `at` (A1), checked: the table
+    inside the stream, the first tile right after it, the last ending the stream, and in a
+    short table every two-byte length at least 128."""
+    if short:
+        if buf.size < at + n:
+            raise CodecError(f"stream too short for the tile table: need {at + n} bytes, got {buf.size}")
+        low = buf[at : at + n].astype(np.int64)
+        big = low >= SHORT_ONE_BYTE
+        start = at + n + int(big.sum())
+        if buf.size < start:
+            raise CodecError(f"stream too short for the tile table: need {start} bytes, got {buf.size}")
+        high = buf[at + n : start].astype(np.int64)
+        lengths = low.copy()
+        lengths[big] = (low[big] & 127) | high << 7
+        if (high == 0).any():
+            i = int(np.flatnonzero(big)[np.argmax(high == 0)])
+            raise CodecError(f"tile {i}: two-byte length in the tile table: expected 128 or more. Got {lengths[i]}.")
+        offsets = np.concatenate([[0], np.cumsum(lengths)]) + start
+        if offsets[n] != buf.size:
+            raise CodecError(
+                f"tile lengths: expected them to add up to the rest of the stream, {buf.size - start} bytes. "
+                f"Got {offsets[n] - start}."
+            )
+        return offsets
+    return fmt.u32_offsets(buf, at, n)
 
 
 def pack_header(
@@ -294,15 +348,10 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     c = header.channels
     n = header.n_tiles
     table_at = HEADER_SIZE + tables_size
-    start = table_at + header.table_size
-    if buf.size < start:
-        raise CodecError(f"stream too short for tables and tile table: need {start} bytes, got {buf.size}")
+    if buf.size < table_at:
+        raise CodecError(f"stream too short for its tables: need {table_at} bytes, got {buf.size}")
     tables = parse_tables(buf[HEADER_SIZE:table_at], n_sets * CONTEXTS)
-    offsets = buf[table_at:start].view("<u4").astype(np.int64)
-    if offsets[0] != start:
-        raise CodecError(f"first tile offset: expected {start}, found {offsets[0]}")
-    if offsets[n] != buf.size:
-        raise CodecError(f"last tile offset: expected the stream length {buf.size}, found {offsets[n]}")
+    offsets = read_tile_table(buf, table_at, n, bool(header.flags & FLAG_SHORT_TILE_TABLE))
     lengths = np.diff(offsets)
     if (lengths < 1).any():
         i = int(np.flatnonzero(lengths < 1)[0])
@@ -394,6 +443,39 @@ def assemble(header: fmt.Header, freq: np.ndarray, payloads: list[bytes]) -> byt
     n_sets = freq.shape[0] // CONTEXTS
     head = pack_header(header.height, header.width, header.channels, header.tile, header.flags,
                           n_sets, len(tables))
-    first = HEADER_SIZE + len(tables) + header.table_size
-    offsets = np.cumsum([0] + [len(p) for p in payloads]) + first
-    return head + tables + offsets.astype("<u4").tobytes() + b"".join(payloads)
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    table = tile_table(lengths, bool(header.flags & FLAG_SHORT_TILE_TABLE), HEADER_SIZE + len(tables))
+    return head + tables + table + b"".join(payloads)
+
+
+def tile_table_size(lengths: np.ndarray, flags: int) -> int:
+    """Bytes of the tile table of tiles with these lengths in a stream with these flags."""
+    return len(tile_table(lengths, bool(flags & FLAG_SHORT_TILE_TABLE), 0))
+
+
+def with_payloads(data: bytes, payloads: dict[int, bytes]) -> bytes:
+    """The same stream (header, tables, tile table form) with the payloads of some tiles
+    replaced, {tile index: new payload}; the tile table is rewritten to match. Tests build
+    damaged streams with it; the new payloads are not checked."""
+    buf = fmt.as_bytes(data)
+    stream = read_stream(buf)
+    _, _, tables_size = read_header(buf)
+    table_at = HEADER_SIZE + tables_size
+    tiles = [payloads.get(i, buf[int(a) : int(b)].tobytes()) for i, (a, b) in
+             enumerate(zip(stream.offsets[:-1], stream.offsets[1:], strict=True))]
+    lengths = np.array([len(t) for t in tiles], np.int64)
+    short = bool(stream.header.flags & FLAG_SHORT_TILE_TABLE)
+    return buf[:table_at].tobytes() + tile_table(lengths, short, table_at) + b"".join(tiles)
+
+
+def with_tile_table(data: bytes, short: bool) -> bytes:
+    """The same stream with its tile table in the other form (FLAG_SHORT_TILE_TABLE set or
+    cleared): decodes to the same image. Tests make streams of the older form with it."""
+    buf = fmt.as_bytes(data)
+    stream = read_stream(buf)
+    _, _, tables_size = read_header(buf)
+    table_at = HEADER_SIZE + tables_size
+    head = bytearray(buf[:table_at].tobytes())
+    head[5] = (head[5] & ~FLAG_SHORT_TILE_TABLE) | (FLAG_SHORT_TILE_TABLE if short else 0)
+    lengths = np.diff(stream.offsets)
+    return bytes(head) + tile_table(lengths, short, table_at) + buf[int(stream.offsets[0]) :].tobytes()

@@ -218,11 +218,38 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
 
 @njit(nogil=True, cache=True)
 def _tile_table(src, s, size, at, n, offsets):
-    """Read the n + 1 tile offsets at stream offset ``at`` (relative); check the first and the
-    last (format.read_tile_table / format_v2.read_stream)."""
+    """Read the n + 1 u32 tile offsets at stream offset ``at`` (relative); check the table's
+    room, the first and the last offset (format.read_tile_table / format_v2.read_tile_table)."""
+    if size < at + 4 * (n + 1):
+        return False
     for i in range(n + 1):
         offsets[i] = _u32(src, s + at + 4 * i)
     return offsets[0] == at + 4 * (n + 1) and offsets[n] == size
+
+
+@njit(nogil=True, cache=True)
+def _short_tile_table(src, s, size, at, n, offsets):
+    """format_v2.read_tile_table of a short table (FLAG_SHORT_TILE_TABLE): n length bytes at
+    ``at``, then the second byte of each length of 128 or more; the same refusals."""
+    if size < at + n:
+        return False
+    start = at + n
+    for i in range(n):
+        start += src[s + at + i] >> 7
+    if size < start:
+        return False
+    offsets[0] = start
+    second = s + at + n
+    for i in range(n):
+        length = np.int64(src[s + at + i])
+        if length >= f2.SHORT_ONE_BYTE:
+            high = np.int64(src[second])
+            second += 1
+            if high == 0:
+                return False
+            length = (length & 127) | high << 7
+        offsets[i + 1] = offsets[i] + length
+    return offsets[n] == size
 
 
 @njit(nogil=True, cache=True)
@@ -337,18 +364,22 @@ def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner,
         errors[r] = ERR_TABLE
         if version == 1:
             at = fmt.HEADER_SIZE
-            if size < at + 4 * (n + 1) or not _tile_table(src, s, size, at, n, offsets):
+            if not _tile_table(src, s, size, at, n, offsets):
                 continue
             if not _check_v1(h, w, c, t, tiles_x, n, offsets):
                 continue
         else:
             at = f2.HEADER_SIZE + info[r, I_ZSIZE]
-            if size < at + 4 * (n + 1):
+            if size < at:
                 continue
             n_tables = info[r, I_SETS] * f2.CONTEXTS
             if not _parse_tables(src, s + f2.HEADER_SIZE, s + at, n_tables, freq, cum, dec, lay[r, L_TABLE], pack):
                 continue
-            if not _tile_table(src, s, size, at, n, offsets) or not _check_v2(
+            if info[r, I_FLAGS] & f2.FLAG_SHORT_TILE_TABLE:
+                table_ok = _short_tile_table(src, s, size, at, n, offsets)
+            else:
+                table_ok = _tile_table(src, s, size, at, n, offsets)
+            if not table_ok or not _check_v2(
                 src, s, size, h, w, c, t, tiles_x, n, info[r, I_SETS], offsets
             ):
                 continue

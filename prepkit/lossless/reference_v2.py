@@ -353,7 +353,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_co
     image, flags = prepare(image, tile)
     h, w, c = image.shape
     wide = f2.encoder_wide_context(c) if wide_context is None else wide_context
-    flags = (flags & f2.FLAG_2D) | (f2.FLAG_WIDE_CONTEXT if wide else 0)
+    flags = f2.encoder_flags(flags, wide)
     header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     n_predictors = f2.encoder_predictors(fast_decode)
@@ -459,7 +459,8 @@ def smaller_of(stream: bytes, header: fmt.Header, tiles: list[np.ndarray]) -> by
     """The stream, or every tile raw with empty tables when that is smaller (noise: tables
     that fit it cost more than they save)."""
     n_tables = header.channels * f2.CONTEXTS
-    all_raw = f2.HEADER_SIZE + n_tables + header.table_size + sum(1 + t.size for t in tiles)
+    raw_lengths = np.array([1 + t.size for t in tiles], np.int64)
+    all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_lengths, header.flags) + int(raw_lengths.sum())
     if len(stream) <= all_raw:
         return stream
     return assemble(header, np.zeros((n_tables, 256), np.int32), [raw_tile(t) for t in tiles])

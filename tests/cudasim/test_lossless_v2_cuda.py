@@ -201,22 +201,12 @@ def test_cuda_v2_rejects_corrupt_rans(what: str) -> None:
     elif what == "final_state":
         stream[states] ^= 1
     elif what == "words_short":
-        stream = stream[: end - 2]
-        stream[f2.HEADER_SIZE + lossless.read_header(bytes(stream)).table_size + 4 * 0 :]
-        _fix_last_offset(stream)
+        stream = bytearray(f2.with_payloads(bytes(stream), {0: bytes(stream[start : end - 2])}))
     else:
-        stream += b"\0\0"
-        _fix_last_offset(stream)
+        stream = bytearray(f2.with_payloads(bytes(stream), {0: bytes(stream[start:end]) + b"\0\0"}))
     for device in ("cpu", "cuda"):
         with pytest.raises(CodecError):
             lossless.decode_batch([bytes(stream)], device=device)
-
-
-def _fix_last_offset(stream: bytearray) -> None:
-    """Point the tile table's last entry at the (changed) stream end (one-tile stream)."""
-    head = f2.read_header(np.frombuffer(bytes(stream[: f2.HEADER_SIZE]), np.uint8))
-    at = f2.HEADER_SIZE + head[2] + 4
-    stream[at : at + 4] = len(stream).to_bytes(4, "little")
 
 
 def test_cuda_v2_rejects_empty_table() -> None:
@@ -227,13 +217,8 @@ def test_cuda_v2_rejects_empty_table() -> None:
     freq = s.tables.freq.copy()
     used = int(np.argmax(freq.sum(axis=1)))
     freq[[t for t in range(freq.shape[0]) if t != used]] = 0
-    tables = f2.pack_tables(freq)
-    n = s.header.n_tiles
-    old_tables = int(s.offsets[0]) - f2.HEADER_SIZE - 4 * (n + 1)
-    shift = len(tables) - old_tables
-    head = f2.pack_header(16, 16, 1, 16, s.header.flags, freq.shape[0] // f2.CONTEXTS, len(tables))
-    offsets = (s.offsets + shift).astype("<u4").tobytes()
-    bad = head + tables + offsets + stream[int(s.offsets[0]) :]
+    bad = f2.assemble(s.header, freq, [stream[int(s.offsets[0]) :]])
+    np.testing.assert_array_equal(f2.read_stream(np.frombuffer(bad, np.uint8)).tables.freq, freq)  # well formed
     for device in ("cpu", "cuda"):
         with pytest.raises(CodecError):
             lossless.decode_batch([bad], device=device)

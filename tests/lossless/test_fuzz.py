@@ -20,23 +20,40 @@ from .images import make_image
 def _streams() -> list[bytes]:
     mask = np.zeros((50, 70), np.uint8)
     mask[5:30, 10:60] = 4
-    return [
-        lossless.encode(make_image("smooth", 70, 90, 3, seed=1), tile=32, version=version)
-        for version in (1, 2)
-    ] + [
-        lossless.encode(make_image("noise", 20, 33, 4, seed=2), tile=16, version=1),
+    v2 = [
+        lossless.encode(make_image("smooth", 70, 90, 3, seed=1), tile=32),
         lossless.encode(make_image("noise", 20, 33, 4, seed=2), tile=16),
-        lossless.encode(make_image("gradient", 40, 17, None, seed=3), tile=16, version=1),
         lossless.encode(make_image("gradient", 40, 17, None, seed=3), tile=16),
         lossless.encode(mask, tile=32),
     ]
+    v1 = [
+        lossless.encode(make_image("smooth", 70, 90, 3, seed=1), tile=32, version=1),
+        lossless.encode(make_image("noise", 20, 33, 4, seed=2), tile=16, version=1),
+        lossless.encode(make_image("gradient", 40, 17, None, seed=3), tile=16, version=1),
+    ]
+    # v2 streams with the u32 offsets of the first v2 streams (no FLAG_SHORT_TILE_TABLE) too
+    return v1 + v2 + [f2.with_tile_table(v2[0], short=False), f2.with_tile_table(v2[3], short=False)]
 
 
 def _table_at(stream: bytes) -> int:
-    """Where the tile offset table starts (after the v2 frequency tables)."""
+    """Where the tile table starts (after the v2 frequency tables)."""
     if stream[4] == 2:
         return f2.HEADER_SIZE + struct.unpack_from("<I", stream, 20)[0]
     return fmt.HEADER_SIZE
+
+
+def _short_table(stream: bytes) -> bool:
+    """Whether the stream's tile table holds 1- or 2-byte lengths (FLAG_SHORT_TILE_TABLE)."""
+    return stream[4] == 2 and bool(stream[5] & f2.FLAG_SHORT_TILE_TABLE)
+
+
+def _payloads_at(stream: bytes) -> int:
+    """Where the first tile payload starts (after the tile table)."""
+    n_tiles = lossless.read_header(stream).n_tiles
+    if _short_table(stream):
+        low = np.frombuffer(stream, np.uint8)[_table_at(stream) : _table_at(stream) + n_tiles]
+        return _table_at(stream) + n_tiles + int((low >= 128).sum())
+    return _table_at(stream) + 4 * (n_tiles + 1)
 
 
 def _check(data: bytes) -> None:
@@ -63,17 +80,22 @@ def _mutations(stream: bytes, rng: np.random.Generator):
     elif kind == 2:  # a random header field
         i = int(rng.integers(_table_at(stream)))
         buf[i] = int(rng.integers(256))
+    elif kind == 3 and _short_table(stream):  # a random byte of a short tile table
+        buf[int(rng.integers(_table_at(stream), _payloads_at(stream)))] = int(rng.integers(256))
     elif kind == 3:  # a random tile offset
         i = int(rng.integers(n_tiles + 1))
         pos = _table_at(stream) + 4 * i
         buf[pos : pos + 4] = struct.pack("<I", int(rng.integers(0, 2**32)))
+    elif kind == 4 and _short_table(stream):  # small shifts of a length byte (may flip bit 7)
+        pos = _table_at(stream) + int(rng.integers(n_tiles))
+        buf[pos] = (buf[pos] + int(rng.integers(-3, 4))) % 256
     elif kind == 4:  # small shifts of an offset (stay plausible, break the payload split)
         i = int(rng.integers(1, n_tiles + 1))
         pos = _table_at(stream) + 4 * i
         value = struct.unpack("<I", bytes(buf[pos : pos + 4]))[0] + int(rng.integers(-3, 4))
         buf[pos : pos + 4] = struct.pack("<I", value % 2**32)
     else:  # random bytes inside one payload
-        start = _table_at(stream) + 4 * (n_tiles + 1)
+        start = _payloads_at(stream)
         for _ in range(int(rng.integers(1, 8))):
             buf[int(rng.integers(start, len(buf)))] = int(rng.integers(256))
     return bytes(buf)

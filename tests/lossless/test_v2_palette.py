@@ -124,11 +124,10 @@ def test_index_at_or_above_palette_size_is_refused() -> None:
     stream = f2.read_stream(np.frombuffer(bytes(data), np.uint8))
     at = int(stream.offsets[0])
     assert data[at + 2] == 4
-    data[at + 2] = 3  # P = 4: index 4 now lies outside; the palette shrinks by one colour ...
-    del data[at + 4 + 12 : at + 4 + 15]  # ... and the stream by its 3 bytes
-    tables_size = int.from_bytes(data[20:24], "little")
-    offsets_at = f2.HEADER_SIZE + tables_size
-    data[offsets_at + 4 : offsets_at + 8] = (len(data)).to_bytes(4, "little")
+    payload = data[at : int(stream.offsets[1])]
+    payload[2] = 3  # P = 4: index 4 now lies outside; the palette shrinks by one colour ...
+    del payload[4 + 12 : 4 + 15]  # ... and the tile by its 3 bytes
+    data = bytearray(f2.with_payloads(bytes(data), {0: bytes(payload)}))
     with pytest.raises(CodecError, match="palette index 4 at or above the palette size 4"):
         r2.decode(bytes(data))
     with pytest.raises(CodecError, match="palette index at or above the palette size"):

@@ -66,7 +66,7 @@ def test_tables_serialise_both_kinds() -> None:
 def test_constant_and_noise_use_their_cheap_modes() -> None:
     const = np.full((64, 64, 3), 9, np.uint8)
     data = r2.encode(const)
-    assert len(data) == f2.HEADER_SIZE + 12 + 8 + (2 + 6)  # empty tables, one constant tile
+    assert len(data) == f2.HEADER_SIZE + 12 + 1 + (2 + 6)  # empty tables, a 1-byte tile table, one constant tile
     noise = make_image("noise", 40, 40, 3, seed=1)
     s = f2.read_stream(np.frombuffer(r2.encode(noise), np.uint8))
     assert (s.mode == f2.TILE_RAW).all()
@@ -105,7 +105,8 @@ def _with(data: bytes, at: int, value: bytes) -> bytes:
         (lambda d: _with(d, 5, b"\x02"), "unknown flags"),
         (lambda d: _with(d, 7, b"\x07"), "table sets"),
         (lambda d: _with(d, 18, b"\x01"), "reserved"),
-        (lambda d: d[:-1], "last tile offset"),
+        (lambda d: d[:-1], "tile lengths: expected them to add up to the rest of the stream"),
+        (lambda d: f2.with_tile_table(d, short=False)[:-1], "last tile offset"),
         (lambda d: d[:30], "too short"),
     ],
 )
@@ -123,9 +124,11 @@ def test_bad_table_and_tile_fields_are_refused() -> None:
     z = struct.unpack_from("<I", data, 20)[0]
     with pytest.raises(CodecError, match="frequency table 0"):
         r2.decode(_with(data, 24, b"\x05"))  # unknown table kind
-    first = struct.unpack_from("<I", data, 24 + z)[0]
+    old = f2.with_tile_table(data, short=False)  # the u32 offsets of the first v2 streams
+    first = struct.unpack_from("<I", old, 24 + z)[0]
     with pytest.raises(CodecError, match="first tile offset"):
-        r2.decode(_with(data, 24 + z, struct.pack("<I", first + 1)))
+        r2.decode(_with(old, 24 + z, struct.pack("<I", first + 1)))
+    first = int(f2.read_stream(np.frombuffer(data, np.uint8)).offsets[0])
     with pytest.raises(CodecError, match="tile mode"):
         r2.decode(_with(data, first, b"\x07"))
     with pytest.raises(CodecError, match="lane count"):

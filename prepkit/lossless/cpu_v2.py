@@ -1349,11 +1349,13 @@ def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, 
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _rans_scratch():
-    """_rans's scratch arrays, made once per thread, not per tile: the lane states, the map
-    from context value to table row (table_of), the next 32 symbols' table rows (bases) and
-    the vector step's uint32 lane states."""
-    return np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32), np.empty(MAX_LANES, np.uint32)
+def _decode_scratch_arrays():
+    """The decoder's scratch arrays, made once per thread, not per tile: _rans's lane
+    states, map from context value to table row (table_of), next 32 symbols' table rows
+    (bases) and the vector step's uint32 lane states; then the MED inverse's rows and
+    diagonals (med_simd.scratch)."""
+    return (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32),
+            np.empty(MAX_LANES, np.uint32), med_simd.scratch())
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1376,7 +1378,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
     i = 0
     last = end - 2
     flat = dec.reshape(-1)
-    states, table_of, bases, xstates = scratch  # (_rans_scratch)
+    states, table_of, bases, xstates = scratch[0], scratch[1], scratch[2], scratch[3]  # (_decode_scratch_arrays)
     for k in range(c):
         chb = np.int64(src[start + 2 + k])
         if chb == 0:
@@ -1423,11 +1425,14 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _unpredict(symbols, i, p, row, th, tw):
+def _unpredict(symbols, i, p, row, th, tw, med_work):
     """Residuals -> plane: undo zig-zag of symbols[SYM0 + i:], then the predictor's prefix sums
-    (uint8 wraps mod 256)."""
+    (uint8 wraps mod 256), or MED's diagonal steps (med_simd, med_work its scratch)."""
     plane = th * tw
     zs = symbols[SYM0 + i : SYM0 + i + plane]
+    if p == f2.PRED_MED:
+        med_simd.unpredict(zs, row, th, tw, med_work)
+        return
     for q in range(plane):
         z = zs[q]
         row[q] = (z >> 1) ^ -(z & 1)
@@ -1439,22 +1444,6 @@ def _unpredict(symbols, i, p, row, th, tw):
             above = row[(y - 1) * tw : y * tw]
             for x in range(tw):
                 cur[x] += above[x]
-    if p == f2.PRED_MED:
-        _unpredict_med(row, th, tw)
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _unpredict_med(row, th, tw):
-    """Residual plane -> plane under MED (A4). Row 0 predicts from the left and column 0
-    from above (running sums); the rest goes eight rows at a time (med_simd)."""
-    run = np.uint8(0)
-    for x in range(tw):
-        run += row[x]
-        row[x] = run
-    for y in range(1, th):
-        row[y * tw] += row[(y - 1) * tw]
-    if tw > 1:
-        med_simd.unpredict_rows(row, th, tw)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1486,7 +1475,7 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
                 symbols, scratch)
     if err:
         return err
-    _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw)
+    _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw, scratch[4])
     top = np.uint8(0)
     for q in range(th * tw):
         top = max(top, index[q])
@@ -1622,7 +1611,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
             chb = np.int64(src[start + 2 + k])
             if chb == 0:
                 continue
-            _unpredict(symbols, i, _predictor_of(chb), planes[k, :plane], th, tw)
+            _unpredict(symbols, i, _predictor_of(chb), planes[k, :plane], th, tw, scratch[4])
             i += plane
     _colour_inverse(planes, plane, colour)
     _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
@@ -1633,7 +1622,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
 def _decode_items(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes):
     chunks = symbols.shape[0]
     for chunk in prange(chunks):
-        scratch = _rans_scratch()
+        scratch = _decode_scratch_arrays()
         for j in range(chunk, items.shape[0], chunks):
             i = items[j]
             errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[chunk], planes[chunk], scratch)
@@ -1641,7 +1630,7 @@ def _decode_items(src, work, items, out, errors, dec, empty, ctx_of, symbols, pl
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_items_serial(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes):
-    scratch = _rans_scratch()
+    scratch = _decode_scratch_arrays()
     for j in range(items.shape[0]):
         i = items[j]
         errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[0], planes[0], scratch)

@@ -1,24 +1,33 @@
-"""The MED inverse (bitstream v2, A4) eight rows at a time, for the numba CPU decoder.
+"""The MED inverse (bitstream v2, A4) one anti-diagonal at a time, for the numba CPU decoder.
 
-Each pixel under MED needs its left neighbour, so a row is a serial chain; the scalar decoder
-ran four rows skewed by a column each to overlap four chains, at about 19 instructions per
-pixel. Here eight rows run as the eight byte lanes of one vector: at step x, lane k decodes
-row y0 + k, column x - k. Lane k's upper neighbour is then the pixel lane k - 1 decoded at the
-previous step (its current left value), and its upper-left one is its own previous upper
-neighbour, so the step loads only the eight residuals, plus the row above for lane 0:
+Each pixel under MED needs its left neighbour, so a row is a serial chain. All the pixels of
+one anti-diagonal (y + x = d) depend only on the two diagonals before it, though: the pixel's
+left and upper neighbours lie on diagonal d - 1, its upper-left one on d - 2. So the plane is
+re-laid out diagonal-major (`diag[d, y]` = the pixel at row y, column d - y), and one 64-byte
+vector step decodes a whole diagonal; lane y's neighbours are then
 
-    U  = (L shifted up one lane) with lane 0 = the pixel above lane 0
+    L  = lane y of the previous step's pixels,
+    U  = lane y - 1 of the previous step's pixels (a one-lane shift),
+    UL = the previous step's U,
+
+kept in registers from step to step. A tile of th x tw pixels takes th + tw - 1 steps (127 for
+a full tile, 32 pixels per step on average) instead of th * tw scalar ones. Per lane:
+
     t  = L + U - UL in unsigned saturating bytes     (clamping below 0 or above 255 does not
                                                       change the median of L, U and t)
     P  = max(min(L, U), min(max(L, U), t))            MED as a median of three
-    L  = the residual + P mod 256, in the lanes whose column is inside 1 .. tw - 1;
-         the others store back the byte they loaded (the ramps of the skew)
+    P  = L in row 0, U in column 0 (lane y on diagonal y)
+    pixel = residual + P mod 256
 
-The lanes are LLVM vector operations (generic IR: saturating adds, min/max and byte
-inserts/extracts; no CPU-specific intrinsic), so the step compiles on any CPU numba runs on.
-Lanes whose row is past the tile (the last group) load and store lane 0's byte before lane 0
-does, so they change nothing. `unpredict_rows` is the numba loop; `reference_v2.unpredict` is
-the plain numpy reference tests compare it with.
+Lanes outside the tile (x < 0, x >= tw, y >= th) compute bytes no inside lane ever reads.
+
+The plane goes to and from the diagonal layout by 16 x 16 byte transposes (four rounds of
+byte interleaves, `punpcklbw`/`punpckhbw` on x86) of 16 rows loaded at a one-byte skew per
+row: row y0 + j from column d0 - y0 - j. The rows live in a padded scratch (PITCH bytes per
+row, LEFT bytes before column 0) so that the skewed loads and stores of the ragged ends fall
+into the padding. Everything is generic LLVM vector IR (shuffles, saturating adds, compares),
+so it compiles on any CPU numba runs on. `unpredict` is the numba entry point;
+`reference_v2.unpredict` is the plain numpy reference the tests compare it with.
 """
 from __future__ import annotations
 
@@ -28,10 +37,63 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-GROUP = 8  # rows per vector step
+BLOCK = 16  # rows and columns of one transpose
+LANES = 64  # lanes of the diagonal step: the largest tile side
+LEFT = BLOCK  # padding before column 0 of a scratch row: skewed loads start up to 15 bytes early
+PITCH = LEFT + LANES + 2 * BLOCK  # and end up to 31 bytes past column tw - 1
+PAD_ROWS = LANES + BLOCK  # the last row block of a partial tile reads up to 15 rows past th
+DIAG_ROWS = 2 * LANES  # diagonals 0 .. th + tw - 2, and the last transpose's 16 rows past them
+SCRATCH_BYTES = PAD_ROWS * PITCH + DIAG_ROWS * LANES
 
-_I8, _I64 = ir.IntType(8), ir.IntType(64)
-_V8I8 = ir.VectorType(_I8, GROUP)
+_I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+_V16 = ir.VectorType(_I8, BLOCK)
+_V64 = ir.VectorType(_I8, LANES)
+
+
+def _mask(values: list[int]) -> ir.Constant:
+    return ir.Constant(ir.VectorType(_I32, len(values)), values)
+
+
+def _transpose(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """16 x 16 bytes: four rounds of interleaving row i with row i + 8 (low halves into row
+    2i, high halves into row 2i + 1) leave the transpose."""
+    low = _mask([k for j in range(BLOCK // 2) for k in (j, BLOCK + j)])
+    high = _mask([k for j in range(BLOCK // 2, BLOCK) for k in (j, BLOCK + j)])
+    for _ in range(4):
+        out = []
+        for i in range(BLOCK // 2):
+            out.append(builder.shuffle_vector(rows[i], rows[i + BLOCK // 2], low))
+            out.append(builder.shuffle_vector(rows[i], rows[i + BLOCK // 2], high))
+        rows = out
+    return rows
+
+
+@intrinsic
+def transpose16(typingctx, src, src_at, src_stride, dst, dst_at, dst_stride):
+    """Load 16 rows of 16 bytes, row j at src[src_at + j * src_stride], and store their
+    transpose, row t at dst[dst_at + t * dst_stride] (unaligned; src and dst may be one array
+    when the two blocks do not overlap)."""
+    sig = types.none(src, types.int64, types.int64, dst, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        src_v, src_at_v, src_stride_v, dst_v, dst_at_v, dst_stride_v = args
+        src_data = context.make_array(signature.args[0])(context, builder, src_v).data
+        dst_data = context.make_array(signature.args[3])(context, builder, dst_v).data
+        rows = []
+        for j in range(BLOCK):
+            at = builder.add(src_at_v, builder.mul(src_stride_v, ir.Constant(_I64, j)))
+            rows.append(builder.load(builder.bitcast(builder.gep(src_data, [at]), _V16.as_pointer()), align=1))
+        for t, row in enumerate(_transpose(builder, rows)):
+            at = builder.add(dst_at_v, builder.mul(dst_stride_v, ir.Constant(_I64, t)))
+            builder.store(row, builder.bitcast(builder.gep(dst_data, [at]), _V16.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _call(builder: ir.IRBuilder, name: str, *values: ir.Value) -> ir.Value:
+    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V64, [_V64] * len(values)), name)
+    return builder.call(function, list(values))
 
 
 def _umin(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
@@ -43,71 +105,79 @@ def _umax(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
 
 
 @intrinsic
-def med_step8(typingctx, row, base, stride, live, x, tw, left, upleft, above):
-    """One step of a row group: lane k's residual at row[base + k * stride] (base = the
-    group's first row start + x, stride = tw - 1), for the `live` lanes (the others use lane
-    0's byte); left and upleft are the lane vectors L and UL packed in uint64s (lane k in
-    byte k), above the pixel above lane 0. Returns (new L, this step's U)."""
-    sig = types.UniTuple(types.uint64, 2)(row, types.int64, types.int64, types.int64, types.int64, types.int64,
-                                          types.uint64, types.uint64, types.uint8)
+def med_diagonals(typingctx, diag, steps):
+    """Residual diagonals -> pixels in place: diag[d * 64 + y] for d in 0 .. steps - 1, one
+    64-lane vector step per diagonal (the recurrence in the module docstring)."""
+    sig = types.none(diag, types.int64)
 
     def codegen(context, builder, signature, args):
-        row_v, base_v, stride_v, live_v, x_v, tw_v, left_v, upleft_v, above_v = args
-        usat_add = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8I8, [_V8I8, _V8I8]),
-                                                  "llvm.uadd.sat.v8i8")
-        usat_sub = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8I8, [_V8I8, _V8I8]),
-                                                  "llvm.usub.sat.v8i8")
-        data = context.make_array(signature.args[0])(context, builder, row_v).data
-        addresses = []
-        residual = ir.Constant(_V8I8, ir.Undefined)
-        for k in range(GROUP):
-            offset = builder.select(builder.icmp_signed("<", ir.Constant(_I64, k), live_v),
-                                    builder.mul(stride_v, ir.Constant(_I64, k)), ir.Constant(_I64, 0))
-            address = builder.gep(data, [builder.add(base_v, offset)])
-            addresses.append(address)
-            residual = builder.insert_element(residual, builder.load(address), ir.Constant(_I64, k))
-
-        left = builder.bitcast(left_v, _V8I8)
-        upleft = builder.bitcast(upleft_v, _V8I8)
-        # U = L shifted up a lane, `above` in lane 0, as integer arithmetic: built with vector
-        # inserts LLVM picks AMD's SSE4a insertq, which made this step 14x slower on this VM.
-        up = builder.bitcast(builder.or_(builder.shl(left_v, ir.Constant(_I64, 8)), builder.zext(above_v, _I64)), _V8I8)
-        t = builder.call(usat_sub, [builder.call(usat_add, [left, builder.call(usat_sub, [up, upleft])]),
-                                    builder.call(usat_sub, [upleft, up])])
-        low, high = _umin(builder, left, up), _umax(builder, left, up)
-        pixel = builder.add(residual, _umax(builder, low, _umin(builder, high, t)))
-
-        # Lane k is inside the tile's columns 1 .. tw - 1 when x - k - 1 < tw - 1 (unsigned).
-        lanes = ir.Constant(ir.VectorType(_I64, GROUP), list(range(GROUP)))
-        column = builder.sub(builder.sub(_splat64(builder, x_v), lanes), ir.Constant(lanes.type, [1] * GROUP))
-        inside = builder.icmp_unsigned("<", column, _splat64(builder, builder.sub(tw_v, ir.Constant(_I64, 1))))
-        inside = builder.and_(inside, builder.icmp_signed("<", lanes, _splat64(builder, live_v)))
-        pixel = builder.select(inside, pixel, residual)
-        for k in reversed(range(GROUP)):  # dead lanes (high k) store lane 0's byte before lane 0 does
-            builder.store(builder.extract_element(pixel, ir.Constant(_I64, k)), addresses[k])
-        result = (builder.bitcast(pixel, _I64), builder.bitcast(up, _I64))
-        return context.make_tuple(builder, signature.return_type, result)
+        diag_v, steps_v = args
+        data = context.make_array(signature.args[0])(context, builder, diag_v).data
+        zero = ir.Constant(_V64, [0] * LANES)
+        lane = ir.Constant(_V64, list(range(LANES)))
+        row0 = builder.icmp_unsigned("==", lane, zero)
+        previous = cgutils.alloca_once_value(builder, zero)  # promoted to registers by LLVM
+        previous_up = cgutils.alloca_once_value(builder, zero)
+        with cgutils.for_range(builder, steps_v) as loop:
+            d = loop.index
+            left = builder.load(previous)
+            upleft = builder.load(previous_up)
+            up = builder.shuffle_vector(zero, left, _mask([0] + [LANES + y - 1 for y in range(1, LANES)]))
+            pointer = builder.bitcast(builder.gep(data, [builder.mul(d, ir.Constant(_I64, LANES))]), _V64.as_pointer())
+            residual = builder.load(pointer, align=1)
+            t = _call(builder, "llvm.usub.sat.v64i8",
+                      _call(builder, "llvm.uadd.sat.v64i8", left, _call(builder, "llvm.usub.sat.v64i8", up, upleft)),
+                      _call(builder, "llvm.usub.sat.v64i8", upleft, up))
+            low, high = _umin(builder, left, up), _umax(builder, left, up)
+            predicted = _umax(builder, low, _umin(builder, high, t))
+            # Column 0 is lane y on diagonal y (d < 64 here; for larger d no lane matches).
+            d8 = builder.trunc(builder.select(builder.icmp_unsigned("<", d, ir.Constant(_I64, LANES)), d,
+                                              ir.Constant(_I64, 255)), _I8)
+            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(_V64, ir.Undefined), d8,
+                                                                  ir.Constant(_I64, 0)),
+                                           ir.Constant(_V64, ir.Undefined), _mask([0] * LANES))
+            column0 = builder.icmp_unsigned("==", lane, splat)
+            predicted = builder.select(column0, up, predicted)
+            predicted = builder.select(row0, left, predicted)
+            pixel = builder.add(residual, predicted)
+            builder.store(pixel, pointer, align=1)
+            builder.store(pixel, previous)
+            builder.store(up, previous_up)
+        return context.get_dummy_value()
 
     return sig, codegen
 
 
-def _splat64(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    vector = builder.insert_element(ir.Constant(ir.VectorType(_I64, GROUP), ir.Undefined), value,
-                                    ir.Constant(_I64, 0))
-    return builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(ir.IntType(32), GROUP), [0] * GROUP))
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def scratch():
+    """The scratch bytes `unpredict` needs, made once per thread: the padded rows, then the
+    diagonals."""
+    return np.empty(SCRATCH_BYTES, np.uint8)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def unpredict_rows(row, th, tw):
-    """Rows 1 .. th - 1 of a residual plane (row 0 and column 0 already decoded) -> pixels
-    under MED, eight rows per group, the group's rows skewed by a column each."""
-    stride = tw - 1
-    for y0 in range(1, th, GROUP):
-        live = min(GROUP, th - y0)
-        a0 = y0 * tw
-        left = np.uint64(row[a0])
-        upleft = np.uint64(row[a0 - tw])
-        for x in range(1, tw + live - 1):
-            # The pixel above lane 0 (for x >= tw lane 0 is done: any byte of the group will do).
-            above = row[a0 - tw + x]
-            left, upleft = med_step8(row, a0 + x, stride, live, x, tw, left, upleft, above)
+def unpredict(zigzag, row, th, tw, work):
+    """Zig-zag residual symbols of a th x tw plane (row-major, th, tw <= 64) -> the plane's
+    pixels under MED, into row; work is `scratch()`."""
+    pad = work[: PAD_ROWS * PITCH]
+    diag = work[PAD_ROWS * PITCH :]
+    for y in range(th):  # residuals into the padded rows
+        zs = zigzag[y * tw : y * tw + tw]
+        line = pad[y * PITCH + LEFT : y * PITCH + LEFT + tw]
+        for x in range(tw):
+            z = zs[x]
+            line[x] = (z >> 1) ^ -(z & 1)
+    # Block (y0, d0): rows y0 .. y0 + 15 from column d0 - y0 - j (row j of the block), that is
+    # diagonals d0 .. d0 + 15 at lanes y0 .. y0 + 15; d0 covers every diagonal those rows touch.
+    for y0 in range(0, th, BLOCK):
+        for d0 in range(y0, y0 + tw + BLOCK - 1, BLOCK):
+            transpose16(pad, y0 * PITCH + LEFT + d0 - y0, PITCH - 1, diag, d0 * LANES + y0, LANES)
+    med_diagonals(diag, th + tw - 1)
+    for y0 in range(0, th, BLOCK):
+        for d0 in range(y0, y0 + tw + BLOCK - 1, BLOCK):
+            transpose16(diag, d0 * LANES + y0, LANES, pad, y0 * PITCH + LEFT + d0 - y0, PITCH - 1)
+    for y in range(th):
+        line = pad[y * PITCH + LEFT : y * PITCH + LEFT + tw]
+        out = row[y * tw : y * tw + tw]
+        for x in range(tw):
+            out[x] = line[x]

@@ -1424,6 +1424,97 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
     return 0
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _two_lane_plane(src, item):
+    """The symbol count of a tile whose rANS part is one plane coded with 2 lanes (a coded
+    one-channel tile or a palette tile: most mask tiles), else 0. Such tiles decode in pairs
+    (_pair_symbols); a plane of odd size takes the one-tile path."""
+    start = item[0]
+    mode = src[start]
+    plane = item[2] * item[3]
+    if (src[start + 1] >> 4) != 1 or plane & 1:
+        return 0
+    if mode == f2.TILE_PALETTE or (mode == f2.TILE_CODED and item[4] == 1 and src[start + 2] != 0):
+        return plane
+    return 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _pair_setup(src, item, ctx_of, table_of):
+    """A two-lane tile's (rANS start, payload end, table set, wmask, ctx16 row): the lane
+    states start at the returned position; table_of gets the plane's table rows."""
+    start, end = item[0], item[1]
+    wide = item[plan_mod.WIDE]
+    if src[start] == f2.TILE_PALETTE:
+        pos = start + 4 + (np.int64(src[start + 2]) + 1) * item[4]
+        chb = np.int64(src[start + 3])
+    else:
+        pos = start + 3
+        chb = np.int64(src[start + 2])
+    tset = item[12] + (chb >> 4) * 4
+    ctx = ctx_of[wide]
+    for v in range(256):
+        table_of[v] = (tset + ctx[v]) * 4096
+    return pos, end, tset, np.uint8(255) if wide else np.uint8(0), wide
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _pair_check(src, pos, end, w, x0, x1, tset, empty, ctx, wmask, symbols, plane):
+    """The checks _rans makes after a two-lane plane: every word used, final states, no
+    symbol from an empty table."""
+    if pos + 8 + 2 * np.int64(w) != end or x0 != STATE_LOW or x1 != STATE_LOW:
+        return False
+    if empty[tset] | empty[tset + 1] | empty[tset + 2] | empty[tset + 3]:
+        for q in range(plane):
+            if empty[tset + ctx[_context_value(symbols, q, wmask)]]:
+                return False
+    return True
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _pair_symbols(src, item_a, item_b, plane, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
+    """Decode the symbols of two two-lane tiles (_two_lane_plane, the same plane size) in
+    one loop: a tile's two lanes are two dependent chains of table loads, so a second tile's
+    lanes in the same loop fill the wait (masks). True when both decoded cleanly; on False
+    the caller decodes each on its own, which finds and names the error."""
+    table_a, bases_a = scratch_a[1], scratch_a[2]
+    table_b, bases_b = scratch_b[1], scratch_b[2]
+    pos_a, end_a, tset_a, wmask_a, wide_a = _pair_setup(src, item_a, ctx_of, table_a)
+    pos_b, end_b, tset_b, wmask_b, wide_b = _pair_setup(src, item_b, ctx_of, table_b)
+    if pos_a + 8 > end_a or pos_b + 8 > end_b:
+        return False
+    xa0, xa1 = _u32_at(src, pos_a), _u32_at(src, pos_a + 4)
+    xb0, xb1 = _u32_at(src, pos_b), _u32_at(src, pos_b + 4)
+    if min(xa0, xa1, xb0, xb1) < STATE_LOW:
+        return False
+    n_a = np.uint64((end_a - pos_a - 8) >> 1)
+    n_b = np.uint64((end_b - pos_b - 8) >> 1)
+    if n_a == 0 or n_b == 0:
+        return False
+    words_a = src[pos_a + 8 : pos_a + 8 + 2 * np.int64(n_a)].view(np.uint16)
+    words_b = src[pos_b + 8 : pos_b + 8 + 2 * np.int64(n_b)].view(np.uint16)
+    last_a, last_b = n_a - np.uint64(1), n_b - np.uint64(1)
+    wa = wb = np.uint64(0)
+    flat = dec.reshape(-1)
+    for i0 in range(0, plane, 32):
+        _table_bases32(sym_a, i0, table_a, CONTEXT16[wide_a], wmask_a, bases_a)
+        _table_bases32(sym_b, i0, table_b, CONTEXT16[wide_b], wmask_b, bases_b)
+        for i in range(i0, min(plane, i0 + 32), 2):
+            b = np.uint64(i - i0)
+            xa0, xa1, wa = _two_symbols(words_a, last_a, wa, i, bases_a[b], bases_a[b + np.uint64(1)], xa0, xa1,
+                                        flat, sym_a)
+            xb0, xb1, wb = _two_symbols(words_b, last_b, wb, i, bases_b[b], bases_b[b + np.uint64(1)], xb0, xb1,
+                                        flat, sym_b)
+    return (_pair_check(src, pos_a, end_a, wa, xa0, xa1, tset_a, empty, ctx_of[wide_a], wmask_a, sym_a, plane)
+            and _pair_check(src, pos_b, end_b, wb, xb0, xb1, tset_b, empty, ctx_of[wide_b], wmask_b, sym_b, plane))
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _u32_at(src, pos):
+    return (np.int64(src[pos]) | np.int64(src[pos + 1]) << 8 | np.int64(src[pos + 2]) << 16
+            | np.int64(src[pos + 3]) << 24)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _unpredict(symbols, i, p, row, th, tw, med_work):
     """Residuals -> plane: undo zig-zag of symbols[SYM0 + i:], then the predictor's prefix sums
@@ -1461,20 +1552,22 @@ def _lane_states(src, pos, lanes, states):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
-                    dec, empty, ctx_of, ctx16, wmask, symbols, scratch, index):
+                    dec, empty, ctx_of, ctx16, wmask, symbols, scratch, index, decoded):
     """A palette tile (A2 mode 2): the index plane is a one-plane rANS decode whose channel
     byte sits at start + 3 (so _rans reads it as plane 0 of a tile starting at start + 1);
-    every index must lie below P, then each pixel is its palette colour."""
+    every index must lie below P, then each pixel is its palette colour. `decoded`: the
+    index symbols are in `symbols` already (_pair_symbols)."""
     n_colours = np.int64(src[start + 2]) + 1
     lanes = np.int64(1) << (np.int64(src[start + 1]) >> 4)
     pal = start + 4
     pos = pal + n_colours * c
-    if not _lane_states(src, pos, lanes, scratch[0]):
-        return plan_mod.ERR_STATE
-    err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, ctx16, wmask,
-                symbols, scratch)
-    if err:
-        return err
+    if not decoded:
+        if not _lane_states(src, pos, lanes, scratch[0]):
+            return plan_mod.ERR_STATE
+        err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, ctx16, wmask,
+                    symbols, scratch)
+        if err:
+            return err
     _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw, scratch[4])
     top = np.uint8(0)
     for q in range(th * tw):
@@ -1560,8 +1653,9 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
-    """Decode one v2 work item (plan.py columns) into the flat output; return an error code."""
+def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, decoded=False):
+    """Decode one v2 work item (plan.py columns) into the flat output; return an error code.
+    `decoded`: the tile's rANS symbols are in `symbols` already (_pair_symbols)."""
     start, end = item[0], item[1]
     th, tw, c = item[2], item[3], item[4]
     out_base, out_h, out_w, oy, ox = item[6], item[7], item[8], item[9], item[10]
@@ -1584,7 +1678,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
         return 0
     if src[start] == f2.TILE_PALETTE:
         return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
-                               dec, empty, ctx, ctx16, wmask, symbols, scratch, planes[0, :plane])
+                               dec, empty, ctx, ctx16, wmask, symbols, scratch, planes[0, :plane], decoded)
     info = np.int64(src[start + 1])
     colour = info & 15
     lanes = np.int64(1) << (info >> 4)
@@ -1600,12 +1694,13 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
         else:
             n_rans += 1
     if n_rans:
-        if not _lane_states(src, pos, lanes, scratch[0]):
-            return plan_mod.ERR_STATE
-        pos += 4 * lanes
-        err = _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx, ctx16, wmask, symbols, scratch)
-        if err:
-            return err
+        if not decoded:
+            if not _lane_states(src, pos, lanes, scratch[0]):
+                return plan_mod.ERR_STATE
+            err = _rans(src, pos + 4 * lanes, end, start, c, plane, base, lanes, dec, empty, ctx, ctx16, wmask,
+                        symbols, scratch)
+            if err:
+                return err
         i = 0
         for k in range(c):
             chb = np.int64(src[start + 2 + k])
@@ -1618,30 +1713,54 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch):
     return 0
 
 
+@njit(nogil=True, cache=True, boundscheck=False)
+def _decode_strided(src, work, items, first, stride, out, errors, dec, empty, ctx_of, sym_a, sym_b, planes,
+                    pairs):
+    """Decode items[first::stride]; with `pairs`, two two-lane tiles in a row (_two_lane_plane)
+    take their symbols from one loop (_pair_symbols), each of its own otherwise."""
+    scratch_a = _decode_scratch_arrays()
+    scratch_b = _decode_scratch_arrays()
+    j = np.int64(first)  # (a parfor index may be unsigned: uint64 + int64 would be a float)
+    n = items.shape[0]
+    while j < n:
+        i = items[j]
+        k = j + stride
+        if pairs and k < n:
+            plane = _two_lane_plane(src, work[i])
+            i2 = items[k]
+            if plane and _two_lane_plane(src, work[i2]) == plane and _pair_symbols(
+                src, work[i], work[i2], plane, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b
+            ):
+                errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, sym_a, planes, scratch_a, True)
+                errors[i2] = _decode_item(src, work[i2], out, dec, empty, ctx_of, sym_b, planes, scratch_a, True)
+                j = k + stride
+                continue
+        errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, sym_a, planes, scratch_a)
+        j = k
+
+
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _decode_items(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes):
-    chunks = symbols.shape[0]
+def _decode_items(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes, pairs=True):
+    chunks = planes.shape[0]
     for chunk in prange(chunks):
-        scratch = _decode_scratch_arrays()
-        for j in range(chunk, items.shape[0], chunks):
-            i = items[j]
-            errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[chunk], planes[chunk], scratch)
+        row = 2 * np.int64(chunk)
+        _decode_strided(src, work, items, chunk, chunks, out, errors, dec, empty, ctx_of, symbols[row],
+                        symbols[row + 1], planes[chunk], pairs)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_items_serial(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes):
-    scratch = _decode_scratch_arrays()
-    for j in range(items.shape[0]):
-        i = items[j]
-        errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, symbols[0], planes[0], scratch)
+def _decode_items_serial(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes, pairs=True):
+    _decode_strided(src, work, items, 0, 1, out, errors, dec, empty, ctx_of, symbols[0], symbols[1], planes[0],
+                    pairs)
 
 
 def _decode_scratch(chunks: int) -> tuple[np.ndarray, np.ndarray]:
     rows = getattr(_local, "decode_v2", None)
-    if rows is None or rows[0].shape[0] < chunks:
-        rows = (np.zeros((chunks, SYM0 + MAX_VALUES), np.uint8), np.zeros((chunks, 4, MAX_PLANE), np.uint8))
+    if rows is None or rows[1].shape[0] < chunks:
+        # Two symbol rows per chunk: two-lane tiles decode in pairs (_pair_symbols).
+        rows = (np.zeros((2 * chunks, SYM0 + MAX_VALUES), np.uint8), np.zeros((chunks, 4, MAX_PLANE), np.uint8))
         _local.decode_v2 = rows
-    return rows[0][:chunks], rows[1][:chunks]
+    return rows[0][: 2 * chunks], rows[1][:chunks]
 
 
 def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors: np.ndarray) -> None:

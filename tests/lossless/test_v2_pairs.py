@@ -1,0 +1,92 @@
+"""Two-lane tiles decoded in pairs (cpu_v2._pair_symbols, the masks' path): the same pixels
+and the same error codes as decoding each tile on its own, on whole streams, on streams with
+damaged bytes (a bad tile must not change its partner's pixels) and with ROIs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prepkit import lossless
+from prepkit.errors import CodecError
+from prepkit.lossless import cpu_v2, hostplan
+from prepkit.lossless import format_v2 as f2
+
+
+def _masks() -> list[np.ndarray]:
+    rng = np.random.default_rng(5)
+    label = np.zeros((160, 200), np.uint8)
+    yy, xx = np.mgrid[0:160, 0:200]
+    for k in range(1, 7):  # blobs: tiles of few boundaries, coded with two lanes
+        cy, cx, r = rng.integers(0, 160), rng.integers(0, 200), rng.integers(10, 50)
+        label[(yy - cy) ** 2 + (xx - cx) ** 2 < r * r] = k
+    colours = np.array([[0, 0, 0], [200, 30, 40], [20, 180, 60], [9, 9, 200], [255, 255, 0], [0, 90, 90],
+                        [120, 0, 120]], np.uint8)[label]  # palette tiles
+    return [label, colours]
+
+
+def _decode(stream: bytes, pairs: bool) -> tuple[np.ndarray, np.ndarray]:
+    plan = hostplan.plan_buffers([stream])
+    items = np.arange(plan.work.shape[0], dtype=np.int64)
+    out = np.zeros(plan.total, np.uint8)
+    errors = np.zeros(plan.work.shape[0], np.int64)
+    symbols, planes = cpu_v2._decode_scratch(1)
+    cpu_v2._decode_items_serial(plan.src, plan.work, items, out, errors, cpu_v2.decode_table(plan),
+                                plan.empty.astype(np.int64), cpu_v2.CONTEXT_OF, symbols, planes, pairs)
+    return out, errors
+
+
+def _pairs_in(stream: bytes) -> int:
+    plan = hostplan.plan_buffers([stream])
+    sizes = [cpu_v2._two_lane_plane(plan.src, plan.work[i]) for i in range(plan.work.shape[0])]
+    return sum(1 for a, b in zip(sizes[::2], sizes[1::2], strict=False) if a and a == b)
+
+
+def test_pairs_decode_like_single_tiles() -> None:
+    for image in _masks():
+        stream = lossless.encode(image, tile=32)
+        s = f2.read_stream(np.frombuffer(stream, np.uint8))
+        assert ((s.lanes_log2 == 1) & (s.mode != f2.TILE_RAW)).sum() >= 8
+        assert _pairs_in(stream) >= 4  # the pair path really runs
+        paired, errors = _decode(stream, pairs=True)
+        single, _ = _decode(stream, pairs=False)
+        assert not errors.any()
+        np.testing.assert_array_equal(paired, single)
+        np.testing.assert_array_equal(paired.reshape(image.shape), image)
+        np.testing.assert_array_equal(lossless.decode_batch([stream], rois=[(5, 7, 150, 190)])[0], image[5:150, 7:190])
+
+
+def _failed_bytes(stream: bytes, errors: np.ndarray, size: int) -> np.ndarray:
+    """Which output bytes belong to tiles that reported an error (their bytes are undefined)."""
+    plan = hostplan.plan_buffers([stream])
+    failed = np.zeros(size, bool)
+    for item, error in zip(plan.work, errors, strict=True):
+        if error:
+            th, tw, c, base, out_w, oy, ox = item[2], item[3], item[4], item[6], item[8], item[9], item[10]
+            for y in range(th):
+                at = base + ((oy + y) * out_w + ox) * c
+                failed[at : at + tw * c] = True
+    return failed
+
+
+def test_damaged_pairs_give_the_single_tiles_errors_and_pixels() -> None:
+    rng = np.random.default_rng(11)
+    for image in _masks():
+        stream = lossless.encode(image, tile=32)
+        s = f2.read_stream(np.frombuffer(stream, np.uint8))
+        words_start = int(s.words_start[int(np.flatnonzero(s.mode != f2.TILE_RAW)[0])])
+        seen_error = 0
+        for _ in range(60):
+            bad = bytearray(stream)
+            for _ in range(int(rng.integers(1, 3))):  # inside the lane states and words
+                bad[int(rng.integers(words_start - 8, len(bad)))] ^= 1 << int(rng.integers(8))
+            try:
+                hostplan.plan_buffers([bytes(bad)])
+            except CodecError:
+                continue  # refused before any kernel runs
+            paired, paired_errors = _decode(bytes(bad), pairs=True)
+            single, single_errors = _decode(bytes(bad), pairs=False)
+            np.testing.assert_array_equal(paired_errors, single_errors)
+            seen_error += int(single_errors.any())
+            keep = ~_failed_bytes(bytes(bad), single_errors, paired.size)  # a failed tile's partner still decodes
+            np.testing.assert_array_equal(paired[keep], single[keep])
+        assert seen_error > 10

@@ -1701,13 +1701,28 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, d
                         symbols, scratch)
             if err:
                 return err
+        # The MED planes' diagonal steps run side by side (med_simd.med_steps), the others
+        # are undone plane by plane.
         i = 0
+        n_med = 0
         for k in range(c):
             chb = np.int64(src[start + 2 + k])
             if chb == 0:
                 continue
-            _unpredict(symbols, i, _predictor_of(chb), planes[k, :plane], th, tw, scratch[4])
+            if _predictor_of(chb) == f2.PRED_MED:
+                med_simd.to_diagonals(symbols[SYM0 + i : SYM0 + i + plane], th, tw, scratch[4], n_med)
+                n_med += 1
+            else:
+                _unpredict(symbols, i, _predictor_of(chb), planes[k, :plane], th, tw, scratch[4])
             i += plane
+        if n_med:
+            med_simd.med_steps(scratch[4], th + tw - 1, n_med)
+            m = 0
+            for k in range(c):
+                chb = np.int64(src[start + 2 + k])
+                if chb != 0 and _predictor_of(chb) == f2.PRED_MED:
+                    med_simd.from_diagonals(planes[k, :plane], th, tw, scratch[4], m)
+                    m += 1
     _colour_inverse(planes, plane, colour)
     _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
     return 0

@@ -20,14 +20,17 @@ a full tile, 32 pixels per step on average) instead of th * tw scalar ones. Per 
     pixel = residual + P mod 256
 
 Lanes outside the tile (x < 0, x >= tw, y >= th) compute bytes no inside lane ever reads.
+The steps of one plane form a single dependency chain, so a tile's MED planes (up to four)
+run their steps side by side in one loop (`med_steps`), which overlaps the chains.
 
 The plane goes to and from the diagonal layout by 16 x 16 byte transposes (four rounds of
 byte interleaves, `punpcklbw`/`punpckhbw` on x86) of 16 rows loaded at a one-byte skew per
 row: row y0 + j from column d0 - y0 - j. The rows live in a padded scratch (PITCH bytes per
 row, LEFT bytes before column 0) so that the skewed loads and stores of the ragged ends fall
 into the padding. Everything is generic LLVM vector IR (shuffles, saturating adds, compares),
-so it compiles on any CPU numba runs on. `unpredict` is the numba entry point;
-`reference_v2.unpredict` is the plain numpy reference the tests compare it with.
+so it compiles on any CPU numba runs on. `to_diagonals`, `med_steps` and `from_diagonals` are
+the numba entry points (`unpredict` chains them for one plane); `reference_v2.unpredict` is the
+plain numpy reference the tests compare them with.
 """
 from __future__ import annotations
 
@@ -43,7 +46,10 @@ LEFT = BLOCK  # padding before column 0 of a scratch row: skewed loads start up 
 PITCH = LEFT + LANES + 2 * BLOCK  # and end up to 31 bytes past column tw - 1
 PAD_ROWS = LANES + BLOCK  # the last row block of a partial tile reads up to 15 rows past th
 DIAG_ROWS = 2 * LANES  # diagonals 0 .. th + tw - 2, and the last transpose's 16 rows past them
-SCRATCH_BYTES = PAD_ROWS * PITCH + DIAG_ROWS * LANES
+PLANES = 4  # planes whose diagonal steps run side by side (a tile's MED planes)
+DIAG_AT = PAD_ROWS * PITCH  # the scratch: the padded rows, then PLANES planes of diagonals
+DIAG_BYTES = DIAG_ROWS * LANES
+SCRATCH_BYTES = DIAG_AT + PLANES * DIAG_BYTES
 
 _I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _V16 = ir.VectorType(_I8, BLOCK)
@@ -104,63 +110,87 @@ def _umax(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return builder.select(builder.icmp_unsigned(">", a, b), a, b)
 
 
-@intrinsic
-def med_diagonals(typingctx, diag, steps):
-    """Residual diagonals -> pixels in place: diag[d * 64 + y] for d in 0 .. steps - 1, one
-    64-lane vector step per diagonal (the recurrence in the module docstring)."""
-    sig = types.none(diag, types.int64)
+def _diagonal_steps(chains: int):
+    """An intrinsic (work, steps) that runs the diagonal steps of `chains` planes in one loop:
+    plane m's diagonals at work[DIAG_AT + m * DIAG_BYTES + d * 64 + y]. Each plane is one
+    dependency chain of steps; side by side, the chains overlap."""
 
-    def codegen(context, builder, signature, args):
-        diag_v, steps_v = args
-        data = context.make_array(signature.args[0])(context, builder, diag_v).data
-        zero = ir.Constant(_V64, [0] * LANES)
-        lane = ir.Constant(_V64, list(range(LANES)))
-        row0 = builder.icmp_unsigned("==", lane, zero)
-        previous = cgutils.alloca_once_value(builder, zero)  # promoted to registers by LLVM
-        previous_up = cgutils.alloca_once_value(builder, zero)
-        with cgutils.for_range(builder, steps_v) as loop:
-            d = loop.index
-            left = builder.load(previous)
-            upleft = builder.load(previous_up)
-            up = builder.shuffle_vector(zero, left, _mask([0] + [LANES + y - 1 for y in range(1, LANES)]))
-            pointer = builder.bitcast(builder.gep(data, [builder.mul(d, ir.Constant(_I64, LANES))]), _V64.as_pointer())
-            residual = builder.load(pointer, align=1)
-            t = _call(builder, "llvm.usub.sat.v64i8",
-                      _call(builder, "llvm.uadd.sat.v64i8", left, _call(builder, "llvm.usub.sat.v64i8", up, upleft)),
-                      _call(builder, "llvm.usub.sat.v64i8", upleft, up))
-            low, high = _umin(builder, left, up), _umax(builder, left, up)
-            predicted = _umax(builder, low, _umin(builder, high, t))
-            # Column 0 is lane y on diagonal y (d < 64 here; for larger d no lane matches).
-            d8 = builder.trunc(builder.select(builder.icmp_unsigned("<", d, ir.Constant(_I64, LANES)), d,
-                                              ir.Constant(_I64, 255)), _I8)
-            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(_V64, ir.Undefined), d8,
-                                                                  ir.Constant(_I64, 0)),
-                                           ir.Constant(_V64, ir.Undefined), _mask([0] * LANES))
-            column0 = builder.icmp_unsigned("==", lane, splat)
-            predicted = builder.select(column0, up, predicted)
-            predicted = builder.select(row0, left, predicted)
-            pixel = builder.add(residual, predicted)
-            builder.store(pixel, pointer, align=1)
-            builder.store(pixel, previous)
-            builder.store(up, previous_up)
-        return context.get_dummy_value()
+    @intrinsic
+    def steps_of(typingctx, work, steps):
+        sig = types.none(work, types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            work_v, steps_v = args
+            data = context.make_array(signature.args[0])(context, builder, work_v).data
+            zero = ir.Constant(_V64, [0] * LANES)
+            lane = ir.Constant(_V64, list(range(LANES)))
+            row0 = builder.icmp_unsigned("==", lane, zero)
+            # promoted to registers by LLVM
+            previous = [cgutils.alloca_once_value(builder, zero) for _ in range(chains)]
+            previous_up = [cgutils.alloca_once_value(builder, zero) for _ in range(chains)]
+            with cgutils.for_range(builder, steps_v) as loop:
+                d = loop.index
+                # Column 0 is lane y on diagonal y (d < 64 here; for larger d no lane matches).
+                d8 = builder.trunc(builder.select(builder.icmp_unsigned("<", d, ir.Constant(_I64, LANES)), d,
+                                                  ir.Constant(_I64, 255)), _I8)
+                splat = builder.shuffle_vector(builder.insert_element(ir.Constant(_V64, ir.Undefined), d8,
+                                                                      ir.Constant(_I64, 0)),
+                                               ir.Constant(_V64, ir.Undefined), _mask([0] * LANES))
+                column0 = builder.icmp_unsigned("==", lane, splat)
+                for m in range(chains):
+                    left = builder.load(previous[m])
+                    upleft = builder.load(previous_up[m])
+                    up = builder.shuffle_vector(zero, left, _mask([0] + [LANES + y - 1 for y in range(1, LANES)]))
+                    at = builder.add(builder.mul(d, ir.Constant(_I64, LANES)), ir.Constant(_I64, DIAG_AT + m * DIAG_BYTES))
+                    pointer = builder.bitcast(builder.gep(data, [at]), _V64.as_pointer())
+                    residual = builder.load(pointer, align=1)
+                    t = _call(builder, "llvm.usub.sat.v64i8",
+                              _call(builder, "llvm.uadd.sat.v64i8", left, _call(builder, "llvm.usub.sat.v64i8", up, upleft)),
+                              _call(builder, "llvm.usub.sat.v64i8", upleft, up))
+                    low, high = _umin(builder, left, up), _umax(builder, left, up)
+                    predicted = _umax(builder, low, _umin(builder, high, t))
+                    predicted = builder.select(column0, up, predicted)
+                    predicted = builder.select(row0, left, predicted)
+                    pixel = builder.add(residual, predicted)
+                    builder.store(pixel, pointer, align=1)
+                    builder.store(pixel, previous[m])
+                    builder.store(up, previous_up[m])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return steps_of
+
+
+_steps1, _steps2, _steps3, _steps4 = (_diagonal_steps(n) for n in range(1, PLANES + 1))
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def med_steps(work, steps, count):
+    """The diagonal steps (the recurrence in the module docstring) of planes 0 .. count - 1
+    (1 to 4) laid out by to_diagonals, in one loop."""
+    if count == 1:
+        _steps1(work, steps)
+    elif count == 2:
+        _steps2(work, steps)
+    elif count == 3:
+        _steps3(work, steps)
+    else:
+        _steps4(work, steps)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def scratch():
-    """The scratch bytes `unpredict` needs, made once per thread: the padded rows, then the
-    diagonals."""
+    """The scratch bytes the MED inverse needs, made once per thread: the padded rows, then
+    the diagonals of up to four planes."""
     return np.empty(SCRATCH_BYTES, np.uint8)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def unpredict(zigzag, row, th, tw, work):
-    """Zig-zag residual symbols of a th x tw plane (row-major, th, tw <= 64) -> the plane's
-    pixels under MED, into row; work is `scratch()`."""
+def to_diagonals(zigzag, th, tw, work, m):
+    """Zig-zag residual symbols of a th x tw plane (row-major, th, tw <= 64) -> residuals laid
+    out diagonal-major as plane m (0..3) of the scratch `work`."""
     pad = work[: PAD_ROWS * PITCH]
-    diag = work[PAD_ROWS * PITCH :]
     for y in range(th):  # residuals into the padded rows
         zs = zigzag[y * tw : y * tw + tw]
         line = pad[y * PITCH + LEFT : y * PITCH + LEFT + tw]
@@ -169,15 +199,31 @@ def unpredict(zigzag, row, th, tw, work):
             line[x] = (z >> 1) ^ -(z & 1)
     # Block (y0, d0): rows y0 .. y0 + 15 from column d0 - y0 - j (row j of the block), that is
     # diagonals d0 .. d0 + 15 at lanes y0 .. y0 + 15; d0 covers every diagonal those rows touch.
+    at = DIAG_AT + m * DIAG_BYTES
     for y0 in range(0, th, BLOCK):
         for d0 in range(y0, y0 + tw + BLOCK - 1, BLOCK):
-            transpose16(pad, y0 * PITCH + LEFT + d0 - y0, PITCH - 1, diag, d0 * LANES + y0, LANES)
-    med_diagonals(diag, th + tw - 1)
+            transpose16(work, y0 * PITCH + LEFT + d0 - y0, PITCH - 1, work, at + d0 * LANES + y0, LANES)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def from_diagonals(row, th, tw, work, m):
+    """Plane m's decoded diagonals in `work` -> the th x tw plane, row-major, into row."""
+    at = DIAG_AT + m * DIAG_BYTES
     for y0 in range(0, th, BLOCK):
         for d0 in range(y0, y0 + tw + BLOCK - 1, BLOCK):
-            transpose16(diag, d0 * LANES + y0, LANES, pad, y0 * PITCH + LEFT + d0 - y0, PITCH - 1)
+            transpose16(work, at + d0 * LANES + y0, LANES, work, y0 * PITCH + LEFT + d0 - y0, PITCH - 1)
     for y in range(th):
-        line = pad[y * PITCH + LEFT : y * PITCH + LEFT + tw]
+        line = work[y * PITCH + LEFT : y * PITCH + LEFT + tw]
         out = row[y * tw : y * tw + tw]
         for x in range(tw):
             out[x] = line[x]
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def unpredict(zigzag, row, th, tw, work):
+    """Zig-zag residual symbols of one th x tw plane -> its pixels under MED, into row; work
+    is `scratch()`. (A tile's MED planes go through to_diagonals, med_steps and
+    from_diagonals together: cpu_v2._decode_item.)"""
+    to_diagonals(zigzag, th, tw, work, 0)
+    med_steps(work, th + tw - 1, 1)
+    from_diagonals(row, th, tw, work, 0)

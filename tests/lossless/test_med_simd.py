@@ -58,3 +58,20 @@ def test_transpose16_matches_numpy() -> None:
             np.testing.assert_array_equal(dst[dst_at + t * dst_stride : dst_at + t * dst_stride + 16], block[:, t])
             written[dst_at + t * dst_stride : dst_at + t * dst_stride + 16] = True
         np.testing.assert_array_equal(dst[~written], before[~written])
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+@pytest.mark.parametrize(("th", "tw"), [(64, 64), (17, 40), (1, 9), (64, 3)])
+def test_planes_side_by_side_match_the_reference(count: int, th: int, tw: int) -> None:
+    """A tile's MED planes share one loop of diagonal steps (med_steps): each plane still
+    decodes to the reference's pixels."""
+    rng = np.random.default_rng(count * 1000 + th * 10 + tw)
+    residuals = [residual_planes(rng, th, tw)[k % 4] for k in range(count)]
+    work = rng.integers(0, 256, med_simd.SCRATCH_BYTES).astype(np.uint8)
+    for m, plane in enumerate(residuals):
+        med_simd.to_diagonals(r2.zigzag(plane.astype(np.int64)).astype(np.uint8).reshape(-1), th, tw, work, m)
+    med_simd.med_steps(work, th + tw - 1, count)
+    for m, plane in enumerate(residuals):
+        row = np.zeros(th * tw, np.uint8)
+        med_simd.from_diagonals(row, th, tw, work, m)
+        np.testing.assert_array_equal(row.reshape(th, tw), r2.unpredict(plane.copy(), f2.PRED_MED).astype(np.uint8))

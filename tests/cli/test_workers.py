@@ -54,11 +54,18 @@ def _start_shard(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
     for number in range(400):
         write_image(src / f"{number:04d}.png", smooth_image(48, 64, seed=number))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "prepkit", "shard", str(src), str(tmp_path / "store"), "--layout", "lossless",
-         "--workers", "2", "--samples-per-shard", "16"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
+    # A suite started in the background by a script (`make test &`) runs with SIGINT ignored,
+    # and an ignored signal stays ignored across exec: the command would then ignore the
+    # test's Ctrl-C, as a background job should. A handled one is reset to the default.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "prepkit", "shard", str(src), str(tmp_path / "store"), "--layout", "lossless",
+             "--workers", "2", "--samples-per-shard", "16"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         # The encoding pool (the probing pool before it comes and goes): the store's

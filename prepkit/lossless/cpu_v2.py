@@ -1358,6 +1358,13 @@ def _decode_scratch_arrays():
             np.empty(MAX_LANES, np.uint32), med_simd.scratch())
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _table_rows(tset, ctx_of, table_of):
+    """table_of[u] = the flat decode table's row of context value u's table in set tset."""
+    for v in range(256):
+        table_of[v] = (tset + ctx_of[v]) * 4096
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16, wmask, symbols, scratch):
     """Decode the tile's n_rans * plane symbols into symbols[SYM0:]; return an error code.
@@ -1384,8 +1391,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
         if chb == 0:
             continue
         tset = base + (chb >> 4) * 4
-        for v in range(256):
-            table_of[v] = (tset + ctx_of[v]) * 4096
+        _table_rows(tset, ctx_of, table_of)
         first = i
         stop = i + plane
         while i < stop and (i & mask) != 0:
@@ -1441,8 +1447,8 @@ def _two_lane_plane(src, item):
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _pair_setup(src, item, ctx_of, table_of):
-    """A two-lane tile's (rANS start, payload end, table set, wmask, ctx16 row): the lane
-    states start at the returned position; table_of gets the plane's table rows."""
+    """A two-lane tile's (lane states' position, payload end, table set, wmask, wide flag);
+    table_of gets the plane's table rows."""
     start, end = item[0], item[1]
     wide = item[plan_mod.WIDE]
     if src[start] == f2.TILE_PALETTE:
@@ -1452,9 +1458,7 @@ def _pair_setup(src, item, ctx_of, table_of):
         pos = start + 3
         chb = np.int64(src[start + 2])
     tset = item[12] + (chb >> 4) * 4
-    ctx = ctx_of[wide]
-    for v in range(256):
-        table_of[v] = (tset + ctx[v]) * 4096
+    _table_rows(tset, ctx_of[wide], table_of)
     return pos, end, tset, np.uint8(255) if wide else np.uint8(0), wide
 
 
@@ -1476,17 +1480,16 @@ def _pair_symbols(src, item_a, item_b, plane, dec, empty, ctx_of, sym_a, sym_b, 
     """Decode the symbols of two two-lane tiles (_two_lane_plane, the same plane size) in
     one loop: a tile's two lanes are two dependent chains of table loads, so a second tile's
     lanes in the same loop fill the wait (masks). True when both decoded cleanly; on False
-    the caller decodes each on its own, which finds and names the error."""
-    table_a, bases_a = scratch_a[1], scratch_a[2]
-    table_b, bases_b = scratch_b[1], scratch_b[2]
+    the caller decodes each on its own, which finds and names the error. scratch_a and
+    scratch_b: lane states, table rows and bases (the first three of _decode_scratch_arrays)."""
+    states_a, table_a, bases_a = scratch_a[0], scratch_a[1], scratch_a[2]
+    states_b, table_b, bases_b = scratch_b[0], scratch_b[1], scratch_b[2]
     pos_a, end_a, tset_a, wmask_a, wide_a = _pair_setup(src, item_a, ctx_of, table_a)
     pos_b, end_b, tset_b, wmask_b, wide_b = _pair_setup(src, item_b, ctx_of, table_b)
-    if pos_a + 8 > end_a or pos_b + 8 > end_b:
+    # (read_stream and the host plan put every rANS tile's lane states inside its payload)
+    if not (_lane_states(src, pos_a, 2, states_a) and _lane_states(src, pos_b, 2, states_b)):
         return False
-    xa0, xa1 = _u32_at(src, pos_a), _u32_at(src, pos_a + 4)
-    xb0, xb1 = _u32_at(src, pos_b), _u32_at(src, pos_b + 4)
-    if min(xa0, xa1, xb0, xb1) < STATE_LOW:
-        return False
+    xa0, xa1, xb0, xb1 = states_a[0], states_a[1], states_b[0], states_b[1]
     n_a = np.uint64((end_a - pos_a - 8) >> 1)
     n_b = np.uint64((end_b - pos_b - 8) >> 1)
     if n_a == 0 or n_b == 0:
@@ -1507,12 +1510,6 @@ def _pair_symbols(src, item_a, item_b, plane, dec, empty, ctx_of, sym_a, sym_b, 
                                         flat, sym_b)
     return (_pair_check(src, pos_a, end_a, wa, xa0, xa1, tset_a, empty, ctx_of[wide_a], wmask_a, sym_a, plane)
             and _pair_check(src, pos_b, end_b, wb, xb0, xb1, tset_b, empty, ctx_of[wide_b], wmask_b, sym_b, plane))
-
-
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _u32_at(src, pos):
-    return (np.int64(src[pos]) | np.int64(src[pos + 1]) << 8 | np.int64(src[pos + 2]) << 16
-            | np.int64(src[pos + 3]) << 24)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1734,7 +1731,8 @@ def _decode_strided(src, work, items, first, stride, out, errors, dec, empty, ct
     """Decode items[first::stride]; with `pairs`, two two-lane tiles in a row (_two_lane_plane)
     take their symbols from one loop (_pair_symbols), each of its own otherwise."""
     scratch_a = _decode_scratch_arrays()
-    scratch_b = _decode_scratch_arrays()
+    # The pair's second tile needs only lane states, table rows and bases (no MED scratch).
+    scratch_b = (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32))
     j = np.int64(first)  # (a parfor index may be unsigned: uint64 + int64 would be a float)
     n = items.shape[0]
     while j < n:

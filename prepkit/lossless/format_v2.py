@@ -457,25 +457,26 @@ def with_payloads(data: bytes, payloads: dict[int, bytes]) -> bytes:
     """The same stream (header, tables, tile table form) with the payloads of some tiles
     replaced, {tile index: new payload}; the tile table is rewritten to match. Tests build
     damaged streams with it; the new payloads are not checked."""
-    buf = fmt.as_bytes(data)
-    stream = read_stream(buf)
-    _, _, tables_size = read_header(buf)
-    table_at = HEADER_SIZE + tables_size
-    tiles = [payloads.get(i, buf[int(a) : int(b)].tobytes()) for i, (a, b) in
-             enumerate(zip(stream.offsets[:-1], stream.offsets[1:], strict=True))]
-    lengths = np.array([len(t) for t in tiles], np.int64)
-    short = bool(stream.header.flags & FLAG_SHORT_TILE_TABLE)
-    return buf[:table_at].tobytes() + tile_table(lengths, short, table_at) + b"".join(tiles)
+    return _rebuilt(data, payloads, None)
 
 
 def with_tile_table(data: bytes, short: bool) -> bytes:
     """The same stream with its tile table in the other form (FLAG_SHORT_TILE_TABLE set or
     cleared): decodes to the same image. Tests make streams of the older form with it."""
+    return _rebuilt(data, {}, short)
+
+
+def _rebuilt(data: bytes, payloads: dict[int, bytes], short: bool | None) -> bytes:
+    """A valid stream's header and tables, then a tile table of the form `short` (None: the
+    stream's own) for its payloads with those in `payloads` replaced."""
     buf = fmt.as_bytes(data)
     stream = read_stream(buf)
-    _, _, tables_size = read_header(buf)
-    table_at = HEADER_SIZE + tables_size
+    table_at = HEADER_SIZE + read_header(buf)[2]
     head = bytearray(buf[:table_at].tobytes())
+    if short is None:
+        short = bool(stream.header.flags & FLAG_SHORT_TILE_TABLE)
     head[5] = (head[5] & ~FLAG_SHORT_TILE_TABLE) | (FLAG_SHORT_TILE_TABLE if short else 0)
-    lengths = np.diff(stream.offsets)
-    return bytes(head) + tile_table(lengths, short, table_at) + buf[int(stream.offsets[0]) :].tobytes()
+    tiles = [payloads.get(i, buf[int(a) : int(b)].tobytes()) for i, (a, b) in
+             enumerate(zip(stream.offsets[:-1], stream.offsets[1:], strict=True))]
+    lengths = np.array([len(t) for t in tiles], np.int64)
+    return bytes(head) + tile_table(lengths, short, table_at) + b"".join(tiles)

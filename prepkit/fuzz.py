@@ -114,10 +114,25 @@ def palette_images(rng: np.random.Generator) -> list[np.ndarray]:
     return [rgb, rgba, labels]
 
 
+def runs_images(rng: np.random.Generator) -> list[np.ndarray]:
+    """Segmentation-like masks (grey and RGB discs on a background, 64 x 48) for runs tiles
+    (mode 3; too small for the encoders to keep a runs table set: reference_v2.runs_stream)."""
+    yy, xx = np.mgrid[0:64, 0:48]
+    out = []
+    for c in (1, 3):
+        label = np.zeros((64, 48), np.int64)
+        for k in range(1, 6):
+            cy, cx, r = rng.integers(0, 64), rng.integers(0, 48), rng.integers(8, 24)
+            label[(yy - cy) ** 2 + (xx - cx) ** 2 < r * r] = k
+        image = rng.permutation(256)[: 6 * c].reshape(6, c)[label].astype(np.uint8)
+        out.append(image[:, :, 0] if c == 1 else image)
+    return out
+
+
 def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None = None) -> FuzzReport:
     """Mutated lossless streams through decode, ROI decode and the batch decoder."""
     from prepkit import lossless
-    from prepkit.lossless import format_v2
+    from prepkit.lossless import format_v2, reference_v2
 
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
@@ -135,8 +150,9 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
     seeds.append(lossless.encode(mask, tile=32))
     seeds.append(lossless.encode(np_rng.integers(0, 256, (20, 40, 3), dtype=np.uint8), tile=16))
     seeds.extend(lossless.encode(image, tile=16) for image in palette_images(np_rng))
+    seeds.extend(reference_v2.runs_stream(image, tile=32) for image in runs_images(np_rng))
     # The first v2 streams' u32 tile offsets (FLAG_SHORT_TILE_TABLE clear) are still decoded.
-    seeds.extend(format_v2.with_tile_table(stream, short=False) for stream in seeds[-4:])
+    seeds.extend(format_v2.with_tile_table(stream, short=False) for stream in seeds[-6:])
     report = FuzzReport("lossless")
     go_on = budget(seconds, cases)
     while go_on(report):

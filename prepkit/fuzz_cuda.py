@@ -22,8 +22,8 @@ from prepkit.fuzz import FuzzReport, budget, mutate
 
 
 def _seeds(seed: int) -> list[bytes]:
-    """Small v2 streams covering coded, constant, mask, raw, palette and MED tiles, both tile
-    table forms (and one v1 stream)."""
+    """Small v2 streams covering coded, constant, mask, raw, palette, runs and MED tiles, both
+    tile table forms (and one v1 stream)."""
     from prepkit import lossless
     from prepkit.lossless import format_v2
 
@@ -42,6 +42,10 @@ def _seeds(seed: int) -> list[bytes]:
     seeds.append(lossless.encode(images[0], tile=16, version=1))
     seeds.append(_med_seed())
     seeds.append(format_v2.with_tile_table(seeds[1], short=False))  # the first v2 streams' u32 offsets
+    from prepkit.fuzz import runs_images
+    from prepkit.lossless import reference_v2
+
+    seeds.extend(reference_v2.runs_stream(image, tile=32) for image in runs_images(rng))  # runs tiles (mode 3)
     return seeds
 
 

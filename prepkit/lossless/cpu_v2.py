@@ -21,7 +21,7 @@ from numba.extending import intrinsic
 from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
-from prepkit.lossless import med_simd, prefix_simd, rans_avx2, table_sets
+from prepkit.lossless import med_simd, prefix_simd, rans_avx2, runs, table_sets
 from prepkit.lossless import plan as plan_mod
 
 PROB_BITS = f2.PROB_BITS
@@ -939,9 +939,10 @@ def _encode_scratch(chunks: int) -> _Scratch:
     return _Scratch(*(r[:chunks] for r in rows))
 
 
-def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> bytes:
+def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_tiles: bool = True) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream, byte-identical to reference_v2;
-    fast_decode leaves MED out (format_v2.encoder_predictors)."""
+    fast_decode leaves MED out (format_v2.encoder_predictors); runs_tiles=False writes no
+    runs tiles (A2 mode 3; tests of the other modes on masks ask for that)."""
     from prepkit.lossless import cpu
 
     image, flags = fmt.prepare(image, tile)
@@ -1014,6 +1015,8 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
     _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
                 starts, lengths, *counted.symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
+    if runs_tiles:
+        payloads, freq = _with_runs(image, tile, choices, colours, payloads, freq, scr.planes)
     stream = f2.assemble(header, freq, payloads)
     n_tables = c * f2.CONTEXTS
     all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())
@@ -1024,6 +1027,113 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> byte
                 starts, lengths, *counted.symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _runs_scratch():
+    """A thread's arrays for _tile_runs: index plane, symbols, contexts, two boundary rows."""
+    return (np.empty(MAX_PLANE, np.uint8), np.empty(MAX_VALUES, np.int64), np.empty(MAX_VALUES, np.int64),
+            np.empty(64, np.int64), np.empty(64, np.int64))
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _tile_runs(image, tile, i, colours, n_colours, padded, scratch):
+    """Tile i's runs symbols and contexts into scratch[1] and scratch[2] (_runs_scratch);
+    returns their count."""
+    index, syms, ctxs, above, starts = scratch
+    y0, x0, th, tw = _tile_box(i, tile, image.shape[0], image.shape[1])
+    _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
+    for y in range(th):
+        for x in range(tw):
+            index[y * tw + x] = padded[y + 1, x + 1]
+    return runs.tile_symbols(index, th, tw, syms, ctxs, above, starts)
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _runs_histograms(image, tile, choices, colours, cands, hist, planes):
+    """hist[k]: counts of (context, symbol) of candidate tile cands[k]'s runs symbols."""
+    chunks = planes.shape[0]
+    for chunk in prange(chunks):
+        scratch = _runs_scratch()
+        syms, ctxs = scratch[1], scratch[2]
+        for k in range(chunk, cands.shape[0], chunks):
+            i = cands[k]
+            n = _tile_runs(image, tile, i, colours[i], choices[i, COL_PAL_SIZE], planes[chunk, 0], scratch)
+            for j in range(n):
+                hist[k, ctxs[j], syms[j]] += 1
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _encode_runs_all(image, tile, choices, colours, cands, table_set, coder, cost, out, starts, lengths, limits,
+                     planes, tables, words):
+    """Runs payloads (A2 mode 3) of tiles cands[k] at out[starts[k]:]; lengths[k] = 0 where
+    the payload would reach limits[k] bytes (the tile keeps its payload)."""
+    c = image.shape[2]
+    chunks = planes.shape[0]
+    for chunk in prange(chunks):
+        scratch = _runs_scratch()
+        syms, ctxs = scratch[1], scratch[2]
+        for k in range(chunk, cands.shape[0], chunks):
+            i = cands[k]
+            n_colours = choices[i, COL_PAL_SIZE]
+            n = _tile_runs(image, tile, i, colours[i], n_colours, planes[chunk, 0], scratch)
+            table_row = tables[chunk]
+            for j in range(n):
+                table_row[j] = table_set * f2.CONTEXTS + ctxs[j]
+            base = starts[k]
+            pos = base + f2.RUNS_HEADER + n_colours * c
+            lengths[k] = 0
+            if pos + 4 >= base + limits[k]:
+                continue
+            out[base] = f2.TILE_RUNS
+            out[base + 1] = table_set
+            out[base + 2] = n_colours - 1
+            at = base + f2.RUNS_HEADER
+            for q in range(n_colours):
+                for ch in range(c):
+                    out[at] = (colours[i, q] >> (8 * (c - 1 - ch))) & 255
+                    at += 1
+            # total 0 and min_log2 0: one lane
+            end, _ = _rans_body(syms, 0, n, table_row, coder, cost, words[chunk], out, pos, base + limits[k], 0, 0)
+            if end > 0:
+                lengths[k] = end - base
+
+
+def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.ndarray, payloads: list[bytes],
+               freq: np.ndarray, planes: np.ndarray) -> tuple[list[bytes], np.ndarray]:
+    """(payloads, freq) with runs tiles, as reference_v2.with_runs."""
+    cands = np.flatnonzero(choices[:, COL_PAL_SIZE] > 0)
+    if cands.size == 0:
+        return payloads, freq
+    c = image.shape[2]
+    hist = np.zeros((cands.size, f2.CONTEXTS, 256), np.int64)
+    _runs_histograms(image, tile, choices, colours, cands, hist, planes)
+    current = np.array([len(payloads[i]) for i in cands], np.int64)
+    fixed = f2.RUNS_HEADER + choices[cands, COL_PAL_SIZE] * c + 4
+    boxes = [_tile_box(i, tile, image.shape[0], image.shape[1]) for i in cands]
+    picked = runs.choose(hist, fixed, current, np.array([b[2] * b[3] for b in boxes], np.int64))
+    if picked is None:
+        return payloads, freq
+    chosen, runs_freq = picked
+    table_set = freq.shape[0] // f2.CONTEXTS
+    all_freq = np.concatenate([freq, runs_freq])
+    todo = cands[chosen]
+    limits = current[chosen]
+    starts = np.concatenate([[0], np.cumsum(limits)]).astype(np.int64)
+    out = np.empty(int(starts[-1]), np.uint8)
+    lengths = np.zeros(todo.size, np.int64)
+    chunks = planes.shape[0]
+    tables = np.empty((chunks, MAX_VALUES), np.int64)
+    words = np.empty((chunks, MAX_VALUES), np.int64)
+    _encode_runs_all(image, tile, choices, colours, todo, table_set, _coder_table(all_freq), f2.cost_table(all_freq),
+                     out, starts, lengths, limits, planes, tables, words)
+    if not lengths.any():
+        return payloads, freq
+    payloads = list(payloads)
+    for k, i in enumerate(todo):
+        if lengths[k]:
+            payloads[i] = out[starts[k] : starts[k] + lengths[k]].tobytes()
+    return payloads, all_freq
 
 
 # x // f = (x * ceil(2^44 / f)) >> 44 for every x < f << 20 and f <= 4096: the error term is
@@ -1353,9 +1463,10 @@ def _decode_scratch_arrays():
     """The decoder's scratch arrays, made once per thread, not per tile: _rans's lane
     states, map from context value to table row (table_of), next 32 symbols' table rows
     (bases) and the vector step's uint32 lane states; then the MED inverse's rows and
-    diagonals (med_simd.scratch)."""
+    diagonals (med_simd.scratch); then a runs tile's boundaries and colour maps
+    (runs.decode_tile)."""
     return (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32),
-            np.empty(MAX_LANES, np.uint32), med_simd.scratch())
+            np.empty(MAX_LANES, np.uint32), med_simd.scratch(), np.empty(128, np.int64), np.empty(512, np.uint8))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -1571,6 +1682,13 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
         top = max(top, index[q])
     if top >= n_colours:
         return plan_mod.ERR_INDEX
+    _palette_pixels(src, pal, index, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
+    return 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _palette_pixels(src, pal, index, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
+    """Write the requested region of an index plane as the colours of the palette at src[pal:]."""
     for y in range(ya, yb):
         d = out_base + ((oy + y) * out_w + ox + xa) * c
         line = out[d : d + (xb - xa) * c]
@@ -1592,7 +1710,6 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
                 line[4 * x + 1] = src[at + np.uint64(1)]
                 line[4 * x + 2] = src[at + np.uint64(2)]
                 line[4 * x + 3] = src[at + np.uint64(3)]
-    return 0
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1672,6 +1789,18 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, d
             raw = src[s0 : s0 + (xb - xa) * c]
             for j in range((xb - xa) * c):
                 line[j] = raw[j]
+        return 0
+    if src[start] == f2.TILE_RUNS:
+        # planes (4 planes back to back) leaves the 64 bytes after plane 0 that the fills need.
+        err = runs.decode_tile(src, start, end, th, tw, c, base, dec.reshape(-1), empty, planes.reshape(-1),
+                               scratch[6], scratch[5][:64], scratch[5][64:])
+        if err:
+            return err
+        if c == 1:  # the plane holds the pixels
+            _interleave(planes, 1, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
+        else:
+            _palette_pixels(src, start + f2.RUNS_HEADER, planes[0, :plane], c, tw, out, out_base, out_w, oy, ox,
+                            ya, yb, xa, xb)
         return 0
     if src[start] == f2.TILE_PALETTE:
         return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
@@ -1794,4 +1923,4 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
 
 # Last, once every cached function above exists: the modules whose functions and constants
 # are compiled into these kernels, and the AVX2 switch (PREPKIT_NO_AVX2), are part of their key.
-guard_disk_cache(globals(), (fmt, f2, plan_mod, med_simd, prefix_simd, rans_avx2), extra=f"avx2={rans_avx2.AVAILABLE}")
+guard_disk_cache(globals(), (fmt, f2, plan_mod, med_simd, prefix_simd, rans_avx2, runs), extra=f"avx2={rans_avx2.AVAILABLE}")

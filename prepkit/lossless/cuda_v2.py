@@ -189,6 +189,157 @@ def _empty_mask(empty, tbase):
                | (empty[u32(tbase + 3)] << 3))
 
 
+@cuda.jit(device=True, inline=True)
+def _runs_symbol(src, dec, table, x, ws, nw, w):
+    """One symbol of a runs tile's single rANS lane from table `table`: (symbol, x, words
+    read); a read past the nw words only counts (the tile is refused after its row)."""
+    e = dec[u32(i32(table << i32(12)) | i32(x & u32(4095)))]
+    x = u32(u32(u32((e >> u32(8)) & u32(4095)) + u32(1)) * (x >> u32(12)) + (e >> u32(20)))
+    if x < u32(f2.STATE_LOW):
+        if w < nw:
+            at = ws + u64(u32(w << i32(1)))
+            x = u32((x << u32(16)) | u32(src[at]) | (u32(src[at + u64(1)]) << u32(8)))
+        w = i32(w + i32(1))
+    return i32(e & u32(255)), x, w
+
+
+@cuda.jit(device=True, inline=True)
+def _runs_label(rank, c0, c1, c2, left, n_colours):
+    """The index of a label rank (runs._label): the distinct candidates c0, c1, c2 (-1:
+    absent) other than left, then every index in increasing order; -1 past the order."""
+    k = i32(0)
+    if c0 >= i32(0) and c0 != left:
+        if rank == i32(0):
+            return c0
+        k = i32(1)
+    if c1 >= i32(0) and c1 != left and c1 != c0:
+        if rank == k:
+            return c1
+        k = i32(k + i32(1))
+    if c2 >= i32(0) and c2 != left and c2 != c0 and c2 != c1:
+        if rank == k:
+            return c2
+        k = i32(k + i32(1))
+    for q in range(n_colours):
+        v = i32(q)
+        if v != left and v != c0 and v != c1 and v != c2:
+            if rank == k:
+                return v
+            k = i32(k + i32(1))
+    return i32(-1)
+
+
+@cuda.jit(device=True, inline=True)
+def _palette_pixels(src, pal_at, c, smem, th, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, lane):
+    """The requested region of an index plane in smem (row pitch 64) as palette colours."""
+    span = i32(xb - xa)
+    for yo in range(ya, yb):
+        first = i32(i32(i32(oy + yo) * out_w) + ox + xa)
+        for xo in range(lane, span, WARP):  # sass: palette output
+            idx = i32(smem[u32(i32(i32(yo) << i32(PITCH_LOG2)) + xa + i32(xo))])
+            colour_at = pal_at + u64(u32(i32(idx * c)))
+            dst = out_base + u64(u32(i32(i32(first + i32(xo)) * c)))
+            for k in range(c):
+                out[dst + u64(k)] = src[colour_at + u64(k)]
+
+
+@cuda.jit(device=True)
+def _runs_tile(src, start, end, th, tw, c, base, dec, empty, smem, bounds):
+    """A runs tile (A2 mode 3) on one thread: its index plane into smem (row pitch 64);
+    returns an error code (the checks of runs.decode_tile). bounds: 128 bytes of shared
+    memory for the run boundaries (columns < 64) of the row above and of this row (not a
+    local array: that would put a stack frame on every tile of the kernel)."""
+    tset = i32(base + i32(i32(src[start + u64(1)]) << i32(2)))
+    if empty[u32(tset + i32(f2.RUN_CTX_LABEL))] != 0:
+        return i32(plan_mod.ERR_TABLE)
+    n_colours = i32(i32(src[start + u64(2)]) + i32(1))
+    pal = start + u64(f2.RUNS_HEADER)
+    for q in range(1, n_colours):  # strictly increasing packed colours
+        a = pal + u64(u32(i32(q) * c))
+        b = a - u64(u32(c))
+        k = i32(0)
+        while k < i32(c - i32(1)) and src[a + u64(u32(k))] == src[b + u64(u32(k))]:
+            k = i32(k + i32(1))
+        if src[a + u64(u32(k))] <= src[b + u64(u32(k))]:
+            return i32(plan_mod.ERR_RUNS)
+    pos = pal + u64(u32(n_colours * c))
+    x = u32(u32(src[pos]) | (u32(src[pos + u64(1)]) << u32(8)) | (u32(src[pos + u64(2)]) << u32(16))
+            | (u32(src[pos + u64(3)]) << u32(24)))
+    if x < u32(f2.STATE_LOW):
+        return i32(plan_mod.ERR_STATE)
+    ws = pos + u64(4)
+    nw = i32((end - ws) >> u64(1))
+    w = i32(0)
+    above = bounds[:64]
+    starts = bounds[64:128]
+    n_above = i32(0)
+    for yy in range(th):
+        y = i32(yy)
+        row = i32(y << i32(PITCH_LOG2))
+        up = i32(row - i32(1 << PITCH_LOG2))
+        c0 = i32(smem[u32(up)]) if y > i32(0) else i32(-1)
+        rank, x, w = _runs_symbol(src, dec, i32(tset + i32(f2.RUN_CTX_LABEL)), x, ws, nw, w)
+        label = _runs_label(rank, c0, i32(-1), i32(-1), i32(-1), n_colours)
+        if label < i32(0):
+            return i32(plan_mod.ERR_RUNS)
+        a0 = i32(0)
+        j = i32(0)
+        n_starts = i32(0)
+        while True:  # sass: runs (one run symbol)
+            while j < n_above and i32(above[u32(j)]) <= a0:
+                j = i32(j + i32(1))
+            near = j < n_above
+            ctx = i32(f2.RUN_CTX_NEAR) if near else i32(f2.RUN_CTX_FAR)
+            if empty[u32(tset + ctx)] != 0:
+                return i32(plan_mod.ERR_TABLE)
+            m, x, w = _runs_symbol(src, dec, i32(tset + ctx), x, ws, nw, w)
+            a1 = tw
+            if m == i32(f2.RUN_END):
+                a1 = tw
+            elif m == i32(f2.RUN_LENGTH):
+                if empty[u32(tset + i32(f2.RUN_CTX_LENGTH))] != 0:
+                    return i32(plan_mod.ERR_TABLE)
+                length, x, w = _runs_symbol(src, dec, i32(tset + i32(f2.RUN_CTX_LENGTH)), x, ws, nw, w)
+                a1 = i32(i32(a0 + i32(1)) + length)
+                if a1 >= tw:
+                    return i32(plan_mod.ERR_RUNS)
+            elif not near or m >= i32(f2.RUN_SYMBOLS):
+                return i32(plan_mod.ERR_RUNS)
+            elif m == i32(f2.RUN_PASS):
+                j = i32(j + i32(1))
+                continue
+            else:
+                a1 = i32(i32(above[u32(j)]) + i32(m - i32(f2.RUN_NEAR + f2.RUN_REACH)))
+                if a1 >= tw:
+                    return i32(plan_mod.ERR_RUNS)
+            if a1 <= a0:
+                return i32(plan_mod.ERR_RUNS)
+            for q in range(a0, a1):
+                smem[u32(row + i32(q))] = u8(label)
+            if a1 == tw:
+                break
+            c0 = i32(smem[u32(up + a1)]) if y > i32(0) else i32(-1)
+            c1 = i32(smem[u32(up + i32(min(i32(a1 + i32(1)), i32(tw - i32(1)))))]) if y > i32(0) else i32(-1)
+            c2 = i32(smem[u32(i32(row + a0) - i32(1))]) if a0 > i32(0) else i32(-1)
+            rank, x, w = _runs_symbol(src, dec, i32(tset + i32(f2.RUN_CTX_LABEL)), x, ws, nw, w)
+            label = _runs_label(rank, c0, c1, c2, label, n_colours)
+            if label < i32(0):
+                return i32(plan_mod.ERR_RUNS)
+            starts[u32(n_starts)] = u8(a1)
+            n_starts = i32(n_starts + i32(1))
+            a0 = a1
+        if w > nw:
+            return i32(plan_mod.ERR_WORDS)
+        for q in range(n_starts):
+            above[u32(q)] = starts[u32(q)]
+        n_above = n_starts
+    if w != nw:
+        return i32(plan_mod.ERR_WORDS)
+    if x != u32(f2.STATE_LOW):
+        return i32(plan_mod.ERR_STATE)
+    return i32(0)
+
+
 @cuda.jit
 def decode_kernel(src, work, dec, empty, out, errors):
     """Decode v2 work item blockIdx.x (one tile) into out; errors[item] gets a code or 0.
@@ -232,6 +383,23 @@ def decode_kernel(src, work, dec, empty, out, errors):
             d0 = out_base + u64(u32(i32(i32(i32(oy + y) * out_w) + ox + xa) * c))
             for j in range(lane, row_len, WARP):
                 out[d0 + u64(u32(j))] = src[s0 + u64(u32(j))]
+        if lane == 0:
+            errors[item] = 0
+        return
+
+    if src[start] == f2.TILE_RUNS:
+        # One thread decodes the runs (each symbol's table depends on the one before); the
+        # warp then checks and writes the index plane as a palette tile's.
+        code = i32(0)
+        if lane == 0:
+            code = _runs_tile(src, start, end, th, tw, c, base, dec, empty, smem, ring)  # (no ring here)
+        code = _warp_max(scratch, code)
+        if code != 0:
+            if lane == 0:
+                errors[item] = code
+            return
+        cuda.syncthreads()
+        _palette_pixels(src, start + u64(f2.RUNS_HEADER), c, smem, th, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, lane)
         if lane == 0:
             errors[item] = 0
         return
@@ -480,15 +648,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
             if lane == 0:
                 errors[item] = bad
             return
-        span = i32(xb - xa)
-        for yo in range(ya, yb):
-            first = i32(i32(i32(oy + yo) * out_w) + ox + xa)
-            for xo in range(lane, span, WARP):  # sass: palette output
-                idx = i32(smem[u32(i32(i32(yo) << i32(PITCH_LOG2)) + xa + i32(xo))])
-                colour_at = pal_at + u64(u32(i32(idx * c)))
-                dst = out_base + u64(u32(i32(i32(first + i32(xo)) * c)))
-                for k in range(c):
-                    out[dst + u64(k)] = src[colour_at + u64(k)]
+        _palette_pixels(src, pal_at, c, smem, th, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, lane)
         if lane == 0:
             errors[item] = 0
         return

@@ -50,12 +50,27 @@ CONTEXT_HISTORY = 128  # the farthest back a context looks (decoders keep 128 ze
 NARROW_THRESHOLDS = (0, 2, 8)
 WIDE_THRESHOLDS = (0, 2, 6)
 MAX_LANES_LOG2 = 5
-MAX_SETS_PER_CHANNEL = 2  # table sets per image: 1 .. 2 * C (the reference encoder uses C)
+MAX_SETS_PER_CHANNEL = 2  # table sets per image: 1 .. 2 * C + 1 (max_sets; the reference encoder uses C)
 
 TILE_RAW = 0
 TILE_CODED = 1
 TILE_PALETTE = 2  # A2: one rANS-coded index plane and a palette of up to 256 colours
 PALETTE_MAX = 256
+# A2 mode 3: a palette and the index plane as runs, each row's run boundaries coded against
+# the row above's (after CCITT group 4 fax coding, with labels). One rANS lane; decoders that
+# predate it refuse the mode.
+TILE_RUNS = 3
+RUNS_HEADER = 3  # mode, table set, P - 1
+RUN_END = 0  # run symbols (contexts RUN_CTX_NEAR / RUN_CTX_FAR): the row's last run goes to its end
+RUN_LENGTH = 1  # the next boundary at a0 + 1 + (a RUN_CTX_LENGTH symbol)
+RUN_PASS = 2  # skip the next boundary of the row above
+RUN_REACH = 3  # RUN_NEAR + RUN_REACH + d: the next boundary at b1 + d, |d| <= RUN_REACH
+RUN_NEAR = 3
+RUN_SYMBOLS = RUN_NEAR + 2 * RUN_REACH + 1  # run symbols 0 .. RUN_SYMBOLS - 1
+RUN_CTX_NEAR = 0  # run symbol with a boundary b1 of the row above right of a0
+RUN_CTX_FAR = 1  # run symbol without one (only RUN_END and RUN_LENGTH are then valid)
+RUN_CTX_LENGTH = 2
+RUN_CTX_LABEL = 3  # a run's palette index, as its rank in the candidate list (A2)
 CH_CONST = 0
 CH_RANS = 1
 # A channel byte 1 | P<<2 | s<<4 names predictors 0-3; 3 | s<<4 (bit 1 set, bits 2-3 zero)
@@ -280,9 +295,14 @@ def parse_tables(raw: np.ndarray, n_tables: int) -> TablesV2:
     return TablesV2(freq, cum)
 
 
+def max_sets(channels: int) -> int:
+    """Most table sets of a stream: MAX_SETS_PER_CHANNEL per channel, and one for runs tiles."""
+    return MAX_SETS_PER_CHANNEL * channels + 1
+
+
 def max_tables_size(channels: int) -> int:
-    """Largest table section: MAX_SETS_PER_CHANNEL sets per channel, bitmap, 2 bytes per symbol."""
-    return MAX_SETS_PER_CHANNEL * channels * CONTEXTS * (1 + 32 + 2 * 256)
+    """Largest table section: max_sets tables of 4 contexts, bitmap, 2 bytes per symbol."""
+    return max_sets(channels) * CONTEXTS * (1 + 32 + 2 * 256)
 
 
 def max_encoded_size(height: int, width: int, channels: int, tile: int = 64) -> int:
@@ -301,15 +321,16 @@ class StreamV2:
     header: fmt.Header
     tables: TablesV2
     offsets: np.ndarray  # int64 (N + 1): absolute tile offsets
-    mode: np.ndarray  # int64 (N,): TILE_RAW or TILE_CODED
+    mode: np.ndarray  # int64 (N,): TILE_RAW, TILE_CODED, TILE_PALETTE or TILE_RUNS
     colour: np.ndarray  # int64 (N,)
     lanes_log2: np.ndarray  # int64 (N,)
     ch_mode: np.ndarray  # int64 (N, C)
     predictor: np.ndarray  # int64 (N, C)
     table_set: np.ndarray  # int64 (N, C)
     words_start: np.ndarray  # int64 (N,): absolute offset of the 16-bit word stream (after the states)
-    # int64 (N,): palette size P of a palette tile (its index plane is ch_mode/predictor/
-    # table_set column 0), 0 for other tiles.
+    # int64 (N,): palette size P of a palette or runs tile (a palette tile's index plane is
+    # ch_mode/predictor/table_set column 0; a runs tile's table set is table_set column 0),
+    # 0 for other tiles.
     palette_size: np.ndarray
 
 
@@ -335,8 +356,8 @@ def read_header(buf: np.ndarray) -> tuple[fmt.Header, int, int]:
         raise CodecError(f"invalid header: {exc}") from None
     if flags & FLAG_2D and channels != 1:
         raise CodecError(f"2-D flag set with {channels} channels (expected 1)")
-    if not 1 <= n_sets <= MAX_SETS_PER_CHANNEL * channels:
-        raise CodecError(f"table sets: expected 1..{MAX_SETS_PER_CHANNEL * channels}. Got {n_sets}.")
+    if not 1 <= n_sets <= max_sets(channels):
+        raise CodecError(f"table sets: expected 1..{max_sets(channels)}. Got {n_sets}.")
     if tables_size > max_tables_size(channels):
         raise CodecError(f"table section: expected at most {max_tables_size(channels)} bytes. Got {tables_size}.")
     return fmt.Header(height, width, channels, tile, flags, VERSION), n_sets, tables_size
@@ -359,7 +380,8 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     th, tw = fmt.tile_geometry(header)
     first = offsets[:-1]
     mode = buf[first].astype(np.int64)
-    _check(mode > TILE_PALETTE, mode, "tile mode", "0 (raw), 1 (coded) or 2 (palette)")
+    _check(mode > TILE_RUNS, mode, "tile mode", "0 (raw), 1 (coded), 2 (palette) or 3 (runs)")
+    runs = mode == TILE_RUNS
     raw = mode == TILE_RAW
     pal = mode == TILE_PALETTE
     raw_len = 1 + th * tw * c
@@ -367,22 +389,30 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     coded = mode == TILE_CODED
     _check(coded & (lengths < 2 + c), lengths, "coded tile length", f"at least {2 + c}")
     _check(pal & (lengths < 4), lengths, "palette tile length", "at least 4")
+    _check(runs & (lengths < RUNS_HEADER), lengths, "runs tile length", f"at least {RUNS_HEADER}")
 
     def byte(k: int, where: np.ndarray) -> np.ndarray:  # byte k of the tiles `where` (0 elsewhere)
         return np.where(where, buf[np.minimum(first + k, buf.size - 1)], 0).astype(np.int64)
 
-    info = byte(1, ~raw)
+    # Runs tiles: byte 1 is the table set, byte 2 P - 1, then the palette, one lane state, words.
+    runs_set = byte(1, runs)
+    _check(runs_set >= n_sets, runs_set, "runs tile table set", f"below {n_sets}")
+    runs_fixed = RUNS_HEADER + (byte(2, runs) + 1) * c + 4
+    _check(runs & ((lengths < runs_fixed) | ((lengths - runs_fixed) % 2 != 0)), lengths, "runs tile length",
+           "header + palette + state + whole words")
+    info = byte(1, ~raw & ~runs)
     colour = info & 15
     lanes_log2 = info >> 4
     _check(coded & (colour >= (COLOURS if c >= 3 else 1)), colour, "colour transform", "0..2 (0 for 1 channel)")
     _check(pal & (colour != 0), colour, "palette tile byte 1 bits 0-3", "0")
     _check(lanes_log2 > MAX_LANES_LOG2, lanes_log2, "lane count log2", f"0..{MAX_LANES_LOG2}")
     # Palette tiles: byte 2 is P - 1, byte 3 the index plane's channel byte (rANS only).
-    palette_size = np.where(pal, byte(2, pal) + 1, 0)
+    palette_size = np.where(pal | runs, byte(2, pal | runs) + 1, 0)
     chb = np.stack([byte(2 + k, coded) + (byte(3, pal) if k == 0 else 0) for k in range(c)], axis=1)
     ch_mode = chb & 1
     predictor = channel_predictor(chb)
     table_set = chb >> 4
+    table_set[:, 0] += runs_set
     bad_ch = ((ch_mode == CH_CONST) & (chb != CH_CONST)) | (table_set >= n_sets) | (predictor >= PREDICTORS)
     _check(bad_ch.any(axis=1), chb.max(axis=1), "channel byte",
            "0 (constant) or a rANS byte with a known predictor and table set")
@@ -390,6 +420,7 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     n_const = (coded[:, None] & (ch_mode == CH_CONST)).sum(axis=1)
     any_rans = ~raw & (ch_mode == CH_RANS).any(axis=1)
     fixed = np.where(pal, 4 + palette_size * c, 2 + c + n_const) + np.where(any_rans, 4 << lanes_log2, 0)
+    fixed = np.where(runs, runs_fixed, fixed)
     _check(coded & ~any_rans & (lengths != fixed), lengths, "constant tile length", "2 + 2C")
     words = lengths - fixed
     _check(any_rans & ((words < 0) | (words % 2 != 0)), lengths, "rANS tile length", "header + states + whole words")

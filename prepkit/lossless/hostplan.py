@@ -106,9 +106,9 @@ def _read_headers(src, starts, stops, rows, info):
                 continue
             if flags & f2.FLAG_2D and c != 1:
                 continue
-            if not 1 <= n_sets <= f2.MAX_SETS_PER_CHANNEL * c:
+            if not 1 <= n_sets <= f2.MAX_SETS_PER_CHANNEL * c + 1:  # f2.max_sets
                 continue
-            if z > f2.MAX_SETS_PER_CHANNEL * c * f2.CONTEXTS * (1 + 32 + 2 * 256):  # f2.max_tables_size
+            if z > (f2.MAX_SETS_PER_CHANNEL * c + 1) * f2.CONTEXTS * (1 + 32 + 2 * 256):  # f2.max_tables_size
                 continue
         else:
             continue
@@ -292,12 +292,20 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
         length = offsets[i + 1] - offsets[i]
         first = s + offsets[i]
         mode = src[first]
-        if mode > f2.TILE_PALETTE:
+        if mode > f2.TILE_RUNS:
             return False
         th = min(t, h - t * (i // tiles_x))
         tw = min(t, w - t * (i % tiles_x))
         if mode == f2.TILE_RAW:
             if length != 1 + th * tw * c:
+                return False
+            continue
+        if mode == f2.TILE_RUNS:
+            # byte 1: the table set; byte 2: P - 1; then the palette, one lane state, words
+            if length < f2.RUNS_HEADER or np.int64(src[first + 1]) >= n_sets:
+                return False
+            words = length - (f2.RUNS_HEADER + (np.int64(src[first + 2]) + 1) * c + 4)
+            if words < 0 or words % 2 != 0:
                 return False
             continue
         if mode == f2.TILE_PALETTE:

@@ -150,6 +150,7 @@ ERR_STATE = 5
 ERR_WORDS = 6
 ERR_TABLE = 7
 ERR_INDEX = 8
+ERR_RUNS = 9
 
 ERROR_TEXT = {
     ERR_K: "a Rice parameter above 7",
@@ -160,6 +161,7 @@ ERROR_TEXT = {
     ERR_WORDS: "the rANS word stream ends early or has words left over",
     ERR_TABLE: "a rANS symbol from an empty frequency table",
     ERR_INDEX: "a palette index at or above the palette size",
+    ERR_RUNS: "a runs tile's run symbol, run boundary or label rank out of range",
 }
 
 

@@ -7,12 +7,14 @@ are shared with the numba encoder in cpu_v2.py, which must produce the same byte
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from prepkit.errors import CodecError
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
-from prepkit.lossless import table_sets
+from prepkit.lossless import runs, table_sets
 from prepkit.lossless.format import prepare
 from prepkit.lossless.format_v2 import assemble, cost_table, normalize
 
@@ -225,6 +227,139 @@ def palette_first(choice: TileChoice, pal: PaletteChoice | None) -> bool:
     return pal is not None and pal.cost + 8 * pal.palette.size < choice.cost
 
 
+# ----------------------------------------------------------------------------- runs tiles (A2 mode 3)
+
+
+def run_starts(row: np.ndarray) -> list[int]:
+    """Columns x > 0 where a row's index changes: where its runs start (boundaries)."""
+    return [int(x) for x in np.flatnonzero(row[1:] != row[:-1]) + 1]
+
+
+def label_candidates(index: np.ndarray, y: int, a1: int, a0: int) -> list[int]:
+    """The candidate indices of a run that starts at column a1 of row y, the run before it
+    starting at a0 (A2 mode 3): above at a1 and a1 + 1 (clipped), then the index of the run
+    before the one ending at a1; a row's first run (a1 = 0): above at 0."""
+    tw = index.shape[1]
+    out = []
+    if y > 0:
+        out.append(int(index[y - 1, a1]))
+        if a1 > 0:
+            out.append(int(index[y - 1, min(a1 + 1, tw - 1)]))
+    if a0 > 0:
+        out.append(int(index[y, a0 - 1]))
+    return out
+
+
+def label_order(candidates: list[int], left: int, n_colours: int) -> list[int]:
+    """The ranks' order: the candidates, then every index in increasing order, each once,
+    without `left` (the index of the run before, -1 for a row's first run)."""
+    order: list[int] = []
+    for v in [*candidates, *range(n_colours)]:
+        if v != left and v not in order:
+            order.append(v)
+    return order
+
+
+def runs_symbols(index: np.ndarray, n_colours: int) -> tuple[np.ndarray, np.ndarray]:
+    """(symbols, contexts) of an index plane coded as runs (A2 mode 3). The encoder's choice
+    per boundary a1 (not normative): the next boundary b1 of the row above when it is within
+    RUN_REACH, else a pass when b1 lies left of a1, else an explicit length."""
+    th, tw = index.shape
+    syms: list[tuple[int, int]] = []  # (context, symbol)
+    above: list[int] = []
+    for y in range(th):
+        row = index[y]
+        syms.append((f2.RUN_CTX_LABEL, label_order(label_candidates(index, y, 0, 0), -1, n_colours).index(int(row[0]))))
+        a0, j = 0, 0
+        for a1 in [*run_starts(row), None]:
+            while True:
+                while j < len(above) and above[j] <= a0:
+                    j += 1
+                b1 = above[j] if j < len(above) else None
+                ctx = f2.RUN_CTX_FAR if b1 is None else f2.RUN_CTX_NEAR
+                if a1 is None:
+                    syms.append((ctx, f2.RUN_END))
+                elif b1 is not None and abs(a1 - b1) <= f2.RUN_REACH:
+                    syms.append((ctx, f2.RUN_NEAR + f2.RUN_REACH + a1 - b1))
+                elif b1 is not None and b1 < a1:
+                    syms.append((ctx, f2.RUN_PASS))
+                    j += 1
+                    continue
+                else:
+                    syms.append((ctx, f2.RUN_LENGTH))
+                    syms.append((f2.RUN_CTX_LENGTH, a1 - a0 - 1))
+                break
+            if a1 is None:
+                break
+            order = label_order(label_candidates(index, y, a1, a0), int(row[a1 - 1]), n_colours)
+            syms.append((f2.RUN_CTX_LABEL, order.index(int(row[a1]))))
+            a0 = a1
+        above = run_starts(row)
+    pairs = np.array(syms, np.int64).reshape(-1, 2)
+    return pairs[:, 1].copy(), pairs[:, 0].copy()
+
+
+class RunsChoice:
+    """A runs tile (A2 mode 3): palette (as PaletteChoice's), index plane, its run symbols."""
+
+    def __init__(self, palette: np.ndarray, index: np.ndarray) -> None:
+        self.palette = palette
+        self.index = index
+        self.symbols, self.contexts = runs_symbols(index, palette.shape[0])
+
+    def fixed_bytes(self) -> int:
+        """Payload bytes besides the words: header, palette, the one lane state."""
+        return f2.RUNS_HEADER + self.palette.size + 4
+
+    def histogram(self) -> np.ndarray:
+        counts = np.zeros((f2.CONTEXTS, 256), np.int64)
+        np.add.at(counts, (self.contexts, self.symbols), 1)
+        return counts
+
+
+def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: int) -> np.ndarray:
+    """The index plane of a runs tile; next_symbol(context) decodes the tile's next symbol."""
+    index = np.zeros((th, tw), np.int64)
+    above: list[int] = []
+    for y in range(th):
+        order = label_order(label_candidates(index, y, 0, 0), -1, n_colours)
+        rank = next_symbol(f2.RUN_CTX_LABEL)
+        if rank >= len(order):
+            raise CodecError(f"runs tile: label rank {rank} of {len(order)}")
+        label = order[rank]
+        a0, j = 0, 0
+        starts: list[int] = []
+        while True:
+            while j < len(above) and above[j] <= a0:
+                j += 1
+            b1 = above[j] if j < len(above) else None
+            m = next_symbol(f2.RUN_CTX_FAR if b1 is None else f2.RUN_CTX_NEAR)
+            if m == f2.RUN_END:
+                index[y, a0:] = label
+                break
+            if m == f2.RUN_LENGTH:
+                a1 = a0 + 1 + next_symbol(f2.RUN_CTX_LENGTH)
+            elif b1 is None or m >= f2.RUN_SYMBOLS:
+                raise CodecError(f"runs tile: run symbol {m} {'past the reference row' if b1 is None else ''}")
+            elif m == f2.RUN_PASS:
+                j += 1
+                continue
+            else:
+                a1 = b1 + m - f2.RUN_NEAR - f2.RUN_REACH
+            if not a0 < a1 < tw:
+                raise CodecError(f"runs tile: run boundary {a1} outside ({a0}, {tw})")
+            index[y, a0:a1] = label
+            order = label_order(label_candidates(index, y, a1, a0), label, n_colours)
+            rank = next_symbol(f2.RUN_CTX_LABEL)
+            if rank >= len(order):
+                raise CodecError(f"runs tile: label rank {rank} of {len(order)}")
+            label = order[rank]
+            starts.append(a1)
+            a0 = a1
+        above = starts
+    return index
+
+
 def table_index(symbols: np.ndarray, channel_set: np.ndarray, wide: bool) -> np.ndarray:
     """Table of each symbol of a tile's sequence: set * CONTEXTS + its context (A4; wide:
     the stream's FLAG_WIDE_CONTEXT)."""
@@ -346,10 +481,12 @@ def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
     return [image[y : y + tile, x : x + tile] for y in range(0, h, tile) for x in range(0, w, tile)]
 
 
-def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_context: bool | None = None) -> bytes:
+def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_context: bool | None = None,
+           runs_tiles: bool = True) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation);
     fast_decode leaves MED out (format_v2.encoder_predictors); wide_context (A4) defaults
-    to format_v2.encoder_wide_context (tests ask for either kind on any image)."""
+    to format_v2.encoder_wide_context (tests ask for either kind on any image); runs_tiles=False
+    writes no runs tiles (A2 mode 3)."""
     image, flags = prepare(image, tile)
     h, w, c = image.shape
     wide = f2.encoder_wide_context(c) if wide_context is None else wide_context
@@ -398,7 +535,66 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_co
             payloads.append(encode_palette_tile(t, ch, freq, cum, sets[i], min_log2, wide))
         else:
             payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2, wide))
+    if runs_tiles:
+        payloads, freq = with_runs(pals, payloads, freq)
     return smaller_of(assemble(header, freq, payloads), header, tiles)
+
+
+def with_runs(pals: list[PaletteChoice | None], payloads: list[bytes], freq: np.ndarray) -> tuple[list[bytes], np.ndarray]:
+    """(payloads, freq) with runs tiles (A2 mode 3, their table set appended) where
+    runs.choose picks them and the runs payload is smaller than the one it replaces."""
+    cands = [i for i, pal in enumerate(pals) if pal is not None]
+    if not cands:
+        return payloads, freq
+    choices = [RunsChoice(pals[i].palette, pals[i].index) for i in cands]  # type: ignore[union-attr]
+    picked = runs.choose(np.stack([ch.histogram() for ch in choices]),
+                         np.array([ch.fixed_bytes() for ch in choices], np.int64),
+                         np.array([len(payloads[i]) for i in cands], np.int64),
+                         np.array([ch.index.size for ch in choices], np.int64))
+    if picked is None:
+        return payloads, freq
+    chosen, runs_freq = picked
+    s = freq.shape[0] // f2.CONTEXTS
+    all_freq = np.concatenate([freq, runs_freq])
+    cum = np.zeros((all_freq.shape[0], 257), np.int64)
+    cum[:, 1:] = np.cumsum(all_freq, axis=1)
+    out = list(payloads)
+    for i, ch, take in zip(cands, choices, chosen, strict=True):
+        if take:
+            body = rans_encode(ch.symbols, s * f2.CONTEXTS + ch.contexts, all_freq, cum, 1)
+            head = bytes([f2.TILE_RUNS, s, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
+            if len(head) + len(body) < len(out[i]):
+                out[i] = head + body
+    if out == payloads:
+        return payloads, freq
+    return out, all_freq
+
+
+def runs_stream(image: np.ndarray, tile: int = 64) -> bytes:
+    """A stream whose every tile of 2 .. max_palette(C) colours is a runs tile, however small
+    the image (the encoders keep a runs table set only where it pays): one table set, the
+    other tiles constant or raw. Tests and fuzz seeds of images the simulator can decode."""
+    image, flags = prepare(image, tile)
+    h, w, c = image.shape
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c)), f2.VERSION)
+    tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
+    pals = [choose_palette(t) for t in tiles]
+    choices = {i: RunsChoice(pal.palette, pal.index) for i, pal in enumerate(pals) if pal is not None and len(pal.palette) > 1}
+    counts = sum((ch.histogram() for ch in choices.values()), np.zeros((f2.CONTEXTS, 256), np.int64))
+    freq = np.stack([normalize(row) for row in counts])
+    cum = np.zeros((f2.CONTEXTS, 257), np.int64)
+    cum[:, 1:] = np.cumsum(freq, axis=1)
+    payloads = []
+    for i, t in enumerate(tiles):
+        if i in choices:
+            ch = choices[i]
+            payloads.append(bytes([f2.TILE_RUNS, 0, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
+                            + rans_encode(ch.symbols, ch.contexts, freq, cum, 1))
+        elif (t == t[:1, :1]).all():
+            payloads.append(bytes([f2.TILE_CODED, 0] + [f2.CH_CONST] * c + [int(v) for v in t[0, 0]]))
+        else:
+            payloads.append(raw_tile(t))
+    return assemble(header, freq, payloads)
 
 
 def one_set_per_plane(c: int, n_sets: int) -> np.ndarray:
@@ -508,12 +704,55 @@ def rans_decode(
     return out
 
 
+class OneLane:
+    """One rANS lane read a symbol at a time (runs tiles: each symbol's table depends on the
+    symbols before it)."""
+
+    def __init__(self, buf: np.ndarray, start: int, end: int, tables: f2.TablesV2, lut: np.ndarray,
+                 table_set: int) -> None:
+        self.x = int(buf[start : start + 4].view("<u4")[0])
+        if self.x < f2.STATE_LOW:
+            raise CodecError(f"rANS state below {f2.STATE_LOW}")
+        self.words = buf[start + 4 : end].view("<u2")
+        self.ptr = 0
+        self.tables, self.lut, self.first = tables, lut, table_set * f2.CONTEXTS
+
+    def symbol(self, context: int) -> int:
+        t = self.first + context
+        slot = self.x & (f2.PROB_SCALE - 1)
+        s = int(self.lut[t, slot])
+        f = int(self.tables.freq[t, s])
+        if f == 0:
+            raise CodecError("rANS symbol from an empty frequency table")
+        self.x = f * (self.x >> f2.PROB_BITS) + slot - int(self.tables.cum[t, s])
+        if self.x < f2.STATE_LOW:
+            if self.ptr >= self.words.size:
+                raise CodecError("rANS word stream ends early")
+            self.x = (self.x << 16) | int(self.words[self.ptr])
+            self.ptr += 1
+        return s
+
+    def finish(self) -> None:
+        if self.ptr != self.words.size or self.x != f2.STATE_LOW:
+            raise CodecError("rANS stream does not end in the initial state with every word read")
+
+
 def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: np.ndarray) -> np.ndarray:
     c = s.header.channels
     wide = bool(s.header.flags & f2.FLAG_WIDE_CONTEXT)
     start, end = int(s.offsets[i]), int(s.offsets[i + 1])
     if s.mode[i] == f2.TILE_RAW:
         return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
+    if s.mode[i] == f2.TILE_RUNS:
+        n_colours = int(s.palette_size[i])
+        palette = buf[start + f2.RUNS_HEADER : start + f2.RUNS_HEADER + n_colours * c].reshape(n_colours, c)
+        packed = pack_colours(palette[None].astype(np.int64))[0]
+        if (np.diff(packed) <= 0).any():
+            raise CodecError("runs tile: palette colours not in increasing order")
+        lane = OneLane(buf, int(s.words_start[i]) - 4, end, s.tables, lut, int(s.table_set[i, 0]))
+        index = runs_decode(lane.symbol, th, tw, n_colours)
+        lane.finish()
+        return palette[index].astype(np.int64)
     if s.mode[i] == f2.TILE_PALETTE:
         n_colours = int(s.palette_size[i])
         palette = buf[start + 4 : start + 4 + n_colours * c].reshape(n_colours, c).astype(np.int64)

@@ -1,0 +1,294 @@
+"""Runs tiles (bitstream v2, A2 mode 3): the numba CPU encoder and decoder, and the choice
+of which tiles become runs tiles, shared by both encoders.
+
+A runs tile is a palette and its index plane as rows of runs; each row's run boundaries are
+coded against the boundaries of the row above (as CCITT group 4 fax coding does for two
+colours), and each run's palette index as its rank among a few candidates taken from the row
+above and the run before. Segmentation masks and flat renders have about 30 pixels per run,
+so a tile decodes about a tenth as many symbols as its pixels, each run a fill. One rANS lane:
+the next symbol's table depends on the symbol before, so there is nothing to interleave.
+reference_v2.runs_symbols and runs_decode are the plain versions these match.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from prepkit.jitcache import guard_disk_cache
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import plan as plan_mod
+
+NO_LABEL = -1  # an absent candidate, or no run before a row's first
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rank(v, c0, c1, c2, left):
+    """Rank of index v in the order of reference_v2.label_order: the distinct candidates
+    c0, c1, c2 (NO_LABEL: absent), then every index ascending, each once, none equal to left."""
+    k = 0
+    if c0 >= 0 and c0 != left:
+        if v == c0:
+            return 0
+        k = 1
+    if c1 >= 0 and c1 != left and c1 != c0:
+        if v == c1:
+            return k
+        k += 1
+    if c2 >= 0 and c2 != left and c2 != c0 and c2 != c1:
+        if v == c2:
+            return k
+        k += 1
+    for q in range(v):
+        if q != left and q != c0 and q != c1 and q != c2:
+            k += 1
+    return k
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _label(rank, c0, c1, c2, left, n_colours):
+    """The index of a rank (the inverse of _rank), NO_LABEL when the rank is past the order."""
+    k = 0
+    if c0 >= 0 and c0 != left:
+        if rank == 0:
+            return c0
+        k = 1
+    if c1 >= 0 and c1 != left and c1 != c0:
+        if rank == k:
+            return c1
+        k += 1
+    if c2 >= 0 and c2 != left and c2 != c0 and c2 != c1:
+        if rank == k:
+            return c2
+        k += 1
+    for q in range(n_colours):
+        if q != left and q != c0 and q != c1 and q != c2:
+            if rank == k:
+                return q
+            k += 1
+    return NO_LABEL
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def tile_symbols(index, th, tw, syms, ctxs, above, starts):
+    """The run symbols of an index plane (uint8, row-major th x tw) into syms, their
+    contexts into ctxs; returns their count. above, starts: int64 scratch of tw entries."""
+    n = 0
+    n_above = 0
+    for y in range(th):
+        row = y * tw
+        up = row - tw
+        c0 = np.int64(index[up]) if y > 0 else NO_LABEL
+        syms[n] = _rank(np.int64(index[row]), c0, NO_LABEL, NO_LABEL, NO_LABEL)
+        ctxs[n] = f2.RUN_CTX_LABEL
+        n += 1
+        a0 = 0
+        j = 0
+        n_starts = 0
+        a1 = 1
+        while True:
+            while a1 < tw and index[row + a1] == index[row + a1 - 1]:
+                a1 += 1
+            while True:
+                while j < n_above and above[j] <= a0:
+                    j += 1
+                near = j < n_above
+                b1 = above[j] if near else 0
+                ctx = f2.RUN_CTX_NEAR if near else f2.RUN_CTX_FAR
+                ctxs[n] = ctx
+                if a1 == tw:
+                    syms[n] = f2.RUN_END
+                elif near and abs(a1 - b1) <= f2.RUN_REACH:
+                    syms[n] = f2.RUN_NEAR + f2.RUN_REACH + a1 - b1
+                elif near and b1 < a1:
+                    syms[n] = f2.RUN_PASS
+                    n += 1
+                    j += 1
+                    continue
+                else:
+                    syms[n] = f2.RUN_LENGTH
+                    n += 1
+                    syms[n] = a1 - a0 - 1
+                    ctxs[n] = f2.RUN_CTX_LENGTH
+                break
+            n += 1
+            if a1 == tw:
+                break
+            c0 = np.int64(index[up + a1]) if y > 0 else NO_LABEL
+            c1 = np.int64(index[up + min(a1 + 1, tw - 1)]) if y > 0 else NO_LABEL
+            c2 = np.int64(index[row + a0 - 1]) if a0 > 0 else NO_LABEL
+            syms[n] = _rank(np.int64(index[row + a1]), c0, c1, c2, np.int64(index[row + a1 - 1]))
+            ctxs[n] = f2.RUN_CTX_LABEL
+            n += 1
+            starts[n_starts] = a1
+            n_starts += 1
+            a0 = a1
+            a1 += 1
+        for q in range(n_starts):
+            above[q] = starts[q]
+        n_above = n_starts
+    return n
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _symbol(flat, tset, ctx, x, words, n_words, w):
+    """One rANS symbol (A6) with table tset + ctx: (symbol, new state, words read)."""
+    e = np.int64(flat[np.uint64((tset + ctx) * 4096 + (x & 4095))])
+    x = ((e >> 8) & 4095) * (x >> f2.PROB_BITS) + (x >> f2.PROB_BITS) + (e >> 20)
+    if x < f2.STATE_LOW:
+        if w < n_words:
+            x = (x << 16) | np.int64(words[w])
+        w += 1  # past n_words: the caller refuses the tile
+    return e & 255, x, w
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _fill(plane, at, v):
+    """plane[at : at + 64] = v: a run's fill as one fixed-size store (runs are decoded left
+    to right, so the bytes past the run are overwritten by the runs after it; the plane has
+    64 bytes of slack after its last row)."""
+    for q in range(np.uint64(64)):
+        plane[np.uint64(at) + q] = v
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, above, starts):
+    """Decode runs tile src[start:end] (validated by format_v2.read_stream or hostplan) into
+    plane (uint8, row-major th x tw, then at least 64 bytes of slack): the palette colours
+    themselves when C = 1, else the palette indices; return an error code. base: the
+    stream's first table row; flat: the packed decode tables (cpu_v2.decode_table,
+    flattened); empty[t]: 1 for an empty table; maps: uint8 scratch of 512 entries; above,
+    starts: int64 scratch of 64 entries.
+
+    The palette's colours must increase (A2), so with one channel the tile decodes in colour
+    space: maps[:256] turns an index into its colour, maps[256:] a colour back into its index
+    (for the labels' candidates), and the plane is the tile's pixels. Every symbol is checked
+    where it is used: a run symbol past RUN_SYMBOLS, a pass or a boundary move without a
+    boundary above, a boundary outside (a0, tw), a label rank past the order. The loop ends:
+    each symbol moves a0 or j right, or ends the row."""
+    tset = base + np.int64(src[start + 1]) * f2.CONTEXTS
+    if empty[tset + f2.RUN_CTX_LABEL]:  # every tile decodes a label first
+        return plan_mod.ERR_TABLE
+    n_colours = np.int64(src[start + 2]) + 1
+    pal = start + f2.RUNS_HEADER
+    for q in range(1, n_colours):  # strictly increasing packed colours
+        k = 0
+        while k < c - 1 and src[pal + q * c + k] == src[pal + (q - 1) * c + k]:
+            k += 1
+        if src[pal + q * c + k] <= src[pal + (q - 1) * c + k]:
+            return plan_mod.ERR_RUNS
+    colour_of = maps[:256]
+    index_of = maps[256:]
+    for q in range(256):
+        colour_of[q] = q
+        index_of[q] = q
+    if c == 1:
+        for q in range(n_colours):
+            colour_of[q] = src[pal + q]
+            index_of[src[pal + q]] = q
+    pos = pal + n_colours * c
+    x = np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8) | (np.int64(src[pos + 2]) << 16) | (
+        np.int64(src[pos + 3]) << 24)
+    if x < f2.STATE_LOW:
+        return plan_mod.ERR_STATE
+    pos += 4
+    n_words = (end - pos) >> 1
+    words = src[pos : pos + 2 * n_words].view(np.uint16)
+    w = 0
+    n_above = 0
+    for y in range(th):
+        row = y * tw
+        up = row - tw
+        c0 = np.int64(index_of[plane[up]]) if y > 0 else NO_LABEL
+        rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, n_words, w)
+        label = _label(rank, c0, NO_LABEL, NO_LABEL, NO_LABEL, n_colours)
+        if label < 0:
+            return plan_mod.ERR_RUNS
+        a0 = 0
+        j = 0
+        n_starts = 0
+        while True:
+            _fill(plane, row + a0, colour_of[label])
+            while j < n_above and above[j] <= a0:
+                j += 1
+            near = j < n_above
+            ctx = f2.RUN_CTX_NEAR if near else f2.RUN_CTX_FAR
+            if empty[tset + ctx]:
+                return plan_mod.ERR_TABLE
+            m, x, w = _symbol(flat, tset, ctx, x, words, n_words, w)
+            if m == f2.RUN_END:
+                break
+            if m == f2.RUN_LENGTH:
+                if empty[tset + f2.RUN_CTX_LENGTH]:
+                    return plan_mod.ERR_TABLE
+                length, x, w = _symbol(flat, tset, f2.RUN_CTX_LENGTH, x, words, n_words, w)
+                a1 = a0 + 1 + length
+            elif not near or m >= f2.RUN_SYMBOLS:
+                return plan_mod.ERR_RUNS
+            elif m == f2.RUN_PASS:
+                j += 1
+                continue
+            else:
+                a1 = above[j] + m - (f2.RUN_NEAR + f2.RUN_REACH)
+            if a1 <= a0 or a1 >= tw:
+                return plan_mod.ERR_RUNS
+            c0 = np.int64(index_of[plane[up + a1]]) if y > 0 else NO_LABEL
+            c1 = np.int64(index_of[plane[up + min(a1 + 1, tw - 1)]]) if y > 0 else NO_LABEL
+            c2 = np.int64(index_of[plane[row + a0 - 1]]) if a0 > 0 else NO_LABEL
+            rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, n_words, w)
+            label = _label(rank, c0, c1, c2, label, n_colours)
+            if label < 0:
+                return plan_mod.ERR_RUNS
+            starts[n_starts] = a1
+            n_starts += 1
+            a0 = a1
+        if w > n_words:
+            return plan_mod.ERR_WORDS
+        for q in range(n_starts):
+            above[q] = starts[q]
+        n_above = n_starts
+    if w != n_words:
+        return plan_mod.ERR_WORDS
+    if x != f2.STATE_LOW:
+        return plan_mod.ERR_STATE
+    return 0
+
+
+# The encoder makes a runs tile only of a tile with at least this many pixels per run symbol:
+# one thread decodes a runs tile symbol after symbol (a GPU warp's other 31 lanes wait), so
+# a tile of short runs, noise-like, would be smaller as runs and decode many times slower.
+# Segmentation masks have about 17 pixels per symbol (docs/BENCHMARKS.md "Runs tiles").
+MIN_PIXELS_PER_SYMBOL = 4
+
+
+def choose(hists: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Which candidate tiles become runs tiles, and the runs table set's frequencies (4, 256);
+    None when none should. hists: (n, 4, 256) counts of each candidate's (context, symbol);
+    fixed: its payload bytes besides the words; current: its payload length otherwise;
+    pixels: its pixel count (MIN_PIXELS_PER_SYMBOL).
+
+    Shared by both encoders (integers only: the same choice in both). Two rounds: tables from
+    every candidate, then from the tiles whose estimate beat their current length under them;
+    a tile stays when its estimate under the final tables is smaller and those tables can code
+    it; the set is kept only when the tiles save more than its tables cost.
+    """
+    chosen = hists.sum(axis=(1, 2)) * MIN_PIXELS_PER_SYMBOL <= pixels
+    for _ in range(2):
+        if not chosen.any():
+            return None
+        freq = np.stack([f2.normalize(row) for row in hists[chosen].sum(axis=0)])
+        codable = ~((hists > 0) & (freq == 0)[None]).any(axis=(1, 2))
+        estimate = fixed + (hists * f2.cost_table(freq)[None]).sum(axis=(1, 2)) // 128
+        chosen = codable & (estimate < current) & chosen
+    if not chosen.any():
+        return None
+    freq = np.stack([f2.normalize(row) for row in hists[chosen].sum(axis=0)])
+    estimate = fixed + (hists * f2.cost_table(freq)[None]).sum(axis=(1, 2)) // 128
+    if int((current - estimate)[chosen].sum()) <= len(f2.pack_tables(freq)):
+        return None
+    return chosen, freq
+
+
+# Last, once every cached function above exists: the constants compiled into them.
+guard_disk_cache(globals(), (f2, plan_mod))

@@ -1,0 +1,175 @@
+"""Version 2 runs tiles (docs/LOSSLESS.md A2 mode 3): the run symbols of the numba encoder
+equal the reference's and decode back; both encoders pick runs tiles on masks, byte-identical;
+the decoders agree on every damaged stream; malformed runs tiles are refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from prepkit import lossless
+from prepkit.errors import CodecError
+from prepkit.lossless import cpu_v2, hostplan, runs
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import plan as plan_mod
+from prepkit.lossless import reference_v2 as r2
+
+from .images import assert_byte_flips_refused_or_agree
+
+
+def blobs(h: int, w: int, c: int | None, seed: int, n: int = 7) -> np.ndarray:
+    """A segmentation-like mask: overlapping discs of n - 1 labels on 0 (colours when c > 1)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    label = np.zeros((h, w), np.int64)
+    for k in range(1, n):
+        cy, cx, r = rng.integers(0, h), rng.integers(0, w), rng.integers(6, max(7, min(h, w) // 2))
+        label[(yy - cy) ** 2 + (xx - cx) ** 2 < r * r] = k
+    colours = rng.integers(0, 256, (n, c or 1))
+    image = colours[label].astype(np.uint8)
+    return image[:, :, 0] if c is None else image
+
+
+def _index_planes() -> list[tuple[np.ndarray, int]]:
+    """Index planes of every shape class (1 x N, N x 1, partial and full tiles) and palette size."""
+    rng = np.random.default_rng(0)
+    out = []
+    for h, w in [(64, 64), (1, 40), (37, 1), (17, 23), (64, 5), (3, 64), (1, 1)]:
+        for n in (1, 2, 5, 40):
+            image = blobs(h, w, None, seed=h * 100 + w + n, n=n + 1)
+            palette = np.unique(image)
+            out.append((np.searchsorted(palette, image), palette.size))
+        noise = rng.integers(0, 3, (h, w))  # runs of one pixel, passes and long lengths
+        out.append((noise, int(noise.max()) + 1))
+    stripes = np.zeros((64, 64), np.int64)
+    for y in range(64):  # boundaries that move by more than RUN_REACH: passes and explicit lengths
+        stripes[y, (y * 5) % 60 : (y * 5) % 60 + 3] = 1
+        stripes[y, 63 - y % 9 :] = 2
+    out.append((stripes, 3))
+    return out
+
+
+def test_run_symbols_decode_back_and_match_the_numba_encoder() -> None:
+    for index, n_colours in _index_planes():
+        syms, ctxs = r2.runs_symbols(index, n_colours)
+        assert syms.size * 1 <= 4 * index.size + 2  # within the decoder's symbol scratch
+        position = iter(range(syms.size))
+
+        def next_symbol(context: int, syms: np.ndarray = syms, ctxs: np.ndarray = ctxs,
+                        position: Iterator[int] = position) -> int:
+            i = next(position)
+            assert ctxs[i] == context  # the decoder asks for the table the encoder used
+            return int(syms[i])
+
+        th, tw = index.shape
+        np.testing.assert_array_equal(r2.runs_decode(next_symbol, th, tw, n_colours), index)
+        assert next(position, None) is None
+        got_syms = np.zeros(4 * index.size + 64, np.int64)
+        got_ctxs = np.zeros_like(got_syms)
+        n = runs.tile_symbols(index.astype(np.uint8).reshape(-1), th, tw, got_syms, got_ctxs,
+                              np.zeros(64, np.int64), np.zeros(64, np.int64))
+        np.testing.assert_array_equal(got_syms[:n], syms)
+        np.testing.assert_array_equal(got_ctxs[:n], ctxs)
+
+
+@pytest.mark.parametrize("c", [None, 1, 3, 4])
+def test_encoders_make_runs_tiles_of_masks(c: int | None) -> None:
+    image = blobs(150, 170, c, seed=3)
+    data = lossless.encode(image, version=2)
+    assert data == r2.encode(image)
+    s = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert (s.mode == f2.TILE_RUNS).sum() >= 4
+    assert data[7] == s.table_set[s.mode == f2.TILE_RUNS, 0].max() + 1  # the runs set comes last
+    np.testing.assert_array_equal(lossless.decode(data), image)
+    np.testing.assert_array_equal(r2.decode(data), image)
+    np.testing.assert_array_equal(lossless.decode(data, roi=(7, 11, 140, 99)), image[7:140, 11:99])
+    without = cpu_v2.encode(image, runs_tiles=False)
+    assert len(data) < len(without)
+    assert without == r2.encode(image, runs_tiles=False)
+    assert hostplan.plan_buffers([data]).work.tolist() == plan_mod.build([data]).work.tolist()
+
+
+def test_noise_never_becomes_runs_tiles() -> None:
+    """Runs of a pixel or two would code smaller as runs than as a palette tile, but decode
+    symbol after symbol (runs.MIN_PIXELS_PER_SYMBOL keeps such tiles palette tiles)."""
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 12, (128, 128), dtype=np.uint8) * 20
+    s = f2.read_stream(np.frombuffer(lossless.encode(image, version=2), np.uint8))
+    assert not (s.mode == f2.TILE_RUNS).any() and (s.mode == f2.TILE_PALETTE).all()
+
+
+def _runs_stream() -> tuple[bytes, int]:
+    """A stream with runs tiles, and its first runs tile."""
+    data = lossless.encode(blobs(96, 100, 3, seed=5), tile=32, version=2)
+    s = f2.read_stream(np.frombuffer(data, np.uint8))
+    return data, int(np.flatnonzero(s.mode == f2.TILE_RUNS)[0])
+
+
+def test_every_byte_change_is_refused_or_agrees_with_reference() -> None:
+    data, _ = _runs_stream()
+    assert_byte_flips_refused_or_agree(data, flips=300, seed=7)
+
+
+def _payload(data: bytes, i: int) -> bytearray:
+    s = f2.read_stream(np.frombuffer(data, np.uint8))
+    return bytearray(data[int(s.offsets[i]) : int(s.offsets[i + 1])])
+
+
+def _refused_by_both_decoders(data: bytes, reference: str, numba: str) -> None:
+    with pytest.raises(CodecError, match=reference):
+        r2.decode(data)
+    with pytest.raises(CodecError, match=numba):
+        lossless.decode(data)
+
+
+def test_palette_out_of_order_is_refused() -> None:
+    data, i = _runs_stream()
+    payload = _payload(data, i)
+    assert payload[2] >= 1  # two colours at least: swap the first two
+    first, second = payload[3:6], payload[6:9]
+    payload[3:6], payload[6:9] = second, first
+    bad = f2.with_payloads(data, {i: bytes(payload)})
+    _refused_by_both_decoders(bad, "palette colours not in increasing order", "run symbol, run boundary or label")
+
+
+def test_rank_past_the_palette_is_refused() -> None:
+    """The same tile with a palette of one colour fewer: some label rank now lies past the
+    order (its last colour dropped, so the colours still increase)."""
+    data, i = _runs_stream()
+    payload = _payload(data, i)
+    n_colours = payload[2] + 1
+    payload[2] -= 1
+    del payload[3 + 3 * (n_colours - 1) : 3 + 3 * n_colours]
+    bad = f2.with_payloads(data, {i: bytes(payload)})
+    with pytest.raises(CodecError):
+        r2.decode(bad)
+    with pytest.raises(CodecError):
+        lossless.decode(bad)
+
+
+def test_bad_runs_headers_are_refused_by_both_validators() -> None:
+    data, i = _runs_stream()
+    payload = _payload(data, i)
+    n_sets = data[7]
+    cases = [
+        (bytes([f2.TILE_RUNS, n_sets]) + bytes(payload[2:]), "runs tile table set"),
+        (bytes(payload[:-1]), "runs tile length"),
+        (bytes(payload[:2]), "runs tile length"),
+        (bytes([f2.TILE_RUNS + 1]) + bytes(payload[1:]), "tile mode"),
+    ]
+    for bad_payload, message in cases:
+        bad = f2.with_payloads(data, {i: bad_payload})
+        with pytest.raises(CodecError, match=message):
+            f2.read_stream(np.frombuffer(bad, np.uint8))
+        with pytest.raises(CodecError):
+            hostplan.plan_buffers([bad])
+
+
+def test_a_runs_set_above_the_old_limit_is_read() -> None:
+    """One channel allows 2C + 1 = 3 table sets: the runs set after two for the other tiles."""
+    image = blobs(200, 260, None, seed=11)
+    data = lossless.encode(image, version=2)
+    assert data[7] == f2.max_sets(1) == 3
+    np.testing.assert_array_equal(lossless.decode(data), image)

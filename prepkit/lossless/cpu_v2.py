@@ -1049,9 +1049,14 @@ def _tile_runs(image, tile, i, colours, n_colours, padded, scratch):
     return runs.tile_symbols(index, th, tw, syms, ctxs, above, starts)
 
 
+# The most run symbols of a tile that can become a runs tile (runs.MIN_PIXELS_PER_SYMBOL).
+RUNS_CAP = MAX_PLANE // runs.MIN_PIXELS_PER_SYMBOL
+
+
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _runs_histograms(image, tile, choices, colours, cands, hist, planes):
-    """hist[k]: counts of (context, symbol) of candidate tile cands[k]'s runs symbols."""
+def _runs_symbols_all(image, tile, choices, colours, cands, hist, counts, kept_syms, kept_ctxs, planes):
+    """Run symbols of candidate tile cands[k]: counts[k], hist[k] their (context, symbol)
+    counts, and when there are at most RUNS_CAP the symbols and contexts in kept_*[k]."""
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         scratch = _runs_scratch()
@@ -1059,27 +1064,31 @@ def _runs_histograms(image, tile, choices, colours, cands, hist, planes):
         for k in range(chunk, cands.shape[0], chunks):
             i = cands[k]
             n = _tile_runs(image, tile, i, colours[i], choices[i, COL_PAL_SIZE], planes[chunk, 0], scratch)
+            counts[k] = n
             for j in range(n):
                 hist[k, ctxs[j], syms[j]] += 1
+            if n <= RUNS_CAP:
+                for j in range(n):
+                    kept_syms[k, j] = syms[j]
+                    kept_ctxs[k, j] = ctxs[j]
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_runs_all(image, tile, choices, colours, cands, table_set, coder, cost, out, starts, lengths, limits,
-                     planes, tables, words):
-    """Runs payloads (A2 mode 3) of tiles cands[k] at out[starts[k]:]; lengths[k] = 0 where
-    the payload would reach limits[k] bytes (the tile keeps its payload)."""
-    c = image.shape[2]
-    chunks = planes.shape[0]
+def _encode_runs_all(c, choices, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, coder, cost, out,
+                     starts, lengths, limits, tables, words):
+    """Runs payloads (A2 mode 3) of tiles cands[kept[k]] at out[starts[k]:] from their kept
+    symbols; lengths[k] = 0 where the payload would reach limits[k] bytes (the tile keeps its
+    payload)."""
+    chunks = tables.shape[0]
     for chunk in prange(chunks):
-        scratch = _runs_scratch()
-        syms, ctxs = scratch[1], scratch[2]
-        for k in range(chunk, cands.shape[0], chunks):
-            i = cands[k]
+        for k in range(chunk, kept.shape[0], chunks):
+            q = kept[k]
+            i = cands[q]
             n_colours = choices[i, COL_PAL_SIZE]
-            n = _tile_runs(image, tile, i, colours[i], n_colours, planes[chunk, 0], scratch)
+            n = counts[q]
             table_row = tables[chunk]
             for j in range(n):
-                table_row[j] = table_set * f2.CONTEXTS + ctxs[j]
+                table_row[j] = table_set * f2.CONTEXTS + kept_ctxs[q, j]
             base = starts[k]
             pos = base + f2.RUNS_HEADER + n_colours * c
             lengths[k] = 0
@@ -1089,12 +1098,13 @@ def _encode_runs_all(image, tile, choices, colours, cands, table_set, coder, cos
             out[base + 1] = table_set
             out[base + 2] = n_colours - 1
             at = base + f2.RUNS_HEADER
-            for q in range(n_colours):
+            for p in range(n_colours):
                 for ch in range(c):
-                    out[at] = (colours[i, q] >> (8 * (c - 1 - ch))) & 255
+                    out[at] = (colours[i, p] >> (8 * (c - 1 - ch))) & 255
                     at += 1
             # total 0 and min_log2 0: one lane
-            end, _ = _rans_body(syms, 0, n, table_row, coder, cost, words[chunk], out, pos, base + limits[k], 0, 0)
+            end, _ = _rans_body(kept_syms[q], 0, n, table_row, coder, cost, words[chunk], out, pos, base + limits[k], 0,
+                                0)
             if end > 0:
                 lengths[k] = end - base
 
@@ -1107,7 +1117,10 @@ def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.nd
         return payloads, freq
     c = image.shape[2]
     hist = np.zeros((cands.size, f2.CONTEXTS, 256), np.int64)
-    _runs_histograms(image, tile, choices, colours, cands, hist, planes)
+    counts = np.zeros(cands.size, np.int64)
+    kept_syms = np.empty((cands.size, RUNS_CAP), np.uint8)
+    kept_ctxs = np.empty((cands.size, RUNS_CAP), np.uint8)
+    _runs_symbols_all(image, tile, choices, colours, cands, hist, counts, kept_syms, kept_ctxs, planes)
     current = np.array([len(payloads[i]) for i in cands], np.int64)
     fixed = f2.RUNS_HEADER + choices[cands, COL_PAL_SIZE] * c + 4
     boxes = [_tile_box(i, tile, image.shape[0], image.shape[1]) for i in cands]
@@ -1117,22 +1130,22 @@ def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.nd
     chosen, runs_freq = picked
     table_set = freq.shape[0] // f2.CONTEXTS
     all_freq = np.concatenate([freq, runs_freq])
-    todo = cands[chosen]
-    limits = current[chosen]
+    kept = np.flatnonzero(chosen)  # (runs.choose keeps only tiles of at most RUNS_CAP symbols)
+    limits = current[kept]
     starts = np.concatenate([[0], np.cumsum(limits)]).astype(np.int64)
     out = np.empty(int(starts[-1]), np.uint8)
-    lengths = np.zeros(todo.size, np.int64)
+    lengths = np.zeros(kept.size, np.int64)
     chunks = planes.shape[0]
-    tables = np.empty((chunks, MAX_VALUES), np.int64)
-    words = np.empty((chunks, MAX_VALUES), np.int64)
-    _encode_runs_all(image, tile, choices, colours, todo, table_set, _coder_table(all_freq), f2.cost_table(all_freq),
-                     out, starts, lengths, limits, planes, tables, words)
+    tables = np.empty((chunks, RUNS_CAP), np.int64)
+    words = np.empty((chunks, RUNS_CAP), np.int64)
+    _encode_runs_all(c, choices, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, _coder_table(all_freq),
+                     f2.cost_table(all_freq), out, starts, lengths, limits, tables, words)
     if not lengths.any():
         return payloads, freq
     payloads = list(payloads)
-    for k, i in enumerate(todo):
+    for k, q in enumerate(kept):
         if lengths[k]:
-            payloads[i] = out[starts[k] : starts[k] + lengths[k]].tobytes()
+            payloads[cands[q]] = out[starts[k] : starts[k] + lengths[k]].tobytes()
     return payloads, all_freq
 
 
@@ -1767,6 +1780,24 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
+    """Write the pixel planes[:, 0] over the requested region of a tile."""
+    width = xb - xa
+    for y in range(ya, yb):
+        d = out_base + ((oy + y) * out_w + ox + xa) * c
+        line = out[d : d + width * c]
+        if c == 1:
+            v = planes[0, 0]
+            for x in range(width):
+                line[x] = v
+        else:
+            for k in range(c):
+                v = planes[k, 0]
+                for x in range(width):
+                    line[x * c + k] = v
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, decoded=False):
     """Decode one v2 work item (plan.py columns) into the flat output; return an error code.
     `decoded`: the tile's rANS symbols are in `symbols` already (_pair_symbols)."""
@@ -1811,44 +1842,50 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, d
     pos = start + 2 + c
     n_rans = 0
     for k in range(c):
+        if src[start + 2 + k] != 0:
+            n_rans += 1
+    if n_rans == 0:  # a constant tile (masks' and flat art's backgrounds): one pixel, repeated
+        for k in range(c):
+            planes[k, 0] = src[pos + k]
+        _colour_inverse(planes, 1, colour)
+        _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
+        return 0
+    for k in range(c):
         if src[start + 2 + k] == 0:
             v = src[pos]
             pos += 1
             row = planes[k, :plane]
             for q in range(plane):
                 row[q] = v
+    if not decoded:
+        if not _lane_states(src, pos, lanes, scratch[0]):
+            return plan_mod.ERR_STATE
+        err = _rans(src, pos + 4 * lanes, end, start, c, plane, base, lanes, dec, empty, ctx, ctx16, wmask,
+                    symbols, scratch)
+        if err:
+            return err
+    # The MED planes' diagonal steps run side by side (med_simd.med_steps), the others
+    # are undone plane by plane.
+    i = 0
+    n_med = 0
+    for k in range(c):
+        chb = np.int64(src[start + 2 + k])
+        if chb == 0:
+            continue
+        if _predictor_of(chb) == f2.PRED_MED:
+            med_simd.to_diagonals(symbols[SYM0 + i : SYM0 + i + plane], th, tw, scratch[4], n_med)
+            n_med += 1
         else:
-            n_rans += 1
-    if n_rans:
-        if not decoded:
-            if not _lane_states(src, pos, lanes, scratch[0]):
-                return plan_mod.ERR_STATE
-            err = _rans(src, pos + 4 * lanes, end, start, c, plane, base, lanes, dec, empty, ctx, ctx16, wmask,
-                        symbols, scratch)
-            if err:
-                return err
-        # The MED planes' diagonal steps run side by side (med_simd.med_steps), the others
-        # are undone plane by plane.
-        i = 0
-        n_med = 0
+            _unpredict(symbols, i, _predictor_of(chb), planes[k, :plane], th, tw, scratch[4])
+        i += plane
+    if n_med:
+        med_simd.med_steps(scratch[4], th + tw - 1, n_med)
+        m = 0
         for k in range(c):
             chb = np.int64(src[start + 2 + k])
-            if chb == 0:
-                continue
-            if _predictor_of(chb) == f2.PRED_MED:
-                med_simd.to_diagonals(symbols[SYM0 + i : SYM0 + i + plane], th, tw, scratch[4], n_med)
-                n_med += 1
-            else:
-                _unpredict(symbols, i, _predictor_of(chb), planes[k, :plane], th, tw, scratch[4])
-            i += plane
-        if n_med:
-            med_simd.med_steps(scratch[4], th + tw - 1, n_med)
-            m = 0
-            for k in range(c):
-                chb = np.int64(src[start + 2 + k])
-                if chb != 0 and _predictor_of(chb) == f2.PRED_MED:
-                    med_simd.from_diagonals(planes[k, :plane], th, tw, scratch[4], m)
-                    m += 1
+            if chb != 0 and _predictor_of(chb) == f2.PRED_MED:
+                med_simd.from_diagonals(planes[k, :plane], th, tw, scratch[4], m)
+                m += 1
     _colour_inverse(planes, plane, colour)
     _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
     return 0

@@ -69,6 +69,31 @@ def _label(rank, c0, c1, c2, left, n_colours):
     return NO_LABEL
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _row_starts(index, row, up, tw, same_as_above, above, n_above, starts):
+    """The boundaries of the row at index[row:] into starts; returns their count. A row the
+    same as the one above (most rows of a mask) copies its boundaries instead of a scan."""
+    if same_as_above:
+        for q in range(n_above):
+            starts[q] = above[q]
+        return n_above
+    n = 0
+    for x in range(1, tw):
+        if index[row + x] != index[row + x - 1]:
+            starts[n] = x
+            n += 1
+    return n
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _same_rows(index, row, up, tw):
+    """Whether index[row : row + tw] equals index[up : up + tw] (a loop LLVM vectorises)."""
+    differ = 0
+    for x in range(np.uint64(tw)):
+        differ |= index[np.uint64(row) + x] ^ index[np.uint64(up) + x]
+    return differ == 0
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def tile_symbols(index, th, tw, syms, ctxs, above, starts):
     """The run symbols of an index plane (uint8, row-major th x tw) into syms, their
@@ -82,13 +107,11 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts):
         syms[n] = _rank(np.int64(index[row]), c0, NO_LABEL, NO_LABEL, NO_LABEL)
         ctxs[n] = f2.RUN_CTX_LABEL
         n += 1
+        n_starts = _row_starts(index, row, up, tw, y > 0 and _same_rows(index, row, up, tw), above, n_above, starts)
         a0 = 0
         j = 0
-        n_starts = 0
-        a1 = 1
-        while True:
-            while a1 < tw and index[row + a1] == index[row + a1 - 1]:
-                a1 += 1
+        for t in range(n_starts + 1):
+            a1 = starts[t] if t < n_starts else tw
             while True:
                 while j < n_above and above[j] <= a0:
                     j += 1
@@ -120,10 +143,7 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts):
             syms[n] = _rank(np.int64(index[row + a1]), c0, c1, c2, np.int64(index[row + a1 - 1]))
             ctxs[n] = f2.RUN_CTX_LABEL
             n += 1
-            starts[n_starts] = a1
-            n_starts += 1
             a0 = a1
-            a1 += 1
         for q in range(n_starts):
             above[q] = starts[q]
         n_above = n_starts
@@ -274,6 +294,8 @@ def choose(hists: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np
     it; the set is kept only when the tiles save more than its tables cost.
     """
     chosen = hists.sum(axis=(1, 2)) * MIN_PIXELS_PER_SYMBOL <= pixels
+    used = np.flatnonzero(hists.any(axis=(0, 1)))
+    hists = hists[:, :, : int(used[-1]) + 1 if used.size else 1]  # the symbols past the last used count 0
     for _ in range(2):
         if not chosen.any():
             return None
@@ -283,8 +305,9 @@ def choose(hists: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np
         chosen = codable & (estimate < current) & chosen
     if not chosen.any():
         return None
-    freq = np.stack([f2.normalize(row) for row in hists[chosen].sum(axis=0)])
-    estimate = fixed + (hists * f2.cost_table(freq)[None]).sum(axis=(1, 2)) // 128
+    freq = np.zeros((f2.CONTEXTS, 256), np.int32)
+    freq[:, : hists.shape[2]] = np.stack([f2.normalize(row) for row in hists[chosen].sum(axis=0)])
+    estimate = fixed + (hists * f2.cost_table(freq[:, : hists.shape[2]])[None]).sum(axis=(1, 2)) // 128
     if int((current - estimate)[chosen].sum()) <= len(f2.pack_tables(freq)):
         return None
     return chosen, freq

@@ -21,7 +21,7 @@ from numba.extending import intrinsic
 from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
-from prepkit.lossless import med_simd, prefix_simd, rans_avx2, runs, table_sets
+from prepkit.lossless import med_simd, memops, prefix_simd, rans_avx2, runs, table_sets
 from prepkit.lossless import plan as plan_mod
 
 PROB_BITS = f2.PROB_BITS
@@ -1758,11 +1758,10 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
         d = out_base + ((oy + y) * out_w + ox + xa) * c
         line = out[d : d + width * c]
         q0 = y * tw + xa
-        p0 = planes[0, q0 : q0 + width]
         if c == 1:
-            for x in range(width):
-                line[x] = p0[x]
+            memops.copy(out, d, planes[0], q0, width)
             continue
+        p0 = planes[0, q0 : q0 + width]
         p1 = planes[1, q0 : q0 + width]
         p2 = planes[2, q0 : q0 + width]
         if c == 3:
@@ -1782,19 +1781,17 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
 @njit(nogil=True, cache=True, boundscheck=False)
 def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
     """Write the pixel planes[:, 0] over the requested region of a tile."""
-    width = xb - xa
+    width = np.uint64((xb - xa) * c)
+    step = np.uint64(c)
     for y in range(ya, yb):
-        d = out_base + ((oy + y) * out_w + ox + xa) * c
-        line = out[d : d + width * c]
+        d = np.uint64(out_base + ((oy + y) * out_w + ox + xa) * c)
         if c == 1:
-            v = planes[0, 0]
-            for x in range(width):
-                line[x] = v
+            memops.fill(out, d, width, planes[0, 0])
         else:
             for k in range(c):
                 v = planes[k, 0]
-                for x in range(width):
-                    line[x * c + k] = v
+                for x in range(np.uint64(k), width, step):
+                    out[d + x] = v
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1816,10 +1813,7 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, d
         for y in range(ya, yb):
             s0 = start + 1 + (y * tw + xa) * c
             d0 = out_base + ((oy + y) * out_w + ox + xa) * c
-            line = out[d0 : d0 + (xb - xa) * c]
-            raw = src[s0 : s0 + (xb - xa) * c]
-            for j in range((xb - xa) * c):
-                line[j] = raw[j]
+            memops.copy(out, d0, src, s0, (xb - xa) * c)
         return 0
     if src[start] == f2.TILE_RUNS:
         # planes (4 planes back to back) leaves the 64 bytes after plane 0 that the fills need.
@@ -1836,20 +1830,19 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, d
     if src[start] == f2.TILE_PALETTE:
         return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
                                dec, empty, ctx, ctx16, wmask, symbols, scratch, planes[0, :plane], decoded)
-    info = np.int64(src[start + 1])
-    colour = info & 15
-    lanes = np.int64(1) << (info >> 4)
-    pos = start + 2 + c
+    colour = np.int64(src[start + 1]) & 15
     n_rans = 0
     for k in range(c):
         if src[start + 2 + k] != 0:
             n_rans += 1
     if n_rans == 0:  # a constant tile (masks' and flat art's backgrounds): one pixel, repeated
         for k in range(c):
-            planes[k, 0] = src[pos + k]
+            planes[k, 0] = src[start + 2 + c + k]
         _colour_inverse(planes, 1, colour)
         _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
         return 0
+    lanes = np.int64(1) << (np.int64(src[start + 1]) >> 4)
+    pos = start + 2 + c
     for k in range(c):
         if src[start + 2 + k] == 0:
             v = src[pos]
@@ -1960,4 +1953,4 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
 
 # Last, once every cached function above exists: the modules whose functions and constants
 # are compiled into these kernels, and the AVX2 switch (PREPKIT_NO_AVX2), are part of their key.
-guard_disk_cache(globals(), (fmt, f2, plan_mod, med_simd, prefix_simd, rans_avx2, runs), extra=f"avx2={rans_avx2.AVAILABLE}")
+guard_disk_cache(globals(), (fmt, f2, plan_mod, med_simd, memops, prefix_simd, rans_avx2, runs), extra=f"avx2={rans_avx2.AVAILABLE}")

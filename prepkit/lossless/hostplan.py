@@ -20,6 +20,7 @@ Python validation on that one sample, so the messages are the existing ones word
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -540,7 +541,7 @@ class Workspace:
 
     def take(self, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A C-contiguous array of ``shape`` over the buffer ``name`` (contents undefined)."""
-        need = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        need = math.prod(shape) * np.dtype(dtype).itemsize
         buffer = self._buffers.get(name)
         if buffer is None or buffer.size < need:
             buffer = self._buffers[name] = np.empty(max(need, 2 * (0 if buffer is None else buffer.size)), np.uint8)

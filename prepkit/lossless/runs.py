@@ -17,6 +17,7 @@ from numba import njit
 
 from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import memops
 from prepkit.lossless import plan as plan_mod
 
 NO_LABEL = -1  # an absent candidate, or no run before a row's first
@@ -167,8 +168,7 @@ def _fill(plane, at, v):
     """plane[at : at + 64] = v: a run's fill as one fixed-size store (runs are decoded left
     to right, so the bytes past the run are overwritten by the runs after it; the plane has
     64 bytes of slack after its last row)."""
-    for q in range(np.uint64(64)):
-        plane[np.uint64(at) + q] = v
+    memops.fill(plane, at, 64, v)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -314,4 +314,4 @@ def choose(hists: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np
 
 
 # Last, once every cached function above exists: the constants compiled into them.
-guard_disk_cache(globals(), (f2, plan_mod))
+guard_disk_cache(globals(), (f2, memops, plan_mod))

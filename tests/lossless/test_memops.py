@@ -1,0 +1,31 @@
+"""memops.fill and memops.copy (LLVM memset and memcpy for numba kernels) against numpy slices."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from prepkit.lossless import memops
+
+
+@njit(cache=False)
+def _fill_then_copy(a, b, at, count, value, src_at, dst_at, n):  # type: ignore[no-untyped-def]
+    memops.fill(a, at, count, value)
+    memops.copy(b, dst_at, a, src_at, n)
+
+
+def test_fill_and_copy_touch_exactly_their_ranges() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        a = rng.integers(0, 256, 300, dtype=np.uint8)
+        b = rng.integers(0, 256, 200, dtype=np.uint8)
+        at, count = int(rng.integers(0, 150)), int(rng.integers(0, 150))
+        src_at, dst_at, n = int(rng.integers(0, 150)), int(rng.integers(0, 100)), int(rng.integers(0, 100))
+        value = int(rng.integers(0, 256))
+        want_a, want_b = a.copy(), b.copy()
+        want_a[at : at + count] = value
+        want_b[dst_at : dst_at + n] = want_a[src_at : src_at + n]
+        _fill_then_copy(a, b, np.int64(at), np.int64(count), np.uint8(value), np.int64(src_at), np.int64(dst_at),
+                        np.int64(n))
+        np.testing.assert_array_equal(a, want_a)
+        np.testing.assert_array_equal(b, want_b)

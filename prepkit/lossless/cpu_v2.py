@@ -1039,14 +1039,28 @@ def _runs_scratch():
 @njit(nogil=True, cache=True, boundscheck=False)
 def _tile_runs(image, tile, i, colours, n_colours, padded, scratch):
     """Tile i's runs symbols and contexts into scratch[1] and scratch[2] (_runs_scratch);
-    returns their count."""
+    returns their count (cut short past the most a runs tile may have: runs.tile_symbols)."""
     index, syms, ctxs, above, starts = scratch
     y0, x0, th, tw = _tile_box(i, tile, image.shape[0], image.shape[1])
     _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
     for y in range(th):
         for x in range(tw):
             index[y * tw + x] = padded[y + 1, x + 1]
-    return runs.tile_symbols(index, th, tw, syms, ctxs, above, starts)
+    return runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, (th * tw) // runs.MIN_PIXELS_PER_SYMBOL)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _horizontal_changes(image, y0, x0, th, tw):
+    """How many pixels of the tile differ from their left neighbour (its runs' boundaries)."""
+    c = image.shape[2]
+    changes = 0
+    for y in range(th):
+        for x in range(1, tw):
+            differ = 0
+            for k in range(c):
+                differ |= image[y0 + y, x0 + x, k] ^ image[y0 + y, x0 + x - 1, k]
+            changes += differ != 0
+    return changes
 
 
 # The most run symbols of a tile that can become a runs tile (runs.MIN_PIXELS_PER_SYMBOL).
@@ -1063,6 +1077,14 @@ def _runs_symbols_all(image, tile, choices, colours, cands, hist, counts, kept_s
         syms, ctxs = scratch[1], scratch[2]
         for k in range(chunk, cands.shape[0], chunks):
             i = cands[k]
+            y0, x0, th, tw = _tile_box(i, tile, image.shape[0], image.shape[1])
+            limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
+            # Each row codes a label and an END, each boundary at least a run symbol and a
+            # label: a noise-like tile is out before its index plane is made.
+            floor = 2 * th + 2 * _horizontal_changes(image, y0, x0, th, tw)
+            if floor > limit:
+                counts[k] = floor
+                continue
             n = _tile_runs(image, tile, i, colours[i], choices[i, COL_PAL_SIZE], planes[chunk, 0], scratch)
             counts[k] = n
             for j in range(n):
@@ -1124,7 +1146,7 @@ def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.nd
     current = np.array([len(payloads[i]) for i in cands], np.int64)
     fixed = f2.RUNS_HEADER + choices[cands, COL_PAL_SIZE] * c + 4
     boxes = [_tile_box(i, tile, image.shape[0], image.shape[1]) for i in cands]
-    picked = runs.choose(hist, fixed, current, np.array([b[2] * b[3] for b in boxes], np.int64))
+    picked = runs.choose(hist, counts, fixed, current, np.array([b[2] * b[3] for b in boxes], np.int64))
     if picked is None:
         return payloads, freq
     chosen, runs_freq = picked

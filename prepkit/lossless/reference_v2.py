@@ -548,6 +548,7 @@ def with_runs(pals: list[PaletteChoice | None], payloads: list[bytes], freq: np.
         return payloads, freq
     choices = [RunsChoice(pals[i].palette, pals[i].index) for i in cands]  # type: ignore[union-attr]
     picked = runs.choose(np.stack([ch.histogram() for ch in choices]),
+                         np.array([ch.symbols.size for ch in choices], np.int64),
                          np.array([ch.fixed_bytes() for ch in choices], np.int64),
                          np.array([len(payloads[i]) for i in cands], np.int64),
                          np.array([ch.index.size for ch in choices], np.int64))

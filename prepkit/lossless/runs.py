@@ -40,10 +40,11 @@ def _rank(v, c0, c1, c2, left):
         if v == c2:
             return k
         k += 1
-    for q in range(v):
-        if q != left and q != c0 and q != c1 and q != c2:
-            k += 1
-    return k
+    # v is none of them: k plus the indices below v that are not left or a candidate.
+    below = np.int64(0 <= left < v) + np.int64(0 <= c0 < v and c0 != left)
+    below += np.int64(0 <= c1 < v and c1 != left and c1 != c0)
+    below += np.int64(0 <= c2 < v and c2 != left and c2 != c0 and c2 != c1)
+    return k + v - below
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -96,9 +97,11 @@ def _same_rows(index, row, up, tw):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def tile_symbols(index, th, tw, syms, ctxs, above, starts):
+def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit):
     """The run symbols of an index plane (uint8, row-major th x tw) into syms, their
-    contexts into ctxs; returns their count. above, starts: int64 scratch of tw entries."""
+    contexts into ctxs; returns their count, or a count above `limit` as soon as a row ends
+    past it (the tile cannot be a runs tile: MIN_PIXELS_PER_SYMBOL; syms and ctxs hold
+    limit + 4 tw). above, starts: int64 scratch of tw entries."""
     n = 0
     n_above = 0
     for y in range(th):
@@ -148,6 +151,8 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts):
         for q in range(n_starts):
             above[q] = starts[q]
         n_above = n_starts
+        if n > limit:
+            return n
     return n
 
 
@@ -281,20 +286,21 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
 MIN_PIXELS_PER_SYMBOL = 4
 
 
-def choose(hists: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np.ndarray
+def choose(hists: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np.ndarray
            ) -> tuple[np.ndarray, np.ndarray] | None:
     """Which candidate tiles become runs tiles, and the runs table set's frequencies (4, 256);
-    None when none should. hists: (n, 4, 256) counts of each candidate's (context, symbol);
-    fixed: its payload bytes besides the words; current: its payload length otherwise;
-    pixels: its pixel count (MIN_PIXELS_PER_SYMBOL).
+    None when none should. hists: (n, 4, 256) counts of each candidate's (context, symbol)
+    (any counts for a tile of too many symbols: it is never chosen); n_symbols: its symbol
+    count (or any count above pixels / MIN_PIXELS_PER_SYMBOL); fixed: its payload bytes
+    besides the words; current: its payload length otherwise; pixels: its pixel count.
 
     Shared by both encoders (integers only: the same choice in both). Two rounds: tables from
     every candidate, then from the tiles whose estimate beat their current length under them;
     a tile stays when its estimate under the final tables is smaller and those tables can code
     it; the set is kept only when the tiles save more than its tables cost.
     """
-    chosen = hists.sum(axis=(1, 2)) * MIN_PIXELS_PER_SYMBOL <= pixels
-    used = np.flatnonzero(hists.any(axis=(0, 1)))
+    chosen = n_symbols * MIN_PIXELS_PER_SYMBOL <= pixels
+    used = np.flatnonzero(hists[chosen].any(axis=(0, 1)))
     hists = hists[:, :, : int(used[-1]) + 1 if used.size else 1]  # the symbols past the last used count 0
     for _ in range(2):
         if not chosen.any():

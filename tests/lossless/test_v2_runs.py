@@ -68,10 +68,17 @@ def test_run_symbols_decode_back_and_match_the_numba_encoder() -> None:
         assert next(position, None) is None
         got_syms = np.zeros(4 * index.size + 64, np.int64)
         got_ctxs = np.zeros_like(got_syms)
-        n = runs.tile_symbols(index.astype(np.uint8).reshape(-1), th, tw, got_syms, got_ctxs,
-                              np.zeros(64, np.int64), np.zeros(64, np.int64))
+        flat = index.astype(np.uint8).reshape(-1)
+        n = runs.tile_symbols(flat, th, tw, got_syms, got_ctxs, np.zeros(64, np.int64), np.zeros(64, np.int64),
+                              4 * index.size)
         np.testing.assert_array_equal(got_syms[:n], syms)
         np.testing.assert_array_equal(got_ctxs[:n], ctxs)
+        # With a limit the count stops past it at a row's end, the symbols so far unchanged.
+        limit = syms.size // 3
+        cut = runs.tile_symbols(flat, th, tw, got_syms, got_ctxs, np.zeros(64, np.int64), np.zeros(64, np.int64),
+                                limit)
+        assert cut == syms.size or limit < cut <= limit + 4 * tw
+        np.testing.assert_array_equal(got_syms[:cut], syms[:cut])
 
 
 @pytest.mark.parametrize("c", [None, 1, 3, 4])

@@ -286,6 +286,12 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
 MIN_PIXELS_PER_SYMBOL = 4
 
 
+def _tables(hists: np.ndarray) -> np.ndarray:
+    """Normalised frequencies (4, width) of the summed (n, 4, width) counts (an unused
+    context's row is zeros of the same width: normalize gives 256 zeros for it)."""
+    return np.stack([f2.normalize(row)[: row.size] for row in hists.sum(axis=0)])
+
+
 def choose(hists: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np.ndarray
            ) -> tuple[np.ndarray, np.ndarray] | None:
     """Which candidate tiles become runs tiles, and the runs table set's frequencies (4, 256);
@@ -305,14 +311,14 @@ def choose(hists: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray, current:
     for _ in range(2):
         if not chosen.any():
             return None
-        freq = np.stack([f2.normalize(row) for row in hists[chosen].sum(axis=0)])
+        freq = _tables(hists[chosen])
         codable = ~((hists > 0) & (freq == 0)[None]).any(axis=(1, 2))
         estimate = fixed + (hists * f2.cost_table(freq)[None]).sum(axis=(1, 2)) // 128
         chosen = codable & (estimate < current) & chosen
     if not chosen.any():
         return None
     freq = np.zeros((f2.CONTEXTS, 256), np.int32)
-    freq[:, : hists.shape[2]] = np.stack([f2.normalize(row) for row in hists[chosen].sum(axis=0)])
+    freq[:, : hists.shape[2]] = _tables(hists[chosen])
     estimate = fixed + (hists * f2.cost_table(freq[:, : hists.shape[2]])[None]).sum(axis=(1, 2)) // 128
     if int((current - estimate)[chosen].sum()) <= len(f2.pack_tables(freq)):
         return None

@@ -180,3 +180,22 @@ def test_a_runs_set_above_the_old_limit_is_read() -> None:
     data = lossless.encode(image, version=2)
     assert data[7] == f2.max_sets(1) == 3
     np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+def test_choose_with_a_context_no_chosen_tile_uses() -> None:
+    """Tiles whose runs all line up with the row above never code a length: that context's
+    table is empty (all zeros), the others are normalised as usual."""
+    hists = np.zeros((3, f2.CONTEXTS, 256), np.int64)
+    hists[:, f2.RUN_CTX_LABEL, 0] = 64
+    hists[:, f2.RUN_CTX_NEAR, f2.RUN_NEAR + f2.RUN_REACH] = 120
+    hists[:, f2.RUN_CTX_FAR, f2.RUN_END] = 8
+    hists[2, f2.RUN_CTX_LENGTH, 40] = 400  # too many symbols: never chosen, its counts unused
+    n_symbols = hists.sum(axis=(1, 2))
+    n_symbols[2] = 5000
+    picked = runs.choose(hists, n_symbols, np.full(3, 8), np.full(3, 400), np.full(3, 4096))
+    assert picked is not None
+    chosen, freq = picked
+    assert chosen.tolist() == [True, True, False]
+    assert freq.shape == (f2.CONTEXTS, 256)
+    assert not freq[f2.RUN_CTX_LENGTH].any()
+    assert (freq[[f2.RUN_CTX_NEAR, f2.RUN_CTX_FAR, f2.RUN_CTX_LABEL]].sum(axis=1) == f2.PROB_SCALE).all()

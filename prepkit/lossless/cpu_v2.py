@@ -1145,8 +1145,10 @@ def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.nd
     _runs_symbols_all(image, tile, choices, colours, cands, hist, counts, kept_syms, kept_ctxs, planes)
     current = np.array([len(payloads[i]) for i in cands], np.int64)
     fixed = f2.RUNS_HEADER + choices[cands, COL_PAL_SIZE] * c + 4
-    boxes = [_tile_box(i, tile, image.shape[0], image.shape[1]) for i in cands]
-    picked = runs.choose(hist, counts, fixed, current, np.array([b[2] * b[3] for b in boxes], np.int64))
+    tiles_x = -(-image.shape[1] // tile)
+    heights = np.minimum(tile, image.shape[0] - (cands // tiles_x) * tile)
+    widths = np.minimum(tile, image.shape[1] - (cands % tiles_x) * tile)
+    picked = runs.choose(hist, counts, fixed, current, heights * widths)
     if picked is None:
         return payloads, freq
     chosen, runs_freq = picked

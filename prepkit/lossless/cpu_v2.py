@@ -857,6 +857,17 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, sets_row, min_log2, 
     return pos - base
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _write_palette(colours, n_colours, c, out, pos):
+    """The packed colours[:n_colours] at out[pos:], C bytes each, channel 0 first (A2); returns
+    the position after them."""
+    for q in range(n_colours):
+        for k in range(c):
+            out[pos] = (colours[q] >> (8 * (c - 1 - k))) & 255
+            pos += 1
+    return pos
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, sets_row, min_log2, coder, cost, out, base,
                          syms, s0, n, tables, words, total):
@@ -868,11 +879,7 @@ def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, sets_row, min_l
         return _raw_tile(image, y0, x0, th, tw, out, base)
     out[base + 2] = n_colours - 1
     out[base + 3] = _channel_byte(choice[COL_PAL_PRED], sets_row[PALETTE_SET])
-    pos = base + 4
-    for q in range(n_colours):
-        for k in range(c):
-            out[pos] = (colours[q] >> (8 * (c - 1 - k))) & 255
-            pos += 1
+    pos = _write_palette(colours, n_colours, c, out, base + 4)
     _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, True)
     pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
     if pos < 0:
@@ -1016,7 +1023,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
                 starts, lengths, *counted.symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     if runs_tiles:
-        payloads, freq = _with_runs(image, tile, choices, colours, payloads, freq, scr.planes)
+        payloads, freq = _with_runs(image, tile, choices, colours, th * tw, payloads, freq, scr.planes)
     stream = f2.assemble(header, freq, payloads)
     n_tables = c * f2.CONTEXTS
     all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())
@@ -1037,16 +1044,15 @@ def _runs_scratch():
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_runs(image, tile, i, colours, n_colours, padded, scratch):
-    """Tile i's runs symbols and contexts into scratch[1] and scratch[2] (_runs_scratch);
-    returns their count (cut short past the most a runs tile may have: runs.tile_symbols)."""
+def _tile_runs(image, y0, x0, th, tw, colours, n_colours, limit, padded, scratch):
+    """The tile's runs symbols and contexts into scratch[1] and scratch[2] (_runs_scratch);
+    returns their count (cut short once past `limit`: runs.tile_symbols)."""
     index, syms, ctxs, above, starts = scratch
-    y0, x0, th, tw = _tile_box(i, tile, image.shape[0], image.shape[1])
     _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
     for y in range(th):
         for x in range(tw):
             index[y * tw + x] = padded[y + 1, x + 1]
-    return runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, (th * tw) // runs.MIN_PIXELS_PER_SYMBOL)
+    return runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, limit)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1085,7 +1091,8 @@ def _runs_symbols_all(image, tile, choices, colours, cands, hist, counts, kept_s
             if floor > limit:
                 counts[k] = floor
                 continue
-            n = _tile_runs(image, tile, i, colours[i], choices[i, COL_PAL_SIZE], planes[chunk, 0], scratch)
+            n = _tile_runs(image, y0, x0, th, tw, colours[i], choices[i, COL_PAL_SIZE], limit, planes[chunk, 0],
+                           scratch)
             counts[k] = n
             for j in range(n):
                 hist[k, ctxs[j], syms[j]] += 1
@@ -1119,11 +1126,7 @@ def _encode_runs_all(c, choices, colours, cands, kept, counts, kept_syms, kept_c
             out[base] = f2.TILE_RUNS
             out[base + 1] = table_set
             out[base + 2] = n_colours - 1
-            at = base + f2.RUNS_HEADER
-            for p in range(n_colours):
-                for ch in range(c):
-                    out[at] = (colours[i, p] >> (8 * (c - 1 - ch))) & 255
-                    at += 1
+            _write_palette(colours[i], n_colours, c, out, base + f2.RUNS_HEADER)
             # total 0 and min_log2 0: one lane
             end, _ = _rans_body(kept_syms[q], 0, n, table_row, coder, cost, words[chunk], out, pos, base + limits[k], 0,
                                 0)
@@ -1131,9 +1134,10 @@ def _encode_runs_all(c, choices, colours, cands, kept, counts, kept_syms, kept_c
                 lengths[k] = end - base
 
 
-def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.ndarray, payloads: list[bytes],
-               freq: np.ndarray, planes: np.ndarray) -> tuple[list[bytes], np.ndarray]:
-    """(payloads, freq) with runs tiles, as reference_v2.with_runs."""
+def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.ndarray, pixels: np.ndarray,
+               payloads: list[bytes], freq: np.ndarray, planes: np.ndarray) -> tuple[list[bytes], np.ndarray]:
+    """(payloads, freq) with runs tiles, as reference_v2.with_runs; pixels: every tile's
+    pixel count (fmt.tile_geometry)."""
     cands = np.flatnonzero(choices[:, COL_PAL_SIZE] > 0)
     if cands.size == 0:
         return payloads, freq
@@ -1145,10 +1149,7 @@ def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.nd
     _runs_symbols_all(image, tile, choices, colours, cands, hist, counts, kept_syms, kept_ctxs, planes)
     current = np.array([len(payloads[i]) for i in cands], np.int64)
     fixed = f2.RUNS_HEADER + choices[cands, COL_PAL_SIZE] * c + 4
-    tiles_x = -(-image.shape[1] // tile)
-    heights = np.minimum(tile, image.shape[0] - (cands // tiles_x) * tile)
-    widths = np.minimum(tile, image.shape[1] - (cands % tiles_x) * tile)
-    picked = runs.choose(hist, counts, fixed, current, heights * widths)
+    picked = runs.choose(hist, counts, fixed, current, pixels[cands])
     if picked is None:
         return payloads, freq
     chosen, runs_freq = picked

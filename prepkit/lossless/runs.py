@@ -72,7 +72,7 @@ def _label(rank, c0, c1, c2, left, n_colours):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _row_starts(index, row, up, tw, same_as_above, above, n_above, starts):
+def _row_starts(index, row, tw, same_as_above, above, n_above, starts):
     """The boundaries of the row at index[row:] into starts; returns their count. A row the
     same as the one above (most rows of a mask) copies its boundaries instead of a scan."""
     if same_as_above:
@@ -111,7 +111,7 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit):
         syms[n] = _rank(np.int64(index[row]), c0, NO_LABEL, NO_LABEL, NO_LABEL)
         ctxs[n] = f2.RUN_CTX_LABEL
         n += 1
-        n_starts = _row_starts(index, row, up, tw, y > 0 and _same_rows(index, row, up, tw), above, n_above, starts)
+        n_starts = _row_starts(index, row, tw, y > 0 and _same_rows(index, row, up, tw), above, n_above, starts)
         a0 = 0
         j = 0
         for t in range(n_starts + 1):

@@ -54,7 +54,7 @@ def _index_planes() -> list[tuple[np.ndarray, int]]:
 def test_run_symbols_decode_back_and_match_the_numba_encoder() -> None:
     for index, n_colours in _index_planes():
         syms, ctxs = r2.runs_symbols(index, n_colours)
-        assert syms.size * 1 <= 4 * index.size + 2  # within the decoder's symbol scratch
+        assert syms.size <= 4 * index.size + 2  # within the decoder's symbol scratch
         position = iter(range(syms.size))
 
         def next_symbol(context: int, syms: np.ndarray = syms, ctxs: np.ndarray = ctxs,

@@ -21,7 +21,7 @@ from numba.extending import intrinsic
 from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
-from prepkit.lossless import med_simd, memops, prefix_simd, rans_avx2, runs, table_sets
+from prepkit.lossless import frequencies, med_simd, memops, prefix_simd, rans_avx2, runs, table_sets
 from prepkit.lossless import plan as plan_mod
 
 PROB_BITS = f2.PROB_BITS
@@ -994,7 +994,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
         _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes, phist)
         n_sets = c + 1
         sets = default_sets(n, c, n_sets)
-        cost = f2.cost_table(counted.tables(keep, first, sets, n_sets))
+        cost = frequencies.cost_table(counted.tables(keep, first, sets, n_sets))
         coded_size, _ = counted.estimates(pick, sets, cost)
         palette_size, _ = counted.estimates(n_colours > 0, sets, cost)
         pick = (n_colours > 0) & (palette_size < coded_size)
@@ -1002,12 +1002,12 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
             n_sets = c
     sets = default_sets(n, c, n_sets)
     freq = counted.tables(keep, pick, sets, n_sets)
-    sizes, totals = counted.estimates(pick, sets, f2.cost_table(freq))
+    sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
     raw_len = 1 + th * tw * c
     keep = sizes < raw_len
     if not keep.all():
         freq = counted.tables(keep, pick, sets, n_sets)
-        sizes, totals = counted.estimates(pick, sets, f2.cost_table(freq))
+        sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
         if not use_hist:
             totals = np.full(n, -1, np.int64)
     if with_table_sets:
@@ -1018,7 +1018,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     starts = np.concatenate([[0], np.cumsum(np.maximum(raw_len, 3 + 2 * c))]).astype(np.int64)
     scratch = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(n, np.int64)
-    cost = f2.cost_table(freq)
+    cost = frequencies.cost_table(freq)
     _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
                 starts, lengths, *counted.symbols, scr.tables, scr.words)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
@@ -1164,7 +1164,7 @@ def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.nd
     tables = np.empty((chunks, RUNS_CAP), np.int64)
     words = np.empty((chunks, RUNS_CAP), np.int64)
     _encode_runs_all(c, choices, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, _coder_table(all_freq),
-                     f2.cost_table(all_freq), out, starts, lengths, limits, tables, words)
+                     frequencies.cost_table(all_freq), out, starts, lengths, limits, tables, words)
     if not lengths.any():
         return payloads, freq
     payloads = list(payloads)
@@ -1209,7 +1209,7 @@ class _Counted:
     def tables(self, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int) -> np.ndarray:
         """Normalised frequency tables of the kept tiles' picked choices (planes in the sets of
         `sets`, a default_sets array)."""
-        return np.stack([f2.normalize(row) for row in self.counts(keep, pick, sets, n_sets)])
+        return frequencies.normalize_rows(self.counts(keep, pick, sets, n_sets))
 
     def counts(self, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int) -> np.ndarray:
         """(4 n_sets, 256) counts of (table, symbol) of the kept tiles' picked choices."""
@@ -1270,8 +1270,8 @@ def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets
     proposed = np.zeros_like(sets)  # planes that are not items name no set: 0 is always valid
     proposed[tile_of, plane_of] = proposal
     proposed_counts = counted.counts(keep, pick, proposed, n_proposed)
-    proposed_freq = np.stack([f2.normalize(row) for row in proposed_counts])
-    proposed_sizes, proposed_totals = counted.estimates(pick, proposed, f2.cost_table(proposed_freq))
+    proposed_freq = frequencies.normalize_rows(proposed_counts)
+    proposed_sizes, proposed_totals = counted.estimates(pick, proposed, frequencies.cost_table(proposed_freq))
     # Tiles' bytes besides their symbols, from the estimates (which add the symbols' costs // 128).
     overhead = int((sizes - totals // 128)[keep].sum())
     proposed_overhead = int((proposed_sizes - proposed_totals // 128)[keep].sum())

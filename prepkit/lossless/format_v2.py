@@ -470,7 +470,9 @@ def cost_table(freq: np.ndarray) -> np.ndarray:
 
 def assemble(header: fmt.Header, freq: np.ndarray, payloads: list[bytes]) -> bytes:
     """Header, tables, tile table and payloads (shared by both encoders)."""
-    tables = pack_tables(freq)
+    from prepkit.lossless import frequencies  # compiled pack_tables (it imports this module)
+
+    tables = frequencies.pack_tables(freq)
     n_sets = freq.shape[0] // CONTEXTS
     head = pack_header(header.height, header.width, header.channels, header.tile, header.flags,
                           n_sets, len(tables))

@@ -17,7 +17,7 @@ from numba import njit
 
 from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format_v2 as f2
-from prepkit.lossless import memops
+from prepkit.lossless import frequencies, memops
 from prepkit.lossless import plan as plan_mod
 
 NO_LABEL = -1  # an absent candidate, or no run before a row's first
@@ -286,10 +286,34 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
 MIN_PIXELS_PER_SYMBOL = 4
 
 
-def _tables(hists: np.ndarray) -> np.ndarray:
-    """Normalised frequencies (4, width) of the summed (n, 4, width) counts (an unused
-    context's row is zeros of the same width: normalize gives 256 zeros for it)."""
-    return np.stack([f2.normalize(row)[: row.size] for row in hists.sum(axis=0)])
+@njit(nogil=True, cache=True)
+def _chosen_counts(hists, chosen):
+    """The (4, 256) sum of the chosen tiles' histograms."""
+    out = np.zeros(hists.shape[1:], np.int64)
+    for i in range(hists.shape[0]):
+        if chosen[i]:
+            out += hists[i]
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _estimates(hists, freq, cost, fixed):
+    """Each tile's estimated payload bytes under the tables (fixed bytes plus its symbols'
+    costs, in 1/16 bits, over 128) and whether the tables code every symbol it has."""
+    n = hists.shape[0]
+    estimate = np.empty(n, np.int64)
+    codable = np.ones(n, np.bool_)
+    for i in range(n):
+        total = np.int64(0)
+        for k in range(hists.shape[1]):
+            for s in range(hists.shape[2]):
+                h = hists[i, k, s]
+                if h:
+                    total += h * cost[k, s]
+                    if freq[k, s] == 0:
+                        codable[i] = False
+        estimate[i] = fixed[i] + total // 128
+    return estimate, codable
 
 
 def choose(hists: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np.ndarray
@@ -305,22 +329,20 @@ def choose(hists: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray, current:
     a tile stays when its estimate under the final tables is smaller and those tables can code
     it; the set is kept only when the tiles save more than its tables cost.
     """
+    hists = np.ascontiguousarray(hists, np.int64)
+    fixed = np.ascontiguousarray(fixed, np.int64)
     chosen = n_symbols * MIN_PIXELS_PER_SYMBOL <= pixels
-    used = np.flatnonzero(hists[chosen].any(axis=(0, 1)))
-    hists = hists[:, :, : int(used[-1]) + 1 if used.size else 1]  # the symbols past the last used count 0
     for _ in range(2):
         if not chosen.any():
             return None
-        freq = _tables(hists[chosen])
-        codable = ~((hists > 0) & (freq == 0)[None]).any(axis=(1, 2))
-        estimate = fixed + (hists * f2.cost_table(freq)[None]).sum(axis=(1, 2)) // 128
+        freq = frequencies.normalize_rows(_chosen_counts(hists, chosen))
+        estimate, codable = _estimates(hists, freq, frequencies.cost_table(freq), fixed)
         chosen = codable & (estimate < current) & chosen
     if not chosen.any():
         return None
-    freq = np.zeros((f2.CONTEXTS, 256), np.int32)
-    freq[:, : hists.shape[2]] = _tables(hists[chosen])
-    estimate = fixed + (hists * f2.cost_table(freq[:, : hists.shape[2]])[None]).sum(axis=(1, 2)) // 128
-    if int((current - estimate)[chosen].sum()) <= len(f2.pack_tables(freq)):
+    freq = frequencies.normalize_rows(_chosen_counts(hists, chosen))
+    estimate, _ = _estimates(hists, freq, frequencies.cost_table(freq), fixed)
+    if int((current - estimate)[chosen].sum()) <= frequencies.packed_size(freq):
         return None
     return chosen, freq
 

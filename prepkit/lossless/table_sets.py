@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import frequencies
 
 CONTEXTS = f2.CONTEXTS
 
@@ -123,7 +124,7 @@ def stream_bytes(overhead: int, counts: np.ndarray, freq: np.ndarray) -> int:
     (counts: the same (table, symbol) shape), and the packed tables. Integer arithmetic: the
     same in both encoders whatever the order of the sums."""
     bits = int((counts.astype(np.int64) * _FINE_BITS[freq]).sum())
-    return overhead + -(-bits // (8 * 4096)) + len(f2.pack_tables(freq))
+    return overhead + -(-bits // (8 * 4096)) + frequencies.packed_size(freq)
 
 
 def propose(items: np.ndarray, sets: np.ndarray, n_sets: int, max_sets: int) -> tuple[np.ndarray, int]:

@@ -401,23 +401,6 @@ def _tile_palette(image, y0, x0, th, tw, colours, padded):
     return n_colours
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _choose_palette(image, y0, x0, th, tw, padded, choice_row, colours, n_predictors):
-    """The palette candidate (reference_v2.choose_palette): colours[:P] sorted, P, the index
-    predictor and its cost into choice_row; P = 0 when the tile has more colours than
-    reference_v2.max_palette allows."""
-    choice_row[COL_PAL_SIZE] = 0
-    n_colours = _tile_palette(image, y0, x0, th, tw, colours, padded)
-    if n_colours == 0:
-        return
-    costs = np.zeros(f2.PREDICTORS, np.int64)
-    _predictor_costs(padded, th, tw, costs)
-    best_p = _best_predictor(costs, n_predictors)
-    choice_row[COL_PAL_SIZE] = n_colours
-    choice_row[COL_PAL_PRED] = best_p
-    choice_row[COL_PAL_COST] = costs[best_p]
-
-
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _tile_box(i, tile, h, w):
     """(y0, x0, th, tw) of tile i in row-major tile order."""
@@ -616,21 +599,102 @@ def _is_constant(image, y0, x0, th, tw):
     return True
 
 
+# The most run symbols of a tile that can become a runs tile (runs.MIN_PIXELS_PER_SYMBOL).
+RUNS_CAP = MAX_PLANE // runs.MIN_PIXELS_PER_SYMBOL
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _runs_scratch():
+    """A thread's arrays for _tile_runs: index plane, symbols, contexts, two boundary rows."""
+    return (np.empty(MAX_PLANE, np.uint8), np.empty(MAX_VALUES, np.int64), np.empty(MAX_VALUES, np.int64),
+            np.empty(64, np.int64), np.empty(64, np.int64))
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _index_changes(padded, th, tw):
+    """How many pixels of an index plane (padded as _tile_palette writes it) differ from their
+    left neighbour: its runs' boundaries."""
+    changes = 0
+    for y in range(1, th + 1):
+        row = padded[y]
+        for x in range(2, tw + 1):
+            changes += row[x] != row[x - 1]
+    return changes
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _tile_runs(padded, th, tw, scratch, kept_syms, kept_ctxs):
+    """The run symbols of the index plane in padded (_tile_palette): their count, cut short
+    past the most a runs tile may have (runs.tile_symbols), and when at most RUNS_CAP the
+    symbols and contexts in kept_syms, kept_ctxs. A noise-like tile is out before its symbols:
+    each row codes a label and an END, each boundary at least a run symbol and a label."""
+    index, syms, ctxs, above, starts = scratch
+    limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
+    floor = 2 * th + 2 * _index_changes(padded, th, tw)
+    if floor > limit:
+        return floor
+    for y in range(th):
+        for x in range(tw):
+            index[y * tw + x] = padded[y + 1, x + 1]
+    n = runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, limit)
+    if n <= RUNS_CAP:
+        for j in range(n):
+            kept_syms[j] = syms[j]
+            kept_ctxs[j] = ctxs[j]
+    return n
+
+
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _choose_all(image, tile, choices, const_vals, planes, colours, n_predictors):
+def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors, runs_counts, kept_syms, kept_ctxs,
+                  runs_first):
+    """Every tile's constant flag and palette candidate (reference_v2.choose_palette: colours
+    sorted, their count P, 0 past reference_v2.max_palette, the index predictor and its cost;
+    one-colour tiles get none). When runs_counts has entries (runs
+    tiles on), each candidate's run symbols from the same index plane (_tile_runs: count in
+    runs_counts[i], symbols in kept_*[i]); with runs_first, a candidate sure to become a runs
+    tile (runs.sure) skips the index predictor costs, which only palette tiles use."""
     h, w = image.shape[0], image.shape[1]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
+        scratch = _runs_scratch()
+        costs = np.zeros(f2.PREDICTORS, np.int64)
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
-            constant = _is_constant(image, y0, x0, th, tw)  # masks and flat art: most tiles
-            _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i], n_predictors, constant)
-            if constant:
-                # No palette candidate: one colour as a palette tile (4 + C bytes, then lane
-                # states) is never smaller than constant planes (2 + 2C bytes).
-                choices[i, COL_PAL_SIZE] = 0
-            else:
-                _choose_palette(image, y0, x0, th, tw, planes[chunk, 0], choices[i], colours[i], n_predictors)
+            constant[i] = _is_constant(image, y0, x0, th, tw)  # masks and flat art: most tiles
+            # No palette candidate for one colour: as a palette tile (4 + C bytes, then lane
+            # states) it is never smaller than constant planes (2 + 2C bytes).
+            n_colours = 0 if constant[i] else _tile_palette(image, y0, x0, th, tw, colours[i], planes[chunk, 0])
+            choices[i, COL_PAL_SIZE] = n_colours
+            if n_colours == 0:
+                continue
+            padded = planes[chunk, 0]
+            if runs_counts.shape[0]:
+                n = _tile_runs(padded, th, tw, scratch, kept_syms[i], kept_ctxs[i])
+                runs_counts[i] = n
+                if runs_first and n * runs.SURE_PIXELS_PER_SYMBOL <= th * tw:
+                    continue
+            _predictor_costs(padded, th, tw, costs)
+            best_p = _best_predictor(costs, n_predictors)
+            choices[i, COL_PAL_PRED] = best_p
+            choices[i, COL_PAL_COST] = costs[best_p]
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _choose_all(image, tile, choices, const_vals, planes, constant, sure, n_predictors):
+    """Every tile's coded choice (_choose), except the tiles already sure to become runs
+    tiles: those get every plane constant (no symbols; the encoder writes them raw until their
+    runs payloads replace them)."""
+    h, w = image.shape[0], image.shape[1]
+    c = image.shape[2]
+    chunks = planes.shape[0]
+    for chunk in prange(chunks):
+        for i in range(chunk, choices.shape[0], chunks):
+            if sure[i]:
+                for k in range(c):
+                    choices[i, 5 + k] = 1
+                continue
+            y0, x0, th, tw = _tile_box(i, tile, h, w)
+            _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i], n_predictors, constant[i])
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -904,14 +968,17 @@ def _raw_tile(image, y0, x0, th, tw, out, base):
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _encode_all(image, tile, choices, const_vals, colours, keep, pick, tile_sets, min_log2, coder, cost, totals, out,
-                starts, lengths, sym_start, syms, psym_start, psyms, tables, words):
-    """Every tile's payload at out[starts[i]:]; totals[i]: its symbols' summed cost, or -1."""
+                starts, lengths, sym_start, syms, psym_start, psyms, tables, words, skip):
+    """Every tile's payload at out[starts[i]:], except the skipped tiles' (length 0); totals[i]:
+    its symbols' summed cost, or -1."""
     h, w = image.shape[0], image.shape[1]
     chunks = tables.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
-            if keep[i] and pick[i]:
+            if skip[i]:
+                lengths[i] = 0
+            elif keep[i] and pick[i]:
                 s0 = psym_start[i]
                 lengths[i] = _encode_palette_tile(image, y0, x0, th, tw, choices[i], colours[i], tile_sets[i], min_log2, coder,
                                                   cost, out, starts[i], psyms, s0, psym_start[i + 1] - s0,
@@ -946,25 +1013,47 @@ def _encode_scratch(chunks: int) -> _Scratch:
     return _Scratch(*(r[:chunks] for r in rows))
 
 
-def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_tiles: bool = True) -> bytes:
+def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_tiles: bool = True,
+           runs_first: bool = True) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream, byte-identical to reference_v2;
     fast_decode leaves MED out (format_v2.encoder_predictors); runs_tiles=False writes no
-    runs tiles (A2 mode 3; tests of the other modes on masks ask for that)."""
+    runs tiles (A2 mode 3; tests of the other modes on masks ask for that); runs_first=False
+    weighs every runs candidate against its coded payload (runs.sure: tests compare both)."""
+    image, flags = fmt.prepare(image, tile)
+    return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first)
+
+
+def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_tiles: bool, runs_first: bool) -> bytes:
+    """encode() of a prepared image (fmt.prepare) and its flags."""
     from prepkit.lossless import cpu
 
-    image, flags = fmt.prepare(image, tile)
-    flags = f2.encoder_flags(flags, f2.encoder_wide_context(image.shape[2]))
     h, w, c = image.shape
-    header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c)), f2.VERSION)
     n = header.n_tiles
     chunks = numba.get_num_threads() if cpu.use_parallel(n) else 1
     scr = _encode_scratch(chunks)
     choices = np.zeros((n, N_CHOICE), np.int64)
     const_vals = np.zeros((n, 4), np.int64)
     colours = np.zeros((n, MAX_PALETTE), np.int64)
-    _choose_all(image, tile, choices, const_vals, scr.planes, colours, f2.encoder_predictors(fast_decode))
-    min_log2 = f2.min_lanes_log2(fast_decode)
+    constant = np.zeros(n, np.bool_)
+    n_predictors = f2.encoder_predictors(fast_decode)
+    # Run symbols come with the palette candidates (their index planes), and the tiles sure
+    # to become runs tiles (runs.sure: most tiles of a mask) skip the coded and palette
+    # choices, their symbols and their payloads.
+    runs_counts = np.zeros(n if runs_tiles else 0, np.int64)
+    kept_syms = np.empty((n if runs_tiles else 0, RUNS_CAP), np.uint8)
+    kept_ctxs = np.empty_like(kept_syms)
+    _palettes_all(image, tile, choices, colours, constant, scr.planes, n_predictors, runs_counts, kept_syms, kept_ctxs,
+                  runs_first)
     th, tw = fmt.tile_geometry(header)
+    pal_sizes = choices[:, COL_PAL_SIZE].copy()
+    found = _runs_found(pal_sizes, th * tw, runs_counts, kept_syms, kept_ctxs) if runs_tiles else None
+    sure = np.zeros(n, np.bool_)
+    if found is not None and runs_first:
+        sure[found.cands] = runs.sure(found.counts, (th * tw)[found.cands])
+        choices[sure, COL_PAL_SIZE] = 0
+    _choose_all(image, tile, choices, const_vals, scr.planes, constant, sure, n_predictors)
+    min_log2 = f2.min_lanes_log2(fast_decode)
     n_coded = c - choices[:, 5 : 5 + c].sum(axis=1)
     sym_start = np.zeros(n + 1, np.int64)
     np.cumsum(n_coded * th * tw, out=sym_start[1:])
@@ -985,7 +1074,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     phist = np.zeros((n if use_hist and first.any() else 0, 4, 256), np.uint16)
     counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, syms, psym_start, psyms), hist, phist,
                        scr.tables)
-    keep = np.ones(n, np.bool_)
+    keep = ~sure  # sure tiles are written raw here (and counted in no table)
     pick = np.zeros(n, np.bool_)
     n_sets = c
     if first.any():
@@ -1004,7 +1093,7 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     freq = counted.tables(keep, pick, sets, n_sets)
     sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
     raw_len = 1 + th * tw * c
-    keep = sizes < raw_len
+    keep = (sizes < raw_len) & ~sure
     if not keep.all():
         freq = counted.tables(keep, pick, sets, n_sets)
         sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
@@ -1015,109 +1104,68 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     coder = _coder_table(freq)
     # A coded tile is written only while smaller than raw: raw_len bounds every payload.
     # (the tile header is written first: tiny tiles get room for it too)
-    starts = np.concatenate([[0], np.cumsum(np.maximum(raw_len, 3 + 2 * c))]).astype(np.int64)
+    # (the tile header is written first: tiny tiles get room for it too). Sure tiles get no
+    # payload here (the reference writes them raw): their runs payloads replace nothing.
+    room = np.maximum(raw_len, 3 + 2 * c)
+    starts = np.concatenate([[0], np.cumsum(np.where(sure, 0, room))]).astype(np.int64)
     scratch = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(n, np.int64)
     cost = frequencies.cost_table(freq)
     _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
-                starts, lengths, *counted.symbols, scr.tables, scr.words)
+                starts, lengths, *counted.symbols, scr.tables, scr.words, sure)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
-    if runs_tiles:
-        payloads, freq = _with_runs(image, tile, choices, colours, th * tw, payloads, freq, scr.planes)
+    if found is not None:
+        current = np.where(sure, raw_len, lengths)  # a sure tile weighs against its raw payload
+        payloads, freq = _with_runs(c, pal_sizes, colours, found, th * tw, current, payloads, freq, chunks)
+        if any(payloads[i][:1] != bytes([f2.TILE_RUNS]) for i in np.flatnonzero(sure)):
+            # A sure tile that did not become a runs tile (rare: the runs tables did not pay
+            # for themselves): the image again, every candidate weighed against its coded payload.
+            return _encode(image, flags, tile, fast_decode, runs_tiles, False)
     stream = f2.assemble(header, freq, payloads)
     n_tables = c * f2.CONTEXTS
     all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())
     if len(stream) <= all_raw:
         return stream
     keep[:] = False
+    sure[:] = False
+    starts = np.concatenate([[0], np.cumsum(room)]).astype(np.int64)
+    scratch = np.empty(int(starts[-1]), np.uint8)
     _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
-                starts, lengths, *counted.symbols, scr.tables, scr.words)
+                starts, lengths, *counted.symbols, scr.tables, scr.words, sure)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
 
 
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _runs_scratch():
-    """A thread's arrays for _tile_runs: index plane, symbols, contexts, two boundary rows."""
-    return (np.empty(MAX_PLANE, np.uint8), np.empty(MAX_VALUES, np.int64), np.empty(MAX_VALUES, np.int64),
-            np.empty(64, np.int64), np.empty(64, np.int64))
-
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_runs(image, y0, x0, th, tw, colours, n_colours, limit, padded, scratch):
-    """The tile's runs symbols and contexts into scratch[1] and scratch[2] (_runs_scratch);
-    returns their count (cut short once past `limit`: runs.tile_symbols)."""
-    index, syms, ctxs, above, starts = scratch
-    _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
-    for y in range(th):
-        for x in range(tw):
-            index[y * tw + x] = padded[y + 1, x + 1]
-    return runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, limit)
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _horizontal_changes(image, y0, x0, th, tw):
-    """How many pixels of the tile differ from their left neighbour (its runs' boundaries)."""
-    c = image.shape[2]
-    changes = 0
-    for y in range(th):
-        for x in range(1, tw):
-            differ = 0
-            for k in range(c):
-                differ |= image[y0 + y, x0 + x, k] ^ image[y0 + y, x0 + x - 1, k]
-            changes += differ != 0
-    return changes
-
-
-# The most run symbols of a tile that can become a runs tile (runs.MIN_PIXELS_PER_SYMBOL).
-RUNS_CAP = MAX_PLANE // runs.MIN_PIXELS_PER_SYMBOL
-
-
-@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _runs_symbols_all(image, tile, choices, colours, cands, hist, counts, kept_syms, kept_ctxs, planes):
-    """Run symbols of candidate tile cands[k]: counts[k], hist[k] their (context, symbol)
-    counts, and when there are at most RUNS_CAP the symbols and contexts in kept_*[k]."""
-    chunks = planes.shape[0]
-    for chunk in prange(chunks):
-        scratch = _runs_scratch()
-        syms, ctxs = scratch[1], scratch[2]
-        for k in range(chunk, cands.shape[0], chunks):
-            i = cands[k]
-            y0, x0, th, tw = _tile_box(i, tile, image.shape[0], image.shape[1])
-            limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
-            # Each row codes a label and an END, each boundary at least a run symbol and a
-            # label: a noise-like tile is out before its index plane is made.
-            floor = 2 * th + 2 * _horizontal_changes(image, y0, x0, th, tw)
-            if floor > limit:
-                counts[k] = floor
-                continue
-            n = _tile_runs(image, y0, x0, th, tw, colours[i], choices[i, COL_PAL_SIZE], limit, planes[chunk, 0],
-                           scratch)
-            counts[k] = n
+def _runs_hist(cands, counts, pixels, kept_syms, kept_ctxs, hist):
+    """hist[k]: the (context, symbol) counts of candidate cands[k]'s run symbols when it may
+    become a runs tile (runs.MIN_PIXELS_PER_SYMBOL: then all its symbols are kept); zeros for
+    the others, which runs.choose never picks."""
+    for k in range(cands.shape[0]):
+        i = cands[k]
+        n = counts[k]
+        if n * runs.MIN_PIXELS_PER_SYMBOL <= pixels[k]:
             for j in range(n):
-                hist[k, ctxs[j], syms[j]] += 1
-            if n <= RUNS_CAP:
-                for j in range(n):
-                    kept_syms[k, j] = syms[j]
-                    kept_ctxs[k, j] = ctxs[j]
+                hist[k, kept_ctxs[i, j], kept_syms[i, j]] += 1
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_runs_all(c, choices, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, coder, cost, out,
+def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, coder, cost, out,
                      starts, lengths, limits, tables, words):
-    """Runs payloads (A2 mode 3) of tiles cands[kept[k]] at out[starts[k]:] from their kept
-    symbols; lengths[k] = 0 where the payload would reach limits[k] bytes (the tile keeps its
+    """Runs payloads (A2 mode 3) of tiles i = cands[kept[k]] at out[starts[k]:] from their
+    kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes (the tile keeps its
     payload)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
         for k in range(chunk, kept.shape[0], chunks):
             q = kept[k]
             i = cands[q]
-            n_colours = choices[i, COL_PAL_SIZE]
+            n_colours = pal_sizes[i]
             n = counts[q]
             table_row = tables[chunk]
             for j in range(n):
-                table_row[j] = table_set * f2.CONTEXTS + kept_ctxs[q, j]
+                table_row[j] = table_set * f2.CONTEXTS + kept_ctxs[i, j]
             base = starts[k]
             pos = base + f2.RUNS_HEADER + n_colours * c
             lengths[k] = 0
@@ -1128,28 +1176,45 @@ def _encode_runs_all(c, choices, colours, cands, kept, counts, kept_syms, kept_c
             out[base + 2] = n_colours - 1
             _write_palette(colours[i], n_colours, c, out, base + f2.RUNS_HEADER)
             # total 0 and min_log2 0: one lane
-            end, _ = _rans_body(kept_syms[q], 0, n, table_row, coder, cost, words[chunk], out, pos, base + limits[k], 0,
+            end, _ = _rans_body(kept_syms[i], 0, n, table_row, coder, cost, words[chunk], out, pos, base + limits[k], 0,
                                 0)
             if end > 0:
                 lengths[k] = end - base
 
 
-def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.ndarray, pixels: np.ndarray,
-               payloads: list[bytes], freq: np.ndarray, planes: np.ndarray) -> tuple[list[bytes], np.ndarray]:
-    """(payloads, freq) with runs tiles, as reference_v2.with_runs; pixels: every tile's
-    pixel count (fmt.tile_geometry)."""
-    cands = np.flatnonzero(choices[:, COL_PAL_SIZE] > 0)
+class _RunsFound(NamedTuple):
+    """The runs candidates of an image (tiles of 2 or more colours with a palette) and their
+    run symbols (_palettes_all)."""
+
+    cands: np.ndarray  # int64 (m,): tile numbers
+    hist: np.ndarray  # int64 (m, 4, 256): counts of (context, symbol)
+    counts: np.ndarray  # int64 (m,): symbol counts (cut short past a runs tile's limit)
+    kept_syms: np.ndarray  # uint8 (n tiles, RUNS_CAP): a candidate's symbols when at most RUNS_CAP
+    kept_ctxs: np.ndarray  # uint8 (n tiles, RUNS_CAP): their contexts
+
+
+def _runs_found(pal_sizes: np.ndarray, pixels: np.ndarray, runs_counts: np.ndarray, kept_syms: np.ndarray,
+                kept_ctxs: np.ndarray) -> _RunsFound | None:
+    """The candidates (pal_sizes > 0) and their run symbols; None if there is none. pixels:
+    every tile's pixel count."""
+    cands = np.flatnonzero(pal_sizes > 0)
     if cands.size == 0:
-        return payloads, freq
-    c = image.shape[2]
+        return None
+    counts = runs_counts[cands]
     hist = np.zeros((cands.size, f2.CONTEXTS, 256), np.int64)
-    counts = np.zeros(cands.size, np.int64)
-    kept_syms = np.empty((cands.size, RUNS_CAP), np.uint8)
-    kept_ctxs = np.empty((cands.size, RUNS_CAP), np.uint8)
-    _runs_symbols_all(image, tile, choices, colours, cands, hist, counts, kept_syms, kept_ctxs, planes)
-    current = np.array([len(payloads[i]) for i in cands], np.int64)
-    fixed = f2.RUNS_HEADER + choices[cands, COL_PAL_SIZE] * c + 4
-    picked = runs.choose(hist, counts, fixed, current, pixels[cands])
+    _runs_hist(cands, counts, pixels[cands], kept_syms, kept_ctxs, hist)
+    return _RunsFound(cands, hist, counts, kept_syms, kept_ctxs)
+
+
+def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsFound, pixels: np.ndarray,
+               current_all: np.ndarray, payloads: list[bytes], freq: np.ndarray, chunks: int
+               ) -> tuple[list[bytes], np.ndarray]:
+    """(payloads, freq) with runs tiles, as reference_v2.with_runs; pixels: every tile's
+    pixel count (fmt.tile_geometry); current_all: every tile's payload length otherwise."""
+    cands = found.cands
+    current = current_all[cands]
+    fixed = f2.RUNS_HEADER + pal_sizes[cands] * c + 4
+    picked = runs.choose(found.hist, found.counts, fixed, current, pixels[cands])
     if picked is None:
         return payloads, freq
     chosen, runs_freq = picked
@@ -1160,11 +1225,11 @@ def _with_runs(image: np.ndarray, tile: int, choices: np.ndarray, colours: np.nd
     starts = np.concatenate([[0], np.cumsum(limits)]).astype(np.int64)
     out = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(kept.size, np.int64)
-    chunks = planes.shape[0]
     tables = np.empty((chunks, RUNS_CAP), np.int64)
     words = np.empty((chunks, RUNS_CAP), np.int64)
-    _encode_runs_all(c, choices, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, _coder_table(all_freq),
-                     frequencies.cost_table(all_freq), out, starts, lengths, limits, tables, words)
+    _encode_runs_all(c, pal_sizes, colours, cands, kept, found.counts, found.kept_syms, found.kept_ctxs, table_set,
+                     _coder_table(all_freq), frequencies.cost_table(all_freq), out, starts, lengths, limits, tables,
+                     words)
     if not lengths.any():
         return payloads, freq
     payloads = list(payloads)

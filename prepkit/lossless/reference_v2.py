@@ -482,44 +482,58 @@ def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
 
 
 def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_context: bool | None = None,
-           runs_tiles: bool = True) -> bytes:
+           runs_tiles: bool = True, runs_first: bool = True) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation);
     fast_decode leaves MED out (format_v2.encoder_predictors); wide_context (A4) defaults
     to format_v2.encoder_wide_context (tests ask for either kind on any image); runs_tiles=False
-    writes no runs tiles (A2 mode 3)."""
+    writes no runs tiles (A2 mode 3); runs_first=False weighs every runs candidate against its
+    coded payload instead of taking the sure ones (runs.sure) first."""
     image, flags = prepare(image, tile)
+    return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first)
+
+
+def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_context: bool | None,
+            runs_tiles: bool, runs_first: bool) -> bytes:
+    """encode() of a prepared image (format.prepare) and its flags."""
     h, w, c = image.shape
     wide = f2.encoder_wide_context(c) if wide_context is None else wide_context
-    flags = f2.encoder_flags(flags, wide)
-    header = fmt.Header(h, w, c, tile, flags, f2.VERSION)
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, wide), f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     n_predictors = f2.encoder_predictors(fast_decode)
     min_log2 = f2.min_lanes_log2(fast_decode)
-    coded = [choose(t, n_predictors) for t in tiles]
     # A tile of one colour has no palette candidate: constant planes are always smaller.
     pals = [choose_palette(t, n_predictors=n_predictors) for t in tiles]
     pals = [None if pal is not None and len(pal.palette) == 1 else pal for pal in pals]
+    runs_choices = {i: RunsChoice(pal.palette, pal.index) for i, pal in enumerate(pals) if pal is not None} \
+        if runs_tiles else {}
+    # Runs candidates first: the sure ones (runs.sure) take no part in the coded and palette
+    # choices or their tables, and are written raw until with_runs replaces them.
+    sure = {i for i, ch in runs_choices.items()
+            if runs_first and runs.sure(np.array(ch.symbols.size), np.array(ch.index.size))}
+    active = [i for i in range(len(tiles)) if i not in sure]
+    coded = [choose(t, n_predictors) for t in tiles]
     choices: list[Choice] = [coded[i] for i in range(len(tiles))]
     n_sets = c
-    if any(palette_first(ch, pal) for ch, pal in zip(coded, pals, strict=True)):
+    candidates = {i for i in active if palette_first(coded[i], pals[i])}
+    if candidates:
         # Palette tiles code their index planes with their own table set C. A first guess
         # gives tables; under them each candidate tile takes the smaller estimate (ties:
         # coded), and the image keeps set C only when a palette tile remains.
         n_sets = c + 1
         row = one_set_per_plane(c, n_sets)
-        first: list[Choice] = [pal if pal is not None and palette_first(ch, pal) else ch
-                               for ch, pal in zip(coded, pals, strict=True)]
-        freq = build_tables(first, [row] * len(tiles), n_sets, wide)
-        for i, pal in enumerate(pals):
+        first: list[Choice] = [pals[i] if i in candidates else coded[i] for i in active]  # type: ignore[misc]
+        freq = build_tables(first, [row] * len(active), n_sets, wide)
+        for i in active:
+            pal = pals[i]
             if pal is not None and estimate(pal, freq, row, min_log2, wide) < estimate(coded[i], freq, row, min_log2, wide):
                 choices[i] = pal
-        if not any(isinstance(ch, PaletteChoice) for ch in choices):
+        if not any(isinstance(choices[i], PaletteChoice) for i in active):
             n_sets = c
     sets = [one_set_per_plane(c, n_sets)] * len(tiles)
-    freq = build_tables(choices, sets, n_sets, wide)
+    freq = build_tables([choices[i] for i in active], [sets[i] for i in active], n_sets, wide)
     # Tiles whose estimated coded size reaches their raw size leave the tables: noise
     # should not pay for tables no tile uses (one re-count, integer estimates: deterministic).
-    keep = [i for i, ch in enumerate(choices) if estimate(ch, freq, sets[i], min_log2, wide) < 1 + tiles[i].size]
+    keep = [i for i in active if estimate(choices[i], freq, sets[i], min_log2, wide) < 1 + tiles[i].size]
     if len(keep) < len(choices):
         freq = build_tables([choices[i] for i in keep], [sets[i] for i in keep], n_sets, wide)
     if table_sets.applies(len(tiles), c, fast_decode):
@@ -535,18 +549,22 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_co
             payloads.append(encode_palette_tile(t, ch, freq, cum, sets[i], min_log2, wide))
         else:
             payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2, wide))
-    if runs_tiles:
-        payloads, freq = with_runs(pals, payloads, freq)
+    if runs_choices:
+        payloads, freq = with_runs(runs_choices, payloads, freq)
+        if any(payloads[i][0] != f2.TILE_RUNS for i in sure):
+            # A sure tile that did not become a runs tile: the image again, every candidate
+            # weighed against its coded payload.
+            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False)
     return smaller_of(assemble(header, freq, payloads), header, tiles)
 
 
-def with_runs(pals: list[PaletteChoice | None], payloads: list[bytes], freq: np.ndarray) -> tuple[list[bytes], np.ndarray]:
+def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: np.ndarray
+              ) -> tuple[list[bytes], np.ndarray]:
     """(payloads, freq) with runs tiles (A2 mode 3, their table set appended) where
-    runs.choose picks them and the runs payload is smaller than the one it replaces."""
-    cands = [i for i, pal in enumerate(pals) if pal is not None]
-    if not cands:
-        return payloads, freq
-    choices = [RunsChoice(pals[i].palette, pals[i].index) for i in cands]  # type: ignore[union-attr]
+    runs.choose picks them among the candidates {tile: RunsChoice} and the runs payload is
+    smaller than the one it replaces."""
+    cands = sorted(runs_choices)
+    choices = [runs_choices[i] for i in cands]
     picked = runs.choose(np.stack([ch.histogram() for ch in choices]),
                          np.array([ch.symbols.size for ch in choices], np.int64),
                          np.array([ch.fixed_bytes() for ch in choices], np.int64),

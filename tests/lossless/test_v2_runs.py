@@ -98,6 +98,49 @@ def test_encoders_make_runs_tiles_of_masks(c: int | None) -> None:
     assert hostplan.plan_buffers([data]).work.tolist() == plan_mod.build([data]).work.tolist()
 
 
+def test_runs_first_and_weighed_encoders_agree() -> None:
+    """The sure candidates (runs.sure) become runs tiles before any other choice; with
+    runs_first=False every candidate is weighed against its coded payload. Both encoders write
+    the same bytes either way, and both streams decode."""
+    image = blobs(150, 170, 3, seed=8)
+    index = np.unique(image.reshape(-1, 3), axis=0, return_inverse=True)[1].reshape(150, 170)
+    sure = [i for i, t in enumerate(r2.tiles_of(index, 64)) if np.unique(t).size > 1
+            and runs.sure(np.array(r2.runs_symbols(np.unique(t, return_inverse=True)[1].reshape(t.shape),
+                                                   np.unique(t).size)[0].size), np.array(t.size))]
+    assert len(sure) >= 2
+    for first in (True, False):
+        data = cpu_v2.encode(image, runs_first=first)
+        assert data == r2.encode(image, runs_first=first)
+        np.testing.assert_array_equal(lossless.decode(data), image)
+        s = f2.read_stream(np.frombuffer(data, np.uint8))
+        assert (s.mode[sure] == f2.TILE_RUNS).all()
+
+
+def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The numba encoder's coded choice (_choose_all) is told which tiles are sure, and those
+    tiles have no coded symbols."""
+    seen: list[np.ndarray] = []
+    kernel = cpu_v2._choose_all
+    monkeypatch.setattr(cpu_v2, "_choose_all", lambda *a: (seen.append(a[6].copy()), kernel(*a))[1])
+    image = blobs(128, 128, None, seed=2)
+    data = cpu_v2.encode(image)
+    assert seen[0].sum() >= 2
+    s = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert (s.mode[seen[0]] == f2.TILE_RUNS).all()
+
+
+def test_a_sure_tile_left_out_encodes_again_weighing_every_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When no runs set is kept (runs.choose refuses here), the sure tiles, written raw so far,
+    send both encoders back to weigh every candidate: the stream of runs_first=False."""
+    monkeypatch.setattr(runs, "choose", lambda *args: None)
+    image = blobs(100, 120, None, seed=4)
+    data = cpu_v2.encode(image)
+    assert data == cpu_v2.encode(image, runs_first=False) == r2.encode(image)
+    s = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert not (s.mode == f2.TILE_RAW).any()
+    np.testing.assert_array_equal(lossless.decode(data), image)
+
+
 def test_noise_never_becomes_runs_tiles() -> None:
     """Runs of a pixel or two would code smaller as runs than as a palette tile, but decode
     symbol after symbol (runs.MIN_PIXELS_PER_SYMBOL keeps such tiles palette tiles)."""

@@ -309,12 +309,15 @@ def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
     each of which the tile holds); row 0 and column 0 stay 0."""
     c = image.shape[2]
     if c == 1:  # a grey value is its own key: a 256-entry map, no hashing
-        grey_index = np.zeros(256, np.int64)
+        grey_index = np.zeros(256, np.int32)
         for q in range(n_colours):
             grey_index[colours[q]] = q
+        flat = image.reshape(-1)
         for y in range(th):
-            for x in range(tw):
-                padded[y + 1, x + 1] = grey_index[image[y0 + y, x0 + x, 0]]
+            row = np.uint64((y0 + y) * image.shape[1] + x0)
+            out = padded[y + 1]
+            for x in range(np.uint64(tw)):
+                out[x + np.uint64(1)] = grey_index[flat[row + x]]
     else:
         _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
     _zero_border(padded, th, tw)
@@ -338,24 +341,26 @@ def _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
 @njit(nogil=True, cache=True, boundscheck=False)
 def _grey_colours(image, y0, x0, th, tw, colours):
     """_tile_palette's colours of a one-channel tile: a presence table of the 256 values
-    (already in order, no hashing or sort)."""
-    present = np.zeros(256, np.bool_)
-    n_colours = 0
+    (already in order, no hashing or sort), marked without a branch per pixel and counted
+    after each row (a tile of more than MAX_GREY_PALETTE values stops there)."""
+    present = np.zeros(256, np.uint8)
+    flat = image.reshape(-1)
     for y in range(th):
-        row = image[y0 + y, x0 : x0 + tw, 0]
-        for x in range(tw):
-            v = row[x]
-            if not present[v]:
-                if n_colours == MAX_GREY_PALETTE:
-                    return 0
-                present[v] = True
-                n_colours += 1
+        row = np.uint64((y0 + y) * image.shape[1] + x0)
+        for x in range(np.uint64(tw)):
+            present[flat[row + x]] = 1
+        if y & 7 == 7 or y == th - 1:
+            n_colours = 0
+            for v in range(256):
+                n_colours += present[v]
+            if n_colours > MAX_GREY_PALETTE:
+                return 0
     q = 0
     for v in range(256):
         if present[v]:
             colours[q] = v
             q += 1
-    return n_colours
+    return q
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -588,14 +593,25 @@ def _lanes_log2(estimate, min_log2):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _is_constant(image, y0, x0, th, tw):
-    """Whether every pixel of the tile equals its first (all channels)."""
+    """Whether every pixel of the tile equals its first (all channels): the first row's
+    pixels each equal the one before, every other row equals the first. Flat unsigned
+    indices over contiguous bytes: LLVM vectorises these loops (indexing the 3-D array was
+    12x slower on the masks' tiles, docs/BENCHMARKS.md "Runs tiles first")."""
     c = image.shape[2]
-    for y in range(th):
-        row = image[y0 + y, x0 : x0 + tw]
-        for x in range(tw):
-            for k in range(c):
-                if row[x, k] != image[y0, x0, k]:
-                    return False
+    flat = image.reshape(-1)
+    first = np.uint64((y0 * image.shape[1] + x0) * c)
+    values = np.uint64(tw * c)
+    differ = np.uint8(0)
+    for q in range(np.uint64(c), values):
+        differ |= flat[first + q] ^ flat[first + q - np.uint64(c)]
+    if differ:
+        return False
+    for y in range(1, th):
+        row = np.uint64(((y0 + y) * image.shape[1] + x0) * c)
+        for q in range(values):
+            differ |= flat[row + q] ^ flat[first + q]
+        if differ:
+            return False
     return True
 
 
@@ -613,12 +629,16 @@ def _runs_scratch():
 @njit(nogil=True, cache=True, boundscheck=False)
 def _index_changes(padded, th, tw):
     """How many pixels of an index plane (padded as _tile_palette writes it) differ from their
-    left neighbour: its runs' boundaries."""
+    left neighbour: its runs' boundaries. (Flat unsigned indices: a loop LLVM vectorises.)"""
+    flat = padded.reshape(-1)
+    stride = np.uint64(padded.shape[1])
     changes = 0
     for y in range(1, th + 1):
-        row = padded[y]
-        for x in range(2, tw + 1):
-            changes += row[x] != row[x - 1]
+        row = np.uint64(y) * stride
+        in_row = np.int32(0)
+        for x in range(np.uint64(2), np.uint64(tw + 1)):
+            in_row += np.int32(flat[row + x] != flat[row + x - np.uint64(1)])
+        changes += in_row
     return changes
 
 

@@ -86,6 +86,29 @@ def _colour_forward(image, y0, x0, th, tw, colour, planes):
                 b[x] = co
 
 
+@njit(nogil=True, cache=True, boundscheck=False)
+def _colour_next(planes, th, tw, colour):
+    """Planes of colour transform `colour` (1 or 2) in place from those of colour - 1 that
+    _colour_forward wrote: _choose tries the transforms in order, and re-reading the image's
+    interleaved pixels for each cost more than these whole-row steps."""
+    for y in range(1, th + 1):
+        r, g, b = planes[0, y, 1 : tw + 1], planes[1, y, 1 : tw + 1], planes[2, y, 1 : tw + 1]
+        if colour == 1:
+            for x in range(tw):
+                r[x] = (r[x] - g[x]) & 255
+                b[x] = (b[x] - g[x]) & 255
+        else:
+            for x in range(tw):
+                red = (r[x] + g[x]) & 255
+                blue = (b[x] + g[x]) & 255
+                co = (red - blue) & 255
+                t = (blue + _half(co)) & 255
+                cg = (g[x] - t) & 255
+                r[x] = (t + _half(cg)) & 255
+                g[x] = cg
+                b[x] = co
+
+
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _zigzag(r):
     s = r - 256 if r >= 128 else r
@@ -219,7 +242,10 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors,
     preds = np.zeros(4, np.int64)
     green_cost = 0
     for colour in range(n_colours):
-        _colour_forward(image, y0, x0, 1 if constant else th, 1 if constant else tw, colour, planes)
+        if colour == 0:
+            _colour_forward(image, y0, x0, 1 if constant else th, 1 if constant else tw, colour, planes)
+        else:
+            _colour_next(planes, 1 if constant else th, 1 if constant else tw, colour)
         total = 0
         for k in range(c):
             if colour == 1 and k == 1:  # subtract-green keeps G: colour 0's choice and cost

@@ -902,12 +902,14 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
     n_words = np.uint64(0)
     mask = np.uint64(lanes - 1)
     tile_syms = syms[s0 : s0 + n]
+    flat_coder = coder.reshape(-1)  # [f | cum << 16, reciprocal] of (table, symbol) at 2 (256 table + symbol)
     at = np.uint64(n)
     while at > 0:  # rANS codes backwards: the decoder reads forwards
         # Unsigned indices: numba adds no negative-index fix-up to these loads and stores.
         at -= np.uint64(1)
-        entry = coder[np.uint64(tables[at]), np.uint64(tile_syms[at])]
-        packed = entry[0]
+        entry = (np.uint64(tables[at]) << np.uint64(9)) | (np.uint64(tile_syms[at]) << np.uint64(1))
+        packed = flat_coder[entry]
+        reciprocal = flat_coder[entry | np.uint64(1)]
         f = packed & 0xFFFF
         j = at & mask
         x = states[j]
@@ -918,7 +920,7 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
         x >>= 16 * emit
         # x // f as a multiply and a shift (a division costs several times more): exact for
         # x < f << 20, which renormalisation leaves (_coder_table).
-        q = np.int64((np.uint64(x) * np.uint64(entry[1])) >> np.uint64(RECIPROCAL_SHIFT))
+        q = np.int64((np.uint64(x) * np.uint64(reciprocal)) >> np.uint64(RECIPROCAL_SHIFT))
         states[j] = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
     n_words = np.int64(n_words)
     if pos + 4 * lanes + 2 * n_words >= limit:

@@ -1150,8 +1150,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     if with_table_sets:
         sets, n_sets, freq, totals = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes, totals)
     coder = _coder_table(freq)
-    # A coded tile is written only while smaller than raw: raw_len bounds every payload.
-    # (the tile header is written first: tiny tiles get room for it too)
+    # A coded tile is written only while smaller than raw: raw_len bounds every payload
     # (the tile header is written first: tiny tiles get room for it too). Sure tiles get no
     # payload here (the reference writes them raw): their runs payloads replace nothing.
     room = np.maximum(raw_len, 3 + 2 * c)
@@ -1182,7 +1181,6 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
                 starts, lengths, *counted.symbols, scr.tables, scr.words, sure)
     payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
     return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
-
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

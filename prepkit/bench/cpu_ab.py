@@ -10,6 +10,10 @@ tree's encoder) and must return the same pixels; the old module must accept the 
 (true while the bitstream does not change). `--encode`: both encode the same images and must
 write the same bytes. `--own-streams`, for a change of the bitstream: each revision decodes
 the streams its own encoder writes (both must return the images), and encoders may differ.
+
+Run a null comparison too (`--rev HEAD` on an unchanged tree): on 2026-11-26 it gave masks
+0.689 and rendered images 0.982 (the loaded copy decodes small images slower than the
+installed module; cause not found), so a ratio means something only against that.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Byte fills and copies for numba kernels as LLVM's memset and memcpy.
+"""Byte fills and copies for numba kernels as LLVM's memset and memcpy, and unaligned
+four-byte stores.
 
 A plain `for x in range(n): out[d + x] = v` loop is vectorised or turned into a memset by
 LLVM only when it can prove enough about the arrays where the loop ends up after inlining:
@@ -48,3 +49,20 @@ def copy(typingctx, dst, dst_at, src, src_at, count):
         return context.get_dummy_value()
 
     return types.none(dst, dst_at, src, src_at, count), codegen
+
+
+@intrinsic
+def store32(typingctx, array, at, value):
+    """array[at : at + 4] = the low 32 bits of value, little-endian (uint8 array, any `at`:
+    an unaligned store). Three-channel palette pixels are written with it four bytes at a time,
+    each store's fourth byte overwritten by the next pixel (cpu_v2._palette_pixels)."""
+
+    def codegen(context, builder, signature, args):
+        arr, start, v = args
+        ptr = builder.bitcast(_byte_address(context, builder, signature.args[0], arr, start), ir.IntType(32).as_pointer())
+        word = builder.trunc(v, ir.IntType(32)) if v.type.width > 32 else builder.zext(v, ir.IntType(32)) \
+            if v.type.width < 32 else v
+        builder.store(word, ptr, align=1)
+        return context.get_dummy_value()
+
+    return types.none(array, at, value), codegen

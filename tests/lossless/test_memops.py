@@ -1,4 +1,5 @@
-"""memops.fill and memops.copy (LLVM memset and memcpy for numba kernels) against numpy slices."""
+"""memops.fill, memops.copy (LLVM memset and memcpy for numba kernels) and memops.store32
+against numpy slices."""
 
 from __future__ import annotations
 
@@ -29,3 +30,19 @@ def test_fill_and_copy_touch_exactly_their_ranges() -> None:
                         np.int64(n))
         np.testing.assert_array_equal(a, want_a)
         np.testing.assert_array_equal(b, want_b)
+
+
+@njit(cache=False)
+def _store32(a, at, value):  # type: ignore[no-untyped-def]
+    memops.store32(a, at, value)
+
+
+def test_store32_writes_four_little_endian_bytes_anywhere() -> None:
+    rng = np.random.default_rng(1)
+    for at in range(0, 13):  # every alignment
+        a = rng.integers(0, 256, 17, dtype=np.uint8)
+        value = int(rng.integers(0, 2**32))
+        want = a.copy()
+        want[at : at + 4] = np.frombuffer(value.to_bytes(4, "little"), np.uint8)
+        _store32(a, np.uint64(at), np.uint32(value))
+        np.testing.assert_array_equal(a, want)

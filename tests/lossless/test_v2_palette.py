@@ -152,3 +152,25 @@ def test_every_byte_change_is_refused_or_agrees_with_reference() -> None:
     data = lossless.encode(image, version=2)
     assert f2.read_stream(np.frombuffer(data, np.uint8)).mode[0] == f2.TILE_PALETTE
     assert_byte_flips_refused_or_agree(data)
+
+
+@pytest.mark.parametrize("c", [1, 3, 4])
+def test_palette_pixels_write_exactly_the_region(c: int) -> None:
+    """cpu_v2._palette_pixels (four-byte stores for colour pixels, a row's last pixel byte by
+    byte) against numpy: every window of a tile, the bytes around it untouched."""
+    from prepkit.lossless import cpu_v2
+
+    rng = np.random.default_rng(c)
+    th, tw, n_colours = 7, 9, 5
+    palette = rng.integers(0, 256, (n_colours, c)).astype(np.uint8)
+    src = np.concatenate([rng.integers(0, 256, 3, dtype=np.uint8), palette.reshape(-1)])
+    index = rng.integers(0, n_colours, th * tw).astype(np.uint8)
+    words = np.zeros(256, np.uint32)
+    for ya, yb, xa, xb in [(0, th, 0, tw), (2, 5, 3, 4), (1, 2, 0, 9), (0, 7, 8, 9), (3, 6, 1, 8)]:
+        out_h, out_w, oy, ox = 12, 15, 2, 4  # the tile sits at (2, 4) of a 12 x 15 output
+        out = rng.integers(0, 256, out_h * out_w * c + 8, dtype=np.uint8)
+        want = out.copy()
+        view = want[: out_h * out_w * c].reshape(out_h, out_w, c)
+        view[oy + ya : oy + yb, ox + xa : ox + xb] = palette[index.reshape(th, tw)[ya:yb, xa:xb]]
+        cpu_v2._palette_pixels(src, 3, n_colours, index, c, tw, out, 0, out_w, oy, ox, ya, yb, xa, xb, words)
+        np.testing.assert_array_equal(out, want)

@@ -695,10 +695,10 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
                   runs_first):
     """Every tile's constant flag and palette candidate (reference_v2.choose_palette: colours
     sorted, their count P, 0 past reference_v2.max_palette, the index predictor and its cost;
-    one-colour tiles get none). When runs_counts has entries (runs
-    tiles on), each candidate's run symbols from the same index plane (_tile_runs: count in
-    runs_counts[i], symbols in kept_*[i]); with runs_first, a candidate sure to become a runs
-    tile (runs.sure) skips the index predictor costs, which only palette tiles use."""
+    one-colour tiles get none). When runs_counts has entries (runs tiles on), each
+    candidate's run symbols from the same index plane (_tile_runs: count in runs_counts[i],
+    symbols in kept_*[i]); with runs_first, a candidate sure to become a runs tile (runs.sure,
+    the same test) skips the index predictor costs, which only palette tiles use."""
     h, w = image.shape[0], image.shape[1]
     chunks = planes.shape[0]
     for chunk in prange(chunks):

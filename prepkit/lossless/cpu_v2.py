@@ -697,8 +697,8 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
     sorted, their count P, 0 past reference_v2.max_palette, the index predictor and its cost;
     one-colour tiles get none). When runs_counts has entries (runs tiles on), each
     candidate's run symbols from the same index plane (_tile_runs: count in runs_counts[i],
-    symbols in kept_*[i]); with runs_first, a candidate sure to become a runs tile (runs.sure,
-    the same test) skips the index predictor costs, which only palette tiles use."""
+    symbols in kept_*[i]); with runs_first, a candidate sure to become a runs tile (runs.sure)
+    skips the index predictor costs, which only palette tiles use."""
     h, w = image.shape[0], image.shape[1]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
@@ -717,7 +717,7 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
             if runs_counts.shape[0]:
                 n = _tile_runs(padded, th, tw, scratch, kept_syms[i], kept_ctxs[i])
                 runs_counts[i] = n
-                if runs_first and n * runs.SURE_PIXELS_PER_SYMBOL <= th * tw:
+                if runs_first and runs.sure(n, th * tw):
                     continue
             _predictor_costs(padded, th, tw, costs)
             best_p = _best_predictor(costs, n_predictors)
@@ -1122,7 +1122,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     phist = np.zeros((n if use_hist and first.any() else 0, 4, 256), np.uint16)
     counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, syms, psym_start, psyms), hist, phist,
                        scr.tables)
-    keep = ~sure  # sure tiles are written raw here (and counted in no table)
+    keep = ~sure  # sure tiles are counted in no table (and get no payload below)
     pick = np.zeros(n, np.bool_)
     n_sets = c
     if first.any():
@@ -1200,8 +1200,8 @@ def _runs_hist(cands, counts, pixels, kept_syms, kept_ctxs, hist):
 def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, coder, cost, out,
                      starts, lengths, limits, tables, words):
     """Runs payloads (A2 mode 3) of tiles i = cands[kept[k]] at out[starts[k]:] from their
-    kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes (the tile keeps its
-    payload)."""
+    kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes
+    (the tile keeps its payload)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
         for k in range(chunk, kept.shape[0], chunks):

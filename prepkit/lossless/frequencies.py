@@ -5,7 +5,8 @@ format_v2.normalize, format_v2.pack_tables and format_v2.cost_table define these
 numpy, one table at a time, the reference encoder's own); the functions here return exactly
 what they return (tests compare them on random and edge-case tables). An encode calls them a
 few dozen times per image, and on a small image such as a segmentation mask their Python
-loops took about a fifth of the encoder's time (docs/BENCHMARKS.md, "Encoder overhead").
+loops took about a fifth of the encoder's time (docs/BENCHMARKS.md, "Runs tiles first and a
+faster encoder").
 Both encoders' shared steps (runs.choose, table_sets, format_v2.assemble) use these, so the
 encoders stay byte-identical.
 """

@@ -60,8 +60,11 @@ def store32(typingctx, array, at, value):
     def codegen(context, builder, signature, args):
         arr, start, v = args
         ptr = builder.bitcast(_byte_address(context, builder, signature.args[0], arr, start), ir.IntType(32).as_pointer())
-        word = builder.trunc(v, ir.IntType(32)) if v.type.width > 32 else builder.zext(v, ir.IntType(32)) \
-            if v.type.width < 32 else v
+        word = v
+        if v.type.width > 32:
+            word = builder.trunc(v, ir.IntType(32))
+        elif v.type.width < 32:
+            word = builder.zext(v, ir.IntType(32))
         builder.store(word, ptr, align=1)
         return context.get_dummy_value()
 

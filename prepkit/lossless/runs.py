@@ -287,14 +287,16 @@ MIN_PIXELS_PER_SYMBOL = 4
 # The encoders take a candidate with at least this many pixels per run symbol as a runs tile
 # before any other choice (`sure`): of the evaluation masks' candidates, 746 of 849 have that
 # many, and 705 of them became runs tiles when weighed against their coded payloads; the other
-# 41 cost 204 bytes more as runs tiles (0.2% of the masks' bytes), and the encoder skips the
+# 41 cost an estimated 204 bytes more as runs tiles (0.2% of the masks' bytes), and the encoder skips the
 # coded and palette choices, symbols and payloads of every sure tile (docs/BENCHMARKS.md
 # "Runs tiles first").
 SURE_PIXELS_PER_SYMBOL = 8
 
 
-def sure(n_symbols: np.ndarray, pixels: np.ndarray) -> np.ndarray:
-    """Which candidates (run symbol counts, pixel counts) are sure to become runs tiles."""
+@njit(nogil=True, cache=True)
+def sure(n_symbols, pixels):
+    """Whether candidates (run symbol counts, pixel counts: integers or arrays) are sure to
+    become runs tiles. Compiled, so that the encoders' kernels and Python share one test."""
     return n_symbols * SURE_PIXELS_PER_SYMBOL <= pixels
 
 

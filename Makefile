@@ -6,7 +6,7 @@ PREPKIT := $(VENV)/bin/prepkit
 DEMO_OUT := out/demo
 DEMO_LAYOUTS ?= raw jpeg lossless
 
-.PHONY: demo test test-fast test-cudasim lint setup fuzz bench evalsets bench-lossless gpu-wheels gpu-check clean
+.PHONY: demo test test-fast test-cudasim lint setup fuzz bench evalsets bench-lossless gpu-wheels gpu-install gpu-correct gpu-bench gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,22 +77,50 @@ bench: setup
 # nvImageCodec) cannot reach PyPI: `make gpu-wheels` here downloads what it lacks into the
 # ignored .whl/, which travels with the working tree; `make gpu-check` there installs them
 # into the system environment (not --target: nvImageCodec's nvidia/ package would shadow the
-# image's CUDA libraries), runs the CUDA tests on the device, then every stage of
-# prepkit.bench.gpucheck (identity, fuzz, reader, compute-sanitizer, benchmarks).
+# image's CUDA libraries) and runs both halves. numpy 2.4 replaces the image's numpy 2.5: that
+# image's numba-cuda registers np.row_stack, which numpy 2.5 removed, so `numba.cuda` fails to
+# import there (seen 2026-11-26 on an H200).
+# - gpu-correct: the CUDA tests on the device, prepkit.bench.gpucheck's identity, fuzz and
+#   reader stages, compute-sanitizer, and an ncu profile of the v2 decode kernel, as four
+#   processes side by side (each is mostly numba compiling on one core);
+# - gpu-bench: prepkit.bench.gpucheck's benchmarks, alone on the GPU.
+# Each half fits one device call (10 minutes); everything lands in GPU_OUT.
 GPU_PY ?= python3
-GPU_OUT ?= $(if $(OUT),$(OUT),out/gpucheck)
+GPU_OUT ?= out/gpucheck
+GPU_BENCH_SECONDS ?= 400
+GPU_RUN := PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1
 gpu-wheels:
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl \
 	  zarr==3.1.6 numcodecs==0.16.5 donfig==0.8.1.post1 google-crc32c==1.9.0 crc32c==2.9.post0 \
-	  nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.2.3.58 qoi==0.7.2
+	  nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.2.3.58 qoi==0.7.2 pyspng==0.1.4 numpy==2.4.6
 
-gpu-check:
-	$(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl
+gpu-install:
+	$(GPU_PY) -m pip install -q --no-index --no-deps --force-reinstall --no-compile --no-cache-dir .whl/*.whl
 	mkdir -p $(GPU_OUT)
-	PYTHONPATH=$(CURDIR) timeout 200 $(GPU_PY) -m pytest -q -p no:cacheprovider --noconftest tests/cudasim \
-	  tests/lossless/test_ptx.py tests/augment/test_ptx.py -k "not simulator_is_active" 2>&1 | tee $(GPU_OUT)/pytest.log | tail -25
-	PYTHONPATH=$(CURDIR) timeout 330 $(GPU_PY) -m prepkit.bench.gpucheck --out $(GPU_OUT)
+	-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current \
+	  --format=csv > $(GPU_OUT)/nvidia-smi.txt
+
+gpu-correct: gpu-install
+	@( $(GPU_RUN) timeout 220 $(GPU_PY) -m pytest -q -p no:cacheprovider --noconftest tests/cudasim \
+	  --ignore=tests/cudasim/test_simulator_active.py tests/lossless/test_ptx.py tests/augment/test_ptx.py \
+	  > $(GPU_OUT)/pytest.log 2>&1; \
+	  echo "pytest exit $$?" >> $(GPU_OUT)/pytest.log ) & \
+	( $(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages sanitize --sanitize-timeout 70 \
+	  --out $(GPU_OUT)/sanitize > $(GPU_OUT)/sanitize.log 2>&1 ) & \
+	( $(GPU_RUN) timeout 180 ncu --set basic -k regex:decode_kernel -s 1 -c 1 \
+	  $(GPU_PY) -m prepkit.bench.gpucheck --child profile > $(GPU_OUT)/ncu.txt 2>&1 ) & \
+	$(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages env,identity,fuzz,reader \
+	  --out $(GPU_OUT)/check 2>&1 | tee $(GPU_OUT)/check.log | tail -8; wait
+	@tail -3 $(GPU_OUT)/pytest.log; tail -2 $(GPU_OUT)/sanitize.log; grep -E "Duration|Registers|Throughput" $(GPU_OUT)/ncu.txt | head -12
+
+gpu-bench: gpu-install
+	$(GPU_RUN) timeout $(GPU_BENCH_SECONDS) $(GPU_PY) -m prepkit.bench.gpucheck --stages env,bench --out $(GPU_OUT)/bench 2>&1 \
+	  | tee $(GPU_OUT)/bench.log | tail -40
+
+gpu-check: gpu-correct gpu-bench
+
 # The lossless evaluation sets (docs/BENCHMARKS.md, "Evaluation sets"): the wallpaper packages are
 # installed with apt-get when run as root; without them the sets hold scikit-image's and rendered
 # images only, and the builder names the missing packages.

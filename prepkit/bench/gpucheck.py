@@ -43,6 +43,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, as torchvision's examples
 
 
 @dataclass
@@ -180,15 +181,25 @@ def kernel_resources() -> dict[str, Any]:
         return {}
     from prepkit.augment import cuda as augment_cuda
     from prepkit.lossless import cuda as lossless_cuda
+    from prepkit.lossless import cuda_v2
 
-    found: dict[str, Any] = {}
-    kernels = (("lossless.decode_kernel", lossless_cuda.decode_kernel), ("augment_kernel", augment_cuda.augment_kernel),
+    kernels = (("v2.decode_kernel", cuda_v2.decode_kernel), ("v2.expand_tables_kernel", cuda_v2.expand_tables_kernel),
+               ("v1.decode_kernel", lossless_cuda.decode_kernel), ("augment_kernel", augment_cuda.augment_kernel),
                ("mask_kernel", augment_cuda.mask_kernel))
+    return overload_resources(kernels)
+
+
+def overload_resources(kernels: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """``{name(argument types): {registers, shared, local}}`` over each dispatcher's compiled
+    overloads. Read from the overload objects: the dispatchers' ``get_*(signature)`` want a
+    Signature, and ``overloads`` is keyed by plain argument-type tuples (numba-cuda 0.30)."""
+    found: dict[str, Any] = {}
     for name, kernel in kernels:
-        for signature in list(kernel.overloads):
-            found[f"{name}{signature}"[:160]] = {
-                "registers": kernel.get_regs_per_thread(signature), "shared": kernel.get_shared_mem_per_block(signature),
-                "local": kernel.get_local_mem_per_thread(signature),
+        for arguments, overload in list(kernel.overloads.items()):
+            found[f"{name}{tuple(str(a) for a in arguments)}"[:160]] = {
+                "registers": getattr(overload, "regs_per_thread", None),
+                "shared": getattr(overload, "shared_mem_per_block", None),
+                "local": getattr(overload, "local_mem_per_thread", None),
             }
     return found
 
@@ -299,7 +310,7 @@ def stage_reader(run: Run) -> dict[str, Any]:
     from prepkit.bench.reader import build
 
     ops = [RandomResizedCrop(6 if run.smoke else 224), RandomHorizontalFlip(), ToDtype("float32", scale=True),
-           Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+           Normalize(MEAN, STD)]
     batch = 4 if run.smoke else 32
     worst: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as folder:
@@ -319,9 +330,14 @@ def stage_reader(run: Run) -> dict[str, Any]:
                     pixels = tensor.cpu().numpy()
                 largest = max(largest, float(np.abs(pixels - expected.images).max()))
             worst[output] = largest
-    passed = all(value < 1e-4 for value in worst.values())
-    run.note(f"{'PASS' if passed else 'FAIL'} reader: GPU vs CPU batches, max abs diff {max(worst.values()):.1e} ({', '.join(worst)})")
-    return worst
+    # RandomResizedCrop rounds to uint8 as torchvision does; the GPU's fused multiply-adds can
+    # move a value across a rounding boundary, so the bound is one uint8 level after Normalize.
+    level = 1 / (255 * min(STD))
+    passed = all(value <= level * (1 + 1e-4) for value in worst.values())
+    largest = max(worst.values())
+    run.note(f"{'PASS' if passed else 'FAIL'} reader: GPU vs CPU batches, max abs diff {largest:.4g} "
+             f"({largest / level:.3f} uint8 levels; {', '.join(worst)})")
+    return {**worst, "uint8_level": level}
 
 
 def sanitize_child() -> None:
@@ -349,11 +365,25 @@ def sanitize_child() -> None:
     cuda.synchronize()
 
 
+def profile_child(smoke: bool) -> None:
+    """One v2 decode of the 2048x1024 mosaics (after a warm-up), for ``ncu`` to profile:
+    ``ncu --set basic -k regex:decode_kernel -s 1 -c 1 python -m prepkit.bench.gpucheck --child profile``."""
+    from prepkit import lossless
+
+    streams = [lossless.encode(image, version=2) for image in image_sets(smoke)["big"]]
+    for _ in range(2):  # the first launch compiles; -s 1 skips it
+        flat = lossless.decode_batch_packed(streams, "cuda")[0]
+    _sync()
+    expected = np.concatenate([image.reshape(-1) for image in image_sets(smoke)["big"]])
+    assert np.array_equal(flat.copy_to_host()[: expected.size], expected)
+
+
 def stage_sanitize(run: Run, timeout: int) -> dict[str, Any]:
     """compute-sanitizer's memcheck, racecheck and synccheck over ``sanitize_child``."""
     if SIMULATOR:
         return {"skipped": "simulator"}
     results: dict[str, Any] = {}
+    run.out.mkdir(parents=True, exist_ok=True)  # the logs are written before the first dump
     for tool in ("memcheck", "racecheck", "synccheck"):
         command = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "9", sys.executable, "-m",
                    "prepkit.bench.gpucheck", "--child", "sanitize"]
@@ -411,10 +441,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
     parser.add_argument("--smoke", action="store_true", help="tiny inputs (a logic check under the simulator)")
     parser.add_argument("--sanitize-timeout", type=int, default=100)
-    parser.add_argument("--child", choices=["sanitize"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["sanitize", "profile"], default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child == "sanitize":
         sanitize_child()
+        return 0
+    if args.child == "profile":
+        profile_child(args.smoke)
         return 0
     stages = args.stages.split(",")
     unknown = sorted(set(stages) - set(STAGES))

@@ -7,8 +7,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
-LIBRARIES = ("numpy", "numba", "numba-cuda", "pillow", "zarr", "nvidia-nvimgcodec-cu12", "qoi", "torch",
-             "pyspng", "imagecodecs", "scikit-image")
+LIBRARIES = ("numpy", "numba", "numba-cuda", "pillow", "zarr", "nvidia-nvimgcodec-cu12", "nvidia-nvimgcodec-cu13",
+             "qoi", "torch", "pyspng", "imagecodecs", "scikit-image")
 
 
 def cpu_model() -> str:

@@ -5,6 +5,7 @@ chunks below the grid limit, and user regions are bounds-checked before any kern
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,9 @@ def test_cuda_n_reaches_stager_outputs_and_dlpack(store: Path, monkeypatch: pyte
                                        masks=None, epoch=0, number=0)
     reader._convert(batch)
     assert exported == [1]
-    # "cuda" with LOCAL_RANK and no CUDA torch (none here): the local rank's GPU.
+    # "cuda" with LOCAL_RANK and torch not imported: the local rank's GPU (on a real GPU an
+    # earlier test has imported a CUDA torch, whose current device would win).
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert prepkit.Reader(store, batch_size=2, device="cuda").device_index == 3
     assert made == {"device": 3}

@@ -20,3 +20,20 @@ def test_gpucheck_smoke_stages_pass(tmp_path: Path) -> None:
     assert results["reader"]["numpy"] < 1e-4
     summary = (tmp_path / "gpucheck.md").read_text()
     assert "PASS identity" in summary and "PASS reader" in summary
+
+
+def test_overload_resources_reads_every_compiled_overload() -> None:
+    # The shape numba-cuda 0.30 has on a real GPU (where the simulator compiles nothing):
+    # overloads keyed by argument-type tuples, the numbers on each compiled kernel.
+    class Compiled:
+        def __init__(self, registers: int) -> None:
+            self.regs_per_thread, self.shared_mem_per_block, self.local_mem_per_thread = registers, 512, 0
+
+    class Dispatcher:
+        overloads = {("array(uint8, 1d, C)", "int32"): Compiled(48), ("array(uint16, 1d, C)", "int32"): Compiled(56)}
+
+    found = gpucheck.overload_resources((("decode", Dispatcher()),))
+    assert found == {
+        "decode('array(uint8, 1d, C)', 'int32')": {"registers": 48, "shared": 512, "local": 0},
+        "decode('array(uint16, 1d, C)', 'int32')": {"registers": 56, "shared": 512, "local": 0},
+    }

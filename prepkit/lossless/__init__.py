@@ -7,6 +7,7 @@ The bitstream is specified in docs/LOSSLESS.md.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,14 +77,36 @@ def decode(data: object, roi: Roi | None = None) -> np.ndarray:
     return decode_batch([data], "cpu", None if roi is None else [roi])[0]
 
 
-def _build_plan(buffers: Sequence[object], rois: Sequence[Roi | None] | None) -> _plan.Plan:
+_host_buffers = threading.local()
+
+
+def _build_plan(buffers: Sequence[object], rois: Sequence[Roi | None] | None, device: str = "cpu") -> _plan.Plan:
     """The validated plan of a batch, from hostplan's numba validation: the same plan and the
     same refusals as plan.build in 3-4x less time (about 0.07 instead of 0.27 ms for a
     1280x800 mask), which matters for small images on the CPU and, on "cuda", where the host
-    work of a batch competes with a kernel that decodes it in about the same time."""
+    work of a batch competes with a kernel that decodes it in about the same time.
+
+    The plan lives in this thread's reused host buffers (valid until its next batch: the
+    decoders below finish reading it before they return). On "cuda" the bytes are gathered
+    by several threads straight into a pinned buffer that the thread keeps (grown to the
+    largest batch's compressed size), and the decode tables are left for the device to
+    expand: the public API's host work for 24 images of 2048x1024 went from 24.5-25.9 to
+    7.1-9.1 ms on the dev VM (docs/BENCHMARKS.md, "First GPU run")."""
     from prepkit.lossless import hostplan
 
-    return hostplan.plan_buffers(buffers, rois)
+    space = getattr(_host_buffers, "space", None)
+    if space is None:
+        space = _host_buffers.space = hostplan.Workspace()
+    if device != "cuda":
+        return hostplan.plan_buffers(buffers, rois, workspace=space)
+    from numba import cuda as numba_cuda
+
+    need = max(sum(_fmt.as_bytes(b).size for b in buffers), 1)
+    pinned = getattr(_host_buffers, "pinned", None)
+    if pinned is None or pinned.size < need:
+        pinned = _host_buffers.pinned = numba_cuda.pinned_array(max(need, 2 * (0 if pinned is None else pinned.size)), np.uint8)
+    return hostplan.plan_buffers(buffers, rois, staging=pinned, threads=hostplan.default_threads(), workspace=space,
+                                 pack_tables=False)
 
 
 def decode_batch_packed(
@@ -101,7 +124,7 @@ def decode_batch_packed(
     instead of a new buffer: a reader that reuses it avoids faulting in fresh memory for
     every batch, which costs more than the decoding on some VMs (docs/BENCHMARKS.md).
     """
-    plan = _build_plan(buffers, rois)
+    plan = _build_plan(buffers, rois, device)
     if device == "cpu":
         if out is not None and not isinstance(out, np.ndarray):
             raise ValueError(f"Expected a numpy array for out on the cpu. Got {type(out).__name__}.")
@@ -117,7 +140,7 @@ def decode_batch(
     buffers: Sequence[object], device: str = "cpu", rois: Sequence[Roi | None] | None = None
 ) -> list:
     """Decode many streams; a list of numpy arrays (cpu) or device-array views (cuda)."""
-    plan = _build_plan(buffers, rois)
+    plan = _build_plan(buffers, rois, device)
     flat: Any  # a numpy array, or a numba device array on "cuda" (numba is untyped)
     if device == "cpu":
         flat = cpu.decode_plan(plan)

@@ -559,6 +559,14 @@ class Sources:
     which: np.ndarray  # int64 (n,): index into arrays
 
 
+def split_by(which: np.ndarray, count: int) -> list[np.ndarray]:
+    """For k in range(count), the positions i (ascending) with which[i] == k: one sort, where
+    a comparison per array would cost count x len(which)."""
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(count + 1))
+    return [order[bounds[k] : bounds[k + 1]] for k in range(count)]
+
+
 def store_sources(store: Any, indices: np.ndarray, field: str) -> Sources:
     """The shard memory maps holding ``indices`` and each sample's byte range in them.
 
@@ -600,7 +608,7 @@ def store_sources(store: Any, indices: np.ndarray, field: str) -> Sources:
         raise StoreCorruptError(f"{handles[int(which[i])].path}: sample bytes [{int(local_start[i])}, "
                                 f"{int(local_stop[i])}) lie beyond the stored chunks")
     base = np.array([h.base for h in handles], np.int64)[which]
-    groups = [np.arange(positions.size)] if len(handles) == 1 else [np.flatnonzero(which == k) for k in range(len(handles))]
+    groups = [np.arange(positions.size)] if len(handles) == 1 else split_by(which, len(handles))
     return Sources([h.array for h in handles], groups, base + local_start, base + local_stop, which)
 
 
@@ -682,8 +690,8 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
     if len(sources.arrays) == 1:
         groups: list[tuple[np.ndarray, np.ndarray | None]] = [(sources.arrays[0], None)]
     else:
-        seg_which = sources.which[segs[:, 3]]
-        groups = [(a, np.flatnonzero(seg_which == k)) for k, a in enumerate(sources.arrays)]
+        by_array = split_by(sources.which[segs[:, 3]], len(sources.arrays))
+        groups = list(zip(sources.arrays, by_array, strict=True))
     started, cpu = time.perf_counter(), time.process_time()
     gather(groups, segs[:, 0], segs[:, 1], segs[:, 2], dst, threads)
     if timings is not None:
@@ -703,17 +711,42 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
                          known_versions=versions)
 
 
+SEPARATE_BYTES = 1 << 16  # plan_buffers reads buffers of this average size or more in place
+
+
 def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] | None = None,
-                 staging: np.ndarray | None = None, threads: int = 1) -> plan_mod.Plan:
+                 staging: np.ndarray | None = None, threads: int = 1, workspace: Workspace | None = None,
+                 pack_tables: bool = True) -> plan_mod.Plan:
     """plan.build's contract (same plan, same refusals) on in-memory streams: for tests and
-    callers without a store. The buffers are concatenated first (one source array)."""
+    callers without a store. Small buffers are joined first (one source array; validating
+    each on its own would cost a numba call per buffer), large ones are read in place; the
+    plan gathers the bytes it reads into ``staging`` (see build_plan).
+
+    With a ``workspace`` the joined bytes, the plan's tables and (without ``staging``) the
+    gathered bytes live in its reused buffers, valid until its next use: fresh memory costs a
+    page fault per 4 KiB, which for large batches took longer than the copies themselves.
+    ``pack_tables=False``: no packed v2 decode tables (the CUDA decoder expands them)."""
     arrays = [fmt.as_bytes(b) for b in buffers]
     lengths = np.array([a.size for a in arrays], np.int64)
     starts = np.zeros(len(arrays), np.int64)
     if len(arrays) > 1:
         np.cumsum(lengths[:-1], out=starts[1:])
-    joined = np.concatenate(arrays) if arrays else np.zeros(0, np.uint8)
-    sources = Sources([joined], [np.arange(len(arrays))], starts, starts + lengths, np.zeros(len(arrays), np.int64))
+    total = int(lengths.sum())
+    if len(arrays) > 1 and total >= len(arrays) * SEPARATE_BYTES:
+        # Large buffers are read in place: joining them would copy every byte once more.
+        positions = np.arange(len(arrays))
+        sources = Sources(arrays, [positions[i : i + 1] for i in range(len(arrays))], np.zeros(len(arrays), np.int64),
+                          lengths, positions)
+    else:
+        if workspace is None:
+            joined = np.concatenate(arrays) if arrays else np.zeros(0, np.uint8)
+        else:
+            joined = workspace.take("joined", (total,), np.uint8)
+            if arrays:
+                np.concatenate(arrays, out=joined)
+        sources = Sources([joined], [np.arange(len(arrays))], starts, starts + lengths, np.zeros(len(arrays), np.int64))
+    if workspace is not None and staging is None:  # the plan reads at most every byte of every buffer
+        staging = workspace.take("staged", (total,), np.uint8)
     info = read_headers(sources)
     bad = np.flatnonzero(info[:, I_ERR])
     if bad.size:
@@ -728,7 +761,7 @@ def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] 
             header = fmt.Header(int(info[i, I_H]), int(info[i, I_W]), int(info[i, I_C]), int(info[i, I_T]),
                                 int(info[i, I_FLAGS]), int(info[i, I_VERSION]))
             regions[i] = fmt.normalize_roi(header, roi)
-    return build_plan(sources, info, regions, staging, threads)
+    return build_plan(sources, info, regions, staging, threads, None, workspace, pack_tables)
 
 
 def store_plan(store: Any, indices: Sequence[int] | np.ndarray, field: str, shapes: np.ndarray,

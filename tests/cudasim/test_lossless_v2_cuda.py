@@ -309,3 +309,20 @@ def test_cuda_v2_decodes_narrow_and_wide_contexts_in_one_batch() -> None:
     got = lossless.decode_batch(old + new, device="cuda")
     for arr, img in zip(got, images + images, strict=True):
         np.testing.assert_array_equal(arr.copy_to_host(), img)
+
+
+def test_public_api_stages_in_a_growing_pinned_buffer() -> None:
+    # decode_batch(_packed) on "cuda" gather into this thread's pinned buffer (grown for a
+    # larger batch) and leave the decode tables to the device; earlier results stay valid.
+    rng = np.random.default_rng(12)
+    small = [rng.integers(0, 256, (9, 11, 3), dtype=np.uint8)]
+    large = [rng.integers(0, 256, (21, 18, 3), dtype=np.uint8), (np.arange(300).reshape(12, 25) % 7).astype(np.uint8)]
+    first = lossless.decode_batch([lossless.encode(i, tile=16) for i in small], device="cuda")
+    size = lossless._host_buffers.pinned.size
+    streams = [lossless.encode(i, tile=16) for i in large]
+    flat, offsets, _ = lossless.decode_batch_packed(streams, device="cuda")
+    assert lossless._host_buffers.pinned.size >= sum(len(s) for s in streams) > size
+    host, at = flat.copy_to_host(), offsets.copy_to_host()
+    for k, image in enumerate(large):
+        np.testing.assert_array_equal(host[at[k] : at[k] + image.size].reshape(image.shape), image)
+    np.testing.assert_array_equal(first[0].copy_to_host(), small[0])

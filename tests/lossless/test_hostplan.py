@@ -202,3 +202,48 @@ def test_tile_offsets_past_the_end_are_refused_before_any_tile_byte_is_read(vers
     assert str(new.value) == str(old.value)
     with pytest.raises(CodecError):
         lossless.decode(bytes(stream))
+
+
+@pytest.mark.parametrize("separate_bytes", [0, 1 << 40])
+def test_buffers_read_in_place_or_joined_plan_alike(monkeypatch: pytest.MonkeyPatch, separate_bytes: int) -> None:
+    # 0: every buffer is read in place (one source array each); 2**40: all are joined first.
+    monkeypatch.setattr(hostplan, "SEPARATE_BYTES", separate_bytes)
+    streams = _assorted()
+    space = hostplan.Workspace()
+    for threads in (1, 3):
+        plan = hostplan.plan_buffers(streams, threads=threads, workspace=space)
+        _assert_same(plan, plan_mod.build(streams))
+        np.testing.assert_array_equal(plan.src, np.frombuffer(b"".join(streams), np.uint8))
+        rois = _rois(streams, 7)
+        _assert_same(hostplan.plan_buffers(streams, rois, threads=threads, workspace=space), plan_mod.build(streams, rois))
+    bad = bytearray(streams[3])
+    bad[:4] = b"XXXX"
+    with pytest.raises(CodecError, match="image 2"):  # the refusal names the buffer either way
+        hostplan.plan_buffers([streams[0], streams[1], bytes(bad)], workspace=space)
+
+
+def test_plan_without_packed_tables() -> None:
+    streams = _assorted()
+    plan = hostplan.plan_buffers(streams, pack_tables=False)
+    assert plan.dec is None
+    np.testing.assert_array_equal(plan.work, hostplan.plan_buffers(streams).work)
+
+
+def test_split_by_groups_positions_in_order() -> None:
+    which = np.random.default_rng(3).integers(0, 5, 200)
+    groups = hostplan.split_by(which, 6)  # the last value never occurs: an empty group
+    assert [g.tolist() for g in groups] == [np.flatnonzero(which == k).tolist() for k in range(6)]
+
+
+def test_decode_batch_results_outlive_the_reused_host_buffers() -> None:
+    # decode_batch(_packed) plan in this thread's reused buffers: a later batch must not
+    # change what an earlier call returned.
+    first = [make_image("smooth", 300, 280, 3, seed=8), make_image("noise", 260, 300, 3, seed=9)]
+    second = [make_image("gradient", 90, 70, 4, seed=10)] * 3
+    flat, offsets, shapes = lossless.decode_batch_packed([lossless.encode(i) for i in first])
+    images = lossless.decode_batch([lossless.encode(i) for i in first])
+    lossless.decode_batch([lossless.encode(i) for i in second])
+    lossless.decode_batch_packed([lossless.encode(i) for i in second])
+    for k, image in enumerate(first):
+        np.testing.assert_array_equal(flat[offsets[k] : offsets[k] + image.size].reshape(shapes[k]), image)
+        np.testing.assert_array_equal(images[k], image)

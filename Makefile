@@ -83,7 +83,8 @@ bench: setup
 # - gpu-correct: the CUDA tests on the device, prepkit.bench.gpucheck's identity, fuzz and
 #   reader stages, compute-sanitizer, and an ncu profile of the v2 decode kernel, as four
 #   processes side by side (each is mostly numba compiling on one core);
-# - gpu-bench: prepkit.bench.gpucheck's benchmarks, alone on the GPU.
+# - gpu-bench: prepkit.bench.gpucheck's benchmarks, alone on the GPU (with stack samples of
+#   the Reader's threads), then the Reader's host work on that machine (bench.hostprep).
 # Each half fits one device call (10 minutes); everything lands in GPU_OUT.
 GPU_PY ?= python3
 GPU_OUT ?= out/gpucheck
@@ -118,6 +119,11 @@ gpu-correct: gpu-install
 gpu-bench: gpu-install
 	$(GPU_RUN) timeout $(GPU_BENCH_SECONDS) $(GPU_PY) -m prepkit.bench.gpucheck --stages env,bench --out $(GPU_OUT)/bench 2>&1 \
 	  | tee $(GPU_OUT)/bench.log | tail -40
+	@# The Reader's host work on that machine's cores (bench.hostprep), 1, 4 and 8 gather threads.
+	$(GPU_RUN) timeout 90 $(GPU_PY) -m prepkit.bench.hostprep --make-store /tmp/hostprep --images 64 --version 2 \
+	  --batch 64 --repeat 5 --threads 1 --json $(GPU_OUT)/hostprep-1.json | tail -3
+	for threads in 4 8; do $(GPU_RUN) timeout 60 $(GPU_PY) -m prepkit.bench.hostprep /tmp/hostprep/lossless-v2 \
+	  --batch 64 --repeat 5 --threads $$threads --json $(GPU_OUT)/hostprep-$$threads.json | tail -3; done
 
 gpu-check: gpu-correct gpu-bench
 

@@ -51,7 +51,11 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+from prepkit.bench.sampler import StackSampler, format_report
+
+READER_THREADS = ("MainThread", "prepkit-")  # the training loop and prepkit's own threads
+
+SCHEMA_VERSION = 2  # 2: rows[].profile and rs.profile (bench.sampler's stack samples)
 ROW_NAMES = ("png-cpu", "public-api", "pipelined", "kernel-only", "h2d-bound", "reader", "nvjpeg", "nvjpeg-hw",
              "htj2k-nvimgcodec")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -123,6 +127,7 @@ class GpuRow:
     pct_pcie: float | None = None
     check: str | None = None  # what was verified about the output
     skipped: str | None = None
+    profile: dict[str, Any] | None = None  # bench.sampler's report of one extra pass (the reader row)
 
 
 @dataclass
@@ -183,6 +188,11 @@ def format_table(result: GpuBenchResult) -> str:
                      f"{result.rs['synthetic_steps_per_s']:.2f} steps/s)")
     elif result.rs.get("skipped"):
         lines.append(f"R/S skipped: {result.rs['skipped']}")
+    for row in result.rows:
+        if row.profile:
+            lines.append(format_report(row.profile, header=f"of one more {row.name} pass:"))
+    if result.rs.get("profile"):
+        lines.append(format_report(result.rs["profile"], header="of the R/S reader steps:"))
     if result.simulator:
         lines.append("(numba CUDA simulator: the figures check the logic only)")
     return "\n".join(lines)
@@ -595,6 +605,9 @@ def reader_row(store: Path, count: int, bytes_per_image: float, config: GpuBench
 
     row.seconds = _median(one_pass, config.repeat, config.warmup)
     row.check = f"{count} images per epoch"
+    with StackSampler(prefixes=READER_THREADS) as sampler:  # after the timed passes: where its threads wait
+        one_pass()
+    row.profile = sampler.top()
     return row
 
 
@@ -641,13 +654,14 @@ def rs_protocol(store: Path, config: GpuBenchConfig) -> dict[str, Any]:
 
     synthetic_rate = steps_per_s(lambda: synthetic)
     batches = reader_batches()
-    reader_rate = steps_per_s(lambda: _to_torch(next(batches).images, device))
+    with StackSampler(prefixes=READER_THREADS) as sampler:
+        reader_rate = steps_per_s(lambda: _to_torch(next(batches).images, device))
     batches.close()
     return {"model": description, "parameters": trainstep.parameter_count(model), "device": device,
             "batch": batch, "crop": crop, "steps": config.rs_steps, "warmup": config.rs_warmup,
             "transforms": "RandomResizedCrop + RandomHorizontalFlip + ToDtype(float32) + Normalize",
             "reader_steps_per_s": reader_rate, "synthetic_steps_per_s": synthetic_rate,
-            "ratio": reader_rate / synthetic_rate}
+            "ratio": reader_rate / synthetic_rate, "profile": sampler.top()}
 
 
 # -- the whole run ----------------------------------------------------------------------

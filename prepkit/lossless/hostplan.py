@@ -47,6 +47,10 @@ ERR_TABLE = 2  # the tile table, the v2 frequency tables or a v2 tile header is 
 ERROR_TEXT = {ERR_HEADER: "invalid header", ERR_TABLE: "invalid tile table or tile header"}
 
 
+SEPARATE_BYTES = 1 << 16  # plan_buffers reads buffers of this average size or more in place
+MIN_SAMPLES_PER_THREAD = 4  # build_plan's validation: fewer samples per thread cost more than they save
+
+
 @njit(nogil=True, cache=True)
 def _u16(src, at):
     return np.int64(src[at]) | (np.int64(src[at + 1]) << 8)
@@ -677,9 +681,24 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
         dec[0] = 0  # what cuda_v2.decode_table gives for no tables
     errors = np.zeros(n, np.int64)
     staged = np.zeros(n, np.int64)
+    # Each sample fills its own rows of the tables (_layout placed them), so groups of samples
+    # are validated on several threads (numba releases the GIL).
+    jobs = []
     for array, rows in zip(sources.arrays, sources.groups, strict=True):
-        _validate_fill(array, sources.starts, sources.stops, rows, info, regions, crop, lay, work, owner, segs,
-                       freq, cum, dec, pack_tables, errors, staged)
+        parts = max(1, min(threads, rows.size // MIN_SAMPLES_PER_THREAD))
+        jobs += [(array, part) for part in np.array_split(rows, parts)]
+
+    def fill(some: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        for array, rows in some:
+            _validate_fill(array, sources.starts, sources.stops, rows, info, regions, crop, lay, work, owner, segs,
+                           freq, cum, dec, pack_tables, errors, staged)
+
+    if threads == 1 or len(jobs) == 1:
+        fill(jobs)
+    else:
+        shares = [jobs[k::threads] for k in range(min(threads, len(jobs)))]
+        for future in [thread_pool("plan", threads).submit(fill, share) for share in shares]:
+            future.result()
     bad = np.flatnonzero(errors)
     if bad.size:
         i = int(bad[0])
@@ -709,9 +728,6 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
     return plan_mod.Plan(src, work, owner, lay[:, L_OUT].copy(), shapes, out_shapes, total_out, freq, cum,
                          np.zeros((0, f2.PROB_SCALE), np.uint8), empty, dec=dec if pack_tables else None,
                          known_versions=versions)
-
-
-SEPARATE_BYTES = 1 << 16  # plan_buffers reads buffers of this average size or more in place
 
 
 def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] | None = None,

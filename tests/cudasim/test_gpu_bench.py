@@ -18,7 +18,7 @@ from prepkit.cli import _register, cli
 _register()
 MEASURED = ("png-cpu", "public-api", "pipelined", "kernel-only", "h2d-bound", "reader")
 ROW_KEYS = {"name", "description", "device", "timing", "images", "bytes_per_image", "seconds", "images_per_s",
-            "input_gb_per_s", "x_png", "pct_pcie", "check", "skipped"}
+            "input_gb_per_s", "x_png", "pct_pcie", "check", "skipped", "profile"}
 
 
 def check_document(document: dict) -> dict[str, dict]:
@@ -61,7 +61,13 @@ def test_gpucheck_bench_stage(tmp_path: Path) -> None:
     rs = document["rs"]
     assert rs["reader_steps_per_s"] > 0 and rs["synthetic_steps_per_s"] > 0
     assert rs["ratio"] == pytest.approx(rs["reader_steps_per_s"] / rs["synthetic_steps_per_s"])
+    # Stack samples of the Reader's threads: its prefetch thread and the loop (MainThread).
+    profiles = [document["rows"][[r["name"] for r in document["rows"]].index("reader")]["profile"], rs["profile"]]
+    for profile in profiles:
+        assert "prepkit-reader" in profile and set(profile) <= {"MainThread"} | {n for n in profile if n.startswith("prepkit-")}
+        assert sum(row["share"] for row in profile["prepkit-reader"]["top"]) <= 1.0001
     table = (tmp_path / "gpu-bench.txt").read_text()
+    assert "stack samples of one more reader pass:" in table and "stack samples of the R/S reader steps:" in table
     for name in gpu.ROW_NAMES:
         assert name in table
     assert "R/S (tiny conv net" in table and "skipped: numba CUDA simulator" in table

@@ -216,10 +216,14 @@ def test_buffers_read_in_place_or_joined_plan_alike(monkeypatch: pytest.MonkeyPa
         np.testing.assert_array_equal(plan.src, np.frombuffer(b"".join(streams), np.uint8))
         rois = _rois(streams, 7)
         _assert_same(hostplan.plan_buffers(streams, rois, threads=threads, workspace=space), plan_mod.build(streams, rois))
-    bad = bytearray(streams[3])
-    bad[:4] = b"XXXX"
-    with pytest.raises(CodecError, match="image 2"):  # the refusal names the buffer either way
-        hostplan.plan_buffers([streams[0], streams[1], bytes(bad)], workspace=space)
+    header = bytearray(streams[3])
+    header[:4] = b"XXXX"  # refused with the headers, before any table is read
+    cut = streams[9][:-10]  # a v2 stream whose last tile lies beyond its end: refused by the validation
+    for bad in (bytes(header), cut):
+        for threads in (1, 3):  # the refusal names the first bad buffer, however many threads validate
+            with pytest.raises(CodecError, match="image 2"):
+                hostplan.plan_buffers([streams[0], streams[1], bad] + streams[:9] + [bad], threads=threads,
+                                      workspace=space)
 
 
 def test_plan_without_packed_tables() -> None:

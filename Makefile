@@ -82,7 +82,8 @@ bench: setup
 # import there (seen 2026-11-26 on an H200).
 # - gpu-correct: the CUDA tests on the device, prepkit.bench.gpucheck's identity, fuzz and
 #   reader stages, compute-sanitizer, and an ncu profile of the v2 decode kernel, as four
-#   processes side by side (each is mostly numba compiling on one core);
+#   processes side by side (each is mostly numba compiling on one core; the tests in four
+#   pytest-xdist workers: alone and warm they took 169 s on the H200 machine);
 # - gpu-bench: prepkit.bench.gpucheck's benchmarks, alone on the GPU (with stack samples of
 #   the Reader's threads), then the Reader's host work on that machine (bench.hostprep).
 # Each half fits one device call (10 minutes); everything lands in GPU_OUT.
@@ -104,7 +105,7 @@ gpu-install:
 	  --format=csv > $(GPU_OUT)/nvidia-smi.txt
 
 gpu-correct: gpu-install
-	@( $(GPU_RUN) timeout 220 $(GPU_PY) -m pytest -q -p no:cacheprovider --noconftest tests/cudasim \
+	@( $(GPU_RUN) timeout 280 $(GPU_PY) -m pytest -q -n 4 --dist loadfile -p no:cacheprovider --noconftest tests/cudasim \
 	  --ignore=tests/cudasim/test_simulator_active.py tests/lossless/test_ptx.py tests/augment/test_ptx.py \
 	  > $(GPU_OUT)/pytest.log 2>&1; \
 	  echo "pytest exit $$?" >> $(GPU_OUT)/pytest.log ) & \

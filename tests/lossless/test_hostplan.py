@@ -251,3 +251,9 @@ def test_decode_batch_results_outlive_the_reused_host_buffers() -> None:
     for k, image in enumerate(first):
         np.testing.assert_array_equal(flat[offsets[k] : offsets[k] + image.size].reshape(shapes[k]), image)
         np.testing.assert_array_equal(images[k], image)
+
+
+def test_unknown_device_is_refused_before_any_planning() -> None:
+    for decode in (lossless.decode_batch, lossless.decode_batch_packed):
+        with pytest.raises(ValueError, match="Expected device to be 'cpu' or 'cuda'. Got 'gpu'"):
+            decode([b"not a stream"], device="gpu")  # a CodecError would mean it planned first

@@ -79,18 +79,24 @@ bench: setup
 # into the system environment (not --target: nvImageCodec's nvidia/ package would shadow the
 # image's CUDA libraries) and runs both halves. numpy 2.4 replaces the image's numpy 2.5: that
 # image's numba-cuda registers np.row_stack, which numpy 2.5 removed, so `numba.cuda` fails to
-# import there (seen 2026-11-26 on an H200).
+# import there (seen 2026-11-26 on an H200). On the device: `make gpu-check` (about 500 s), or
+# `make gpu-correct` and `make gpu-bench` as two calls; each packs GPU_OUT into $OUT.
 # - gpu-correct: the CUDA tests on the device, prepkit.bench.gpucheck's identity, fuzz and
-#   reader stages, compute-sanitizer, and an ncu profile of the v2 decode kernel, as four
-#   processes side by side (each is mostly numba compiling on one core; the tests in four
-#   pytest-xdist workers: alone and warm they took 169 s on the H200 machine);
+#   reader stages and compute-sanitizer as three processes side by side (each is mostly numba
+#   compiling on one core; the tests in four pytest-xdist workers: in one process, warm, they
+#   took 169 s on the H200 machine), then an ncu profile of the v2 decode kernel alone;
 # - gpu-bench: prepkit.bench.gpucheck's benchmarks, alone on the GPU (with stack samples of
 #   the Reader's threads), then the Reader's host work on that machine (bench.hostprep).
-# Each half fits one device call (10 minutes); everything lands in GPU_OUT.
 GPU_PY ?= python3
 GPU_OUT ?= out/gpucheck
-GPU_BENCH_SECONDS ?= 400
+GPU_BENCH_SECONDS ?= 300
 GPU_RUN := PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1
+# pytest-xdist where the machine has it (the image lists it), else one process.
+GPU_XDIST = $(shell $(GPU_PY) -c "import xdist" 2>/dev/null && echo "-n 4 --dist loadfile")
+# Under the device tool ($OUT set there): the whole GPU_OUT as one archive (at most 8 files come back).
+GPU_PACK = if [ -n "$$OUT" ]; then tar czf "$$OUT/$@.tgz" -C $(GPU_OUT) .; fi
+gpu-correct gpu-bench: SHELL := /bin/bash
+gpu-correct gpu-bench: .SHELLFLAGS := -o pipefail -c
 gpu-wheels:
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
@@ -98,35 +104,48 @@ gpu-wheels:
 	  zarr==3.1.6 numcodecs==0.16.5 donfig==0.8.1.post1 google-crc32c==1.9.0 crc32c==2.9.post0 \
 	  nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.2.3.58 qoi==0.7.2 pyspng==0.1.4 numpy==2.4.6
 
+GPU_INSTALLED ?= /tmp/prepkit-gpu-wheels-installed
 gpu-install:
-	$(GPU_PY) -m pip install -q --no-index --no-deps --force-reinstall --no-compile --no-cache-dir .whl/*.whl
+	@[ -f $(GPU_INSTALLED) ] || { $(GPU_PY) -m pip install -q --no-index --no-deps --force-reinstall --no-compile \
+	  --no-cache-dir .whl/*.whl && touch $(GPU_INSTALLED); }
+	$(GPU_PY) -c "import numpy, numba.cuda; print('numpy', numpy.__version__, '- numba.cuda imports')"
 	mkdir -p $(GPU_OUT)
 	-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current \
 	  --format=csv > $(GPU_OUT)/nvidia-smi.txt
 
+# Fails (after printing every summary) when any of its four parts failed.
 gpu-correct: gpu-install
-	@( $(GPU_RUN) timeout 280 $(GPU_PY) -m pytest -q -n 4 --dist loadfile -p no:cacheprovider --noconftest tests/cudasim \
+	@$(GPU_RUN) timeout 280 $(GPU_PY) -m pytest -q $(GPU_XDIST) -p no:cacheprovider --noconftest tests/cudasim \
 	  --ignore=tests/cudasim/test_simulator_active.py tests/lossless/test_ptx.py tests/augment/test_ptx.py \
-	  > $(GPU_OUT)/pytest.log 2>&1; \
-	  echo "pytest exit $$?" >> $(GPU_OUT)/pytest.log ) & \
-	( $(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages sanitize --sanitize-timeout 70 \
-	  --out $(GPU_OUT)/sanitize > $(GPU_OUT)/sanitize.log 2>&1 ) & \
-	( $(GPU_RUN) timeout 180 ncu --set basic -k regex:decode_kernel -s 1 -c 1 \
-	  $(GPU_PY) -m prepkit.bench.gpucheck --child profile > $(GPU_OUT)/ncu.txt 2>&1 ) & \
+	  > $(GPU_OUT)/pytest.log 2>&1 & tests=$$!; \
+	$(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages sanitize --sanitize-timeout 70 \
+	  --out $(GPU_OUT)/sanitize > $(GPU_OUT)/sanitize.log 2>&1 & sanitize=$$!; \
 	$(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages env,identity,fuzz,reader \
-	  --out $(GPU_OUT)/check 2>&1 | tee $(GPU_OUT)/check.log | tail -8; wait
-	@tail -3 $(GPU_OUT)/pytest.log; tail -2 $(GPU_OUT)/sanitize.log; grep -E "Duration|Registers|Throughput" $(GPU_OUT)/ncu.txt | head -12
+	  --out $(GPU_OUT)/check 2>&1 | tee $(GPU_OUT)/check.log | tail -8; checks=$$?; \
+	wait $$tests; tests=$$?; wait $$sanitize; sanitize=$$?; \
+	$(GPU_RUN) timeout 120 ncu --set basic -k regex:decode_kernel -s 1 -c 1 \
+	  $(GPU_PY) -m prepkit.bench.gpucheck --child profile > $(GPU_OUT)/ncu.txt 2>&1; profile=$$?; \
+	tail -3 $(GPU_OUT)/pytest.log; tail -2 $(GPU_OUT)/sanitize.log; \
+	grep -E "Duration|Registers|Occupancy|Throughput" $(GPU_OUT)/ncu.txt | head -12; \
+	echo "gpu-correct: tests exit $$tests, checks $$checks, sanitizer $$sanitize, ncu $$profile"; \
+	$(GPU_PACK); [ $$tests = 0 ] && [ $$checks = 0 ] && [ $$sanitize = 0 ] && [ $$profile = 0 ]
 
+# The benchmark alone on the GPU, then the Reader's host work on that machine's cores
+# (bench.hostprep with 1, 4 and 8 gather threads).
 gpu-bench: gpu-install
-	$(GPU_RUN) timeout $(GPU_BENCH_SECONDS) $(GPU_PY) -m prepkit.bench.gpucheck --stages env,bench --out $(GPU_OUT)/bench 2>&1 \
-	  | tee $(GPU_OUT)/bench.log | tail -40
-	@# The Reader's host work on that machine's cores (bench.hostprep), 1, 4 and 8 gather threads.
+	@$(GPU_RUN) timeout $(GPU_BENCH_SECONDS) $(GPU_PY) -m prepkit.bench.gpucheck --stages env,bench \
+	  --out $(GPU_OUT)/bench 2>&1 | tee $(GPU_OUT)/bench.log | tail -40; bench=$$?; \
 	$(GPU_RUN) timeout 90 $(GPU_PY) -m prepkit.bench.hostprep --make-store /tmp/hostprep --images 64 --version 2 \
-	  --batch 64 --repeat 5 --threads 1 --json $(GPU_OUT)/hostprep-1.json | tail -3
+	  --batch 64 --repeat 5 --threads 1 --json $(GPU_OUT)/hostprep-1.json | tail -3; host=$$?; \
 	for threads in 4 8; do $(GPU_RUN) timeout 60 $(GPU_PY) -m prepkit.bench.hostprep /tmp/hostprep/lossless-v2 \
-	  --batch 64 --repeat 5 --threads $$threads --json $(GPU_OUT)/hostprep-$$threads.json | tail -3; done
+	  --batch 64 --repeat 5 --threads $$threads --json $(GPU_OUT)/hostprep-$$threads.json | tail -3 || host=1; done; \
+	echo "gpu-bench: benchmark exit $$bench, hostprep exit $$host"; \
+	$(GPU_PACK); [ $$bench = 0 ] && [ $$host = 0 ]
 
-gpu-check: gpu-correct gpu-bench
+# Both halves, the second also when the first failed; fails when either did.
+gpu-check:
+	@$(MAKE) --no-print-directory gpu-correct; correct=$$?; $(MAKE) --no-print-directory gpu-bench; bench=$$?; \
+	echo "gpu-check: gpu-correct exit $$correct, gpu-bench exit $$bench"; [ $$correct = 0 ] && [ $$bench = 0 ]
 
 # The lossless evaluation sets (docs/BENCHMARKS.md, "Evaluation sets"): the wallpaper packages are
 # installed with apt-get when run as root; without them the sets hold scikit-image's and rendered

@@ -654,8 +654,11 @@ def rs_protocol(store: Path, config: GpuBenchConfig) -> dict[str, Any]:
 
     synthetic_rate = steps_per_s(lambda: synthetic)
     batches = reader_batches()
-    with StackSampler(prefixes=READER_THREADS) as sampler:
-        reader_rate = steps_per_s(lambda: _to_torch(next(batches).images, device))
+    reader_rate = steps_per_s(lambda: _to_torch(next(batches).images, device))
+    with StackSampler(prefixes=READER_THREADS) as sampler:  # more steps, untimed: sampling takes the GIL
+        for _ in range(config.rs_steps):
+            step(_to_torch(next(batches).images, device), labels)
+        sync()
     batches.close()
     return {"model": description, "parameters": trainstep.parameter_count(model), "device": device,
             "batch": batch, "crop": crop, "steps": config.rs_steps, "warmup": config.rs_warmup,

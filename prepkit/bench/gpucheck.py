@@ -197,9 +197,8 @@ def overload_resources(kernels: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
     for name, kernel in kernels:
         for arguments, overload in list(kernel.overloads.items()):
             found[f"{name}{tuple(str(a) for a in arguments)}"[:160]] = {
-                "registers": getattr(overload, "regs_per_thread", None),
-                "shared": getattr(overload, "shared_mem_per_block", None),
-                "local": getattr(overload, "local_mem_per_thread", None),
+                "registers": overload.regs_per_thread, "shared": overload.shared_mem_per_block,
+                "local": overload.local_mem_per_thread,
             }
     return found
 
@@ -269,7 +268,11 @@ def stage_identity(run: Run) -> dict[str, Any]:
         if not np.array_equal(host[host_offsets[i] : host_offsets[i] + image.size].reshape(image.shape), image):
             bad.append(f"large batch image {i}")
     run.note(f"{'PASS' if not bad else 'FAIL'} identity: {checked} GPU decodes vs CPU and original, {len(bad)} mismatches")
-    return {"checked": checked, "mismatches": bad[:50], "kernels": kernel_resources()}
+    try:
+        kernels: dict[str, Any] = kernel_resources()
+    except Exception as error:  # a numba-cuda API change must not hide the identity result
+        kernels = {"error": f"{type(error).__name__}: {error}"}
+    return {"checked": checked, "mismatches": bad[:50], "kernels": kernels}
 
 
 def stage_fuzz(run: Run) -> dict[str, Any]:
@@ -313,13 +316,14 @@ def stage_reader(run: Run) -> dict[str, Any]:
            Normalize(MEAN, STD)]
     batch = 4 if run.smoke else 32
     worst: dict[str, float] = {}
+    shares: dict[str, float] = {}  # of the values that differ at all
     with tempfile.TemporaryDirectory() as folder:
         store = build(image_sets(run.smoke)["small"], Path(folder), "lossless", 4 if run.smoke else 96, 32)
         on_cpu = list(prepkit.Reader(store, batch_size=batch, seed=3, transforms=ops))
         for output in ["numpy"] + ([] if SIMULATOR else ["torch", "dlpack"]):
             reader = prepkit.Reader(store, batch_size=batch, seed=3, transforms=ops, device="cuda", output=output,
                                     gpu_memory_budget=(1 << 10) if run.smoke else (8 << 20))
-            largest = 0.0
+            largest, differing, values = 0.0, 0, 0
             for expected, got in zip(on_cpu, reader, strict=True):
                 if output == "numpy":
                     pixels = got.images.copy_to_host()
@@ -328,16 +332,21 @@ def stage_reader(run: Run) -> dict[str, Any]:
 
                     tensor = got.images if output == "torch" else torch.from_dlpack(got.images)
                     pixels = tensor.cpu().numpy()
-                largest = max(largest, float(np.abs(pixels - expected.images).max()))
+                difference = np.abs(pixels - expected.images)
+                largest = max(largest, float(difference.max()))
+                differing += int(np.count_nonzero(difference > 1e-4))
+                values += difference.size
             worst[output] = largest
+            shares[output] = differing / max(values, 1)
     # RandomResizedCrop rounds to uint8 as torchvision does; the GPU's fused multiply-adds can
-    # move a value across a rounding boundary, so the bound is one uint8 level after Normalize.
+    # move a value across a rounding boundary: at most one uint8 level after Normalize, and
+    # rarely (a systematic error would move many values).
     level = 1 / (255 * min(STD))
-    passed = all(value <= level * (1 + 1e-4) for value in worst.values())
+    passed = all(value <= level * (1 + 1e-4) for value in worst.values()) and max(shares.values()) <= 0.01
     largest = max(worst.values())
     run.note(f"{'PASS' if passed else 'FAIL'} reader: GPU vs CPU batches, max abs diff {largest:.4g} "
-             f"({largest / level:.3f} uint8 levels; {', '.join(worst)})")
-    return {**worst, "uint8_level": level}
+             f"({largest / level:.3f} uint8 levels), {max(shares.values()):.2e} of values differ ({', '.join(worst)})")
+    return {**worst, "uint8_level": level, "differing_share": shares}
 
 
 def sanitize_child() -> None:

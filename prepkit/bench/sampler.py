@@ -16,6 +16,7 @@ nearly full speed::
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-PACKAGE = str(Path(__file__).resolve().parent.parent)  # .../prepkit
+PACKAGE = str(Path(__file__).resolve().parent.parent) + os.sep  # .../prepkit/
 
 
 def _where(frame: FrameType) -> str:

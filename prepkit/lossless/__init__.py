@@ -129,8 +129,8 @@ def decode_batch_packed(
     instead of a new buffer: a reader that reuses it avoids faulting in fresh memory for
     every batch, which costs more than the decoding on some VMs (docs/BENCHMARKS.md).
 
-    The calling thread keeps its host buffers between calls: on "cuda" a pinned one as large
-    as the compressed bytes of its largest batch so far.
+    The calling thread keeps its host buffers between calls (grown by doubling, never
+    shrunk): on "cuda" a pinned one of at least the compressed size of its largest batch.
     """
     _check_device(device)
     plan = _build_plan(buffers, rois, device)

@@ -734,9 +734,10 @@ def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] 
                  staging: np.ndarray | None = None, threads: int = 1, workspace: Workspace | None = None,
                  pack_tables: bool = True) -> plan_mod.Plan:
     """plan.build's contract (same plan, same refusals) on in-memory streams: for tests and
-    callers without a store. Small buffers are joined first (one source array; validating
-    each on its own would cost a numba call per buffer), large ones are read in place; the
-    plan gathers the bytes it reads into ``staging`` (see build_plan).
+    callers without a store. A single buffer, or buffers of SEPARATE_BYTES or more on
+    average, are read in place; smaller ones are joined first (one source array: validating
+    each on its own would cost a numba call per buffer). The plan gathers the bytes it reads
+    into ``staging`` (see build_plan).
 
     With a ``workspace`` the joined bytes, the plan's tables and (without ``staging``) the
     gathered bytes live in its reused buffers, valid until its next use: fresh memory costs a
@@ -748,7 +749,7 @@ def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] 
     if len(arrays) > 1:
         np.cumsum(lengths[:-1], out=starts[1:])
     total = int(lengths.sum())
-    if len(arrays) > 1 and total >= len(arrays) * SEPARATE_BYTES:
+    if len(arrays) == 1 or (len(arrays) > 1 and total >= len(arrays) * SEPARATE_BYTES):
         # Large buffers are read in place: joining them would copy every byte once more.
         positions = np.arange(len(arrays))
         sources = Sources(arrays, [positions[i : i + 1] for i in range(len(arrays))], np.zeros(len(arrays), np.int64),

@@ -5,7 +5,8 @@ prefetch thread and in thread pools. A :class:`StackSampler` wakes every ``inter
 seconds, reads every thread's current frame (``sys._current_frames``) and counts, per thread
 name, the innermost frame inside prepkit and the innermost frame of all (often numba, the CUDA
 driver binding or a lock). A sample costs microseconds; at 1 ms the sampled program runs at
-nearly full speed::
+nearly full speed. A thread waiting to take the GIL back (after a nogil numba call, say) is
+counted at the line it waits to run, so read shares as "time spent at", not "time computing"::
 
     with StackSampler() as sampler:
         for batch in reader:
@@ -26,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 PACKAGE = str(Path(__file__).resolve().parent.parent) + os.sep  # .../prepkit/
+OUTSIDE = "(outside prepkit)"
 
 
 def _where(frame: FrameType) -> str:
@@ -42,7 +44,7 @@ def frame_keys(frame: FrameType | None, package: str = PACKAGE) -> tuple[str, st
             ours = _where(frame)
             break
         frame = frame.f_back
-    return ours or "(outside prepkit)", innermost
+    return ours or OUTSIDE, innermost
 
 
 @dataclass
@@ -87,10 +89,17 @@ class StackSampler:
         self.seconds += time.perf_counter() - self._started
 
     def top(self, count: int = 8) -> dict[str, Any]:
-        """Per thread: its samples and its ``count`` most frequent (prepkit frame, innermost
-        frame) pairs with their share of that thread's samples."""
+        """Per thread (those seen inside prepkit most often first): its samples and its
+        ``count`` most frequent (prepkit frame, innermost frame) pairs with their share of that
+        thread's samples."""
         report: dict[str, Any] = {}
-        for name, counter in sorted(self.counts.items(), key=lambda item: -self.samples[item[0]]):
+
+        def busy(item: tuple[str, collections.Counter[tuple[str, str]]]) -> int:
+            # Threads seen inside prepkit most often first: an idle pool thread is sampled as
+            # often as a busy one, waiting outside prepkit.
+            return -sum(n for (ours, _), n in item[1].items() if ours != OUTSIDE)
+
+        for name, counter in sorted(self.counts.items(), key=busy):
             total = self.samples[name]
             report[name] = {"samples": total, "top": [
                 {"prepkit": ours, "innermost": inner, "share": round(n / total, 4)}

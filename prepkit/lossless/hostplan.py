@@ -130,15 +130,13 @@ def _read_headers(src, starts, stops, rows, info):
 
 @njit(nogil=True, cache=True)
 def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
-    """format_v2.parse_tables on src[pos:end] (same refusals, step for step), writing tables
+    """format_v2.parse_tables on src[pos:end] (the same values and refusals), writing tables
     row .. row + n_tables - 1 of freq/cum and, with ``pack``, their packed decode table into
     dec (the GPU path builds it on the device from freq/cum instead: cuda_v2.expand_tables)."""
     length = end - pos
     data = src[pos:end]
     p = np.int64(0)
     present = np.empty(256, np.int64)
-    follows = np.zeros(512, np.bool_)
-    starts = np.empty(256, np.int64)
     for t in range(n_tables):  # the caller's buffers are reused: clear what this table owns
         freq[row + t, :] = 0
     for t in range(n_tables):
@@ -161,54 +159,50 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
         elif kind == f2.TABLE_BITMAP:
             if p + 32 > length:
                 return False
-            for v in range(256):
-                if (data[p + (v >> 3)] >> (v & 7)) & 1:
-                    present[n] = v
-                    n += 1
+            for v in range(256):  # branch-free: write every symbol, keep the present ones
+                present[n] = v
+                n += (data[p + (v >> 3)] >> (v & 7)) & 1
             p += 32
         else:
             return False
         if n == 0:
             return False
-        # The vectorised varint reading of parse_tables: a byte that does not follow a byte
-        # >= 0x80 starts a value; the first n starts are the n values.
-        wsize = min(2 * n, length - p)
-        found = 0
-        for j in range(wsize):
-            follows[j] = j > 0 and data[p + j - 1] >= 0x80
-            if not follows[j] and found < n:
-                starts[found] = j
-                found += 1
-        if found < n:
-            return False
-        last = starts[n - 1]
-        two_last = 1 if data[p + last] >= 0x80 else 0
-        if last + two_last >= wsize:
-            return False
-        used = last + 1 + two_last
-        for j in range(used):
-            if follows[j] and data[p + j] >= 32:
-                return False
+        # The varints one after another (parse_tables reads them vectorised, to the same values
+        # and refusals): a byte >= 0x80 starts a 2-byte value whose second byte is < 32.
         total = np.int64(0)
         for k in range(n):
-            first = np.int64(data[p + starts[k]])
+            if p >= length:
+                return False
+            first = np.int64(data[p])
             value = (first & 127) + 1
             if first >= 0x80:
-                value += np.int64(data[p + min(starts[k] + 1, wsize - 1)]) << 7
+                if p + 1 >= length or data[p + 1] >= 32:
+                    return False
+                value += np.int64(data[p + 1]) << 7
+                p += 2
+            else:
+                p += 1
             freq[row + t, present[k]] = value
             total += value
-        p += used
         if total != f2.PROB_SCALE:
             return False
     if p != length:
         return False
+    if not pack:
+        for t in range(n_tables):
+            run = np.int64(0)
+            for v in range(256):
+                cum[row + t, v] = run
+                run += freq[row + t, v]
+            cum[row + t, 256] = run
+        return True
     for t in range(n_tables):
         run = np.int64(0)
-        table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE] if pack else dec[:0]
+        table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE]
         for v in range(256):
             cum[row + t, v] = run
             f = np.int64(freq[row + t, v])
-            if f and pack:
+            if f:
                 # cuda_v2.decode_table: symbol | (f - 1) << 8 | (slot - cum) << 20
                 packed = np.uint32(v | ((f - 1) << 8))
                 slots = table[run : run + f]  # a view indexed from 0: the loop vectorises
@@ -216,7 +210,7 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
                     slots[j] = packed | np.uint32(j << 20)
             run += f
         cum[row + t, 256] = run
-        if run == 0 and pack:  # an empty table: 0 in every slot (flagged through plan.empty)
+        if run == 0:  # an empty table: 0 in every slot (flagged through plan.empty)
             table[:] = 0
     return True
 

@@ -13,3 +13,10 @@ def test_measure_reports_host_work_per_image() -> None:
     result = reader_host.measure(images, count=12, batch=5, threads=2, repeat=2)
     assert set(result) == {"wall_us", "cpu_us", "gather_us"}
     assert 0 < result["gather_us"] < result["wall_us"] < 1e6 and result["cpu_us"] > 0
+
+
+def test_host_only_kernels_refuses_a_real_gpu_run() -> None:
+    import pytest
+
+    with pytest.raises(RuntimeError, match="NUMBA_ENABLE_CUDASIM=1"):
+        reader_host.host_only_kernels()  # this process runs without the simulator

@@ -36,10 +36,17 @@ def test_busy_thread_is_named_by_its_function() -> None:
 def test_the_innermost_prepkit_frame_is_the_caller_of_user_code() -> None:
     # The Reader's prefetch thread runs a callable from prepkit/reader/prefetch.py: busy in
     # _spin, its innermost prepkit frame is the prefetcher's loop.
-    with StackSampler(interval=0.001, prefixes=("prepkit-reader",)) as sampler:
+    done = threading.Event()
+    idle = threading.Thread(target=done.wait, name="prepkit-idle")  # sampled as often, never in prepkit
+    idle.start()
+    with StackSampler(interval=0.001, prefixes=("prepkit-",)) as sampler:
         prefetcher = Prefetcher(lambda n: _spin(0.1), range(3), depth=1)
         assert list(prefetcher) == [None, None, None]
-    entry = sampler.top(2)["prepkit-reader"]
+    done.set()
+    idle.join()
+    report = sampler.top(2)
+    assert list(report)[:2] == ["prepkit-reader", "prepkit-idle"]  # the thread busy in prepkit first
+    entry = report["prepkit-reader"]
     first = entry["top"][0]
     assert first["prepkit"].startswith("prefetch._run:") and first["innermost"].startswith("test_sampler._spin:")
     assert first["share"] > 0.5

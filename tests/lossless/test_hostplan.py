@@ -257,3 +257,51 @@ def test_unknown_device_is_refused_before_any_planning() -> None:
     for decode in (lossless.decode_batch, lossless.decode_batch_packed):
         with pytest.raises(ValueError, match="Expected device to be 'cpu' or 'cuda'. Got 'gpu'"):
             decode([b"not a stream"], device="gpu")  # a CodecError would mean it planned first
+
+
+def _table_sections(rng: np.random.Generator) -> list[tuple[bytes, int]]:
+    """Serialised tables (list and bitmap kinds, 1- and 2-byte frequencies), then the same
+    with bytes changed where the varint rules bite, cut short or extended, and random bytes."""
+    sections = []
+    for n_tables in (1, 3, 8):
+        freq = np.zeros((n_tables, 256), np.int64)
+        for t in range(n_tables):
+            used = int(rng.choice([0, 1, 2, 5, 40, 200, 256]))
+            symbols = rng.choice(256, used, replace=False)
+            if used:
+                counts = rng.multinomial(f2.PROB_SCALE - used, rng.dirichlet(np.full(used, 0.3))) + 1
+                freq[t, symbols] = counts
+        sections.append((f2.pack_tables(freq), n_tables))
+    out = list(sections)
+    for data, n_tables in sections:
+        for _ in range(60):
+            buf = bytearray(data)
+            for _ in range(int(rng.integers(1, 3))):
+                buf[int(rng.integers(len(buf)))] = int(rng.choice([0x00, 0x1F, 0x20, 0x7F, 0x80, 0x81, 0xFF, rng.integers(256)]))
+            out.append((bytes(buf), n_tables))
+        out += [(data[:-1], n_tables), (data + b"\x00", n_tables), (data[: len(data) // 2], n_tables)]
+    out += [(bytes(rng.integers(0, 256, int(rng.integers(1, 600)), dtype=np.uint8)), int(rng.integers(1, 5)))
+            for _ in range(100)]
+    return out
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_parse_tables_equals_format_v2(pack: bool) -> None:
+    accepted = refused = 0
+    for data, n_tables in _table_sections(np.random.default_rng(11)):
+        src = np.frombuffer(b"\xaa" * 5 + data + b"\x80\xff", np.uint8)  # the section inside a larger stream
+        freq = np.full((n_tables + 2, 256), 7, np.int32)  # stale values, as in a reused workspace
+        cum = np.zeros((n_tables + 2, 257), np.int32)
+        dec = np.zeros((n_tables + 2) * f2.PROB_SCALE, np.uint32)
+        ok = hostplan._parse_tables(src, 5, 5 + len(data), n_tables, freq, cum, dec, 1, pack)
+        try:
+            tables = f2.parse_tables(np.frombuffer(data, np.uint8), n_tables)
+        except CodecError:
+            assert not ok, data
+            refused += 1
+            continue
+        assert ok, data
+        accepted += 1
+        np.testing.assert_array_equal(freq[1 : 1 + n_tables], tables.freq)
+        np.testing.assert_array_equal(cum[1 : 1 + n_tables], tables.cum)
+    assert accepted >= 10 and refused > 100

@@ -512,6 +512,10 @@ def gather(sources: Sequence[tuple[np.ndarray, np.ndarray | None]], seg_src: np.
     ``sources``: (source array, indices of the segments read from it, None for all); seg_src
     and seg_dst are absolute offsets in the source array and in ``dst``.
     """
+    if seg_len.size == 1 and len(sources) == 1:  # one whole sample (lossless.decode): a plain slice copy
+        start, at, length = int(seg_src[0]), int(seg_dst[0]), int(seg_len[0])
+        dst[at : at + length] = sources[0][0][start : start + length]
+        return
     jobs = []
     for array, ids in sources:
         src_at, dst_at, lengths = (seg_src, seg_dst, seg_len) if ids is None else (seg_src[ids], seg_dst[ids], seg_len[ids])
@@ -531,6 +535,9 @@ def gather(sources: Sequence[tuple[np.ndarray, np.ndarray | None]], seg_src: np.
         future.result()
 
 
+_ITEMSIZE = {np.uint8: 1, np.int32: 4, np.uint32: 4, np.int64: 8}  # Workspace.take's dtypes
+
+
 class Workspace:
     """Grow-only host buffers for the plan tables, reused from batch to batch (one per thread)."""
 
@@ -539,7 +546,7 @@ class Workspace:
 
     def take(self, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A C-contiguous array of ``shape`` over the buffer ``name`` (contents undefined)."""
-        need = math.prod(shape) * np.dtype(dtype).itemsize
+        need = math.prod(shape) * _ITEMSIZE[dtype]
         buffer = self._buffers.get(name)
         if buffer is None or buffer.size < need:
             buffer = self._buffers[name] = np.empty(max(need, 2 * (0 if buffer is None else buffer.size)), np.uint8)
@@ -658,12 +665,18 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
     n = info.shape[0]
     crop = rois is not None
     c = info[:, I_C]
-    regions = rois if rois is not None else np.column_stack([np.zeros((n, 2), np.int64), info[:, I_H], info[:, I_W]])
-    regions = np.ascontiguousarray(regions, np.int64)
+    # Per-call numpy glue is kept small: a single small image (a mask) plans in tens of
+    # microseconds, where helpers such as column_stack or array_split cost several each.
+    if rois is None:
+        regions = np.zeros((n, 4), np.int64)
+        regions[:, 2] = info[:, I_H]
+        regions[:, 3] = info[:, I_W]
+    else:
+        regions = np.ascontiguousarray(rois, np.int64)
     lay = np.empty((n, 7), np.int64)
     totals = np.empty(5, np.int64)
     _layout(info, regions, crop, sources.starts, sources.stops, lay, totals)
-    total_items, total_segs, total_tables, total_out, total_src = (int(v) for v in totals)
+    total_items, total_segs, total_tables, total_out, total_src = totals.tolist()
     space = workspace if workspace is not None else Workspace()
     work = space.take("work", (total_items, plan_mod.N_COLS), np.int64)
     owner = space.take("owner", (total_items,), np.int64)
@@ -680,7 +693,7 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
     jobs = []
     for array, rows in zip(sources.arrays, sources.groups, strict=True):
         parts = max(1, min(threads, rows.size // MIN_SAMPLES_PER_THREAD))
-        jobs += [(array, part) for part in np.array_split(rows, parts)]
+        jobs += [(array, rows)] if parts == 1 else [(array, part) for part in np.array_split(rows, parts)]
 
     def fill(some: list[tuple[np.ndarray, np.ndarray]]) -> None:
         for array, rows in some:
@@ -693,9 +706,8 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
         shares = [jobs[k::threads] for k in range(min(threads, len(jobs)))]
         for future in [thread_pool("plan", threads).submit(fill, share) for share in shares]:
             future.result()
-    bad = np.flatnonzero(errors)
-    if bad.size:
-        i = int(bad[0])
+    if errors.any():
+        i = int(np.flatnonzero(errors)[0])
         raise CodecError(f"image {i}: {_refusal(sample_bytes(sources, i), int(errors[i]))}")
     if crop:
         total_src = _rebase(work, owner, segs, staged)
@@ -705,20 +717,24 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
     else:
         by_array = split_by(sources.which[segs[:, 3]], len(sources.arrays))
         groups = list(zip(sources.arrays, by_array, strict=True))
-    started, cpu = time.perf_counter(), time.process_time()
+    # process_time took 7 us per call on the dev VM: read only when asked for.
+    started, cpu = (time.perf_counter(), time.process_time()) if timings is not None else (0.0, 0.0)
     gather(groups, segs[:, 0], segs[:, 1], segs[:, 2], dst, threads)
     if timings is not None:
         timings["gather"] = timings.get("gather", 0.0) + time.perf_counter() - started
         timings["gather_cpu"] = timings.get("gather_cpu", 0.0) + time.process_time() - cpu
     src = dst.view()
     src.flags.writeable = False  # one numba specialization: kernels see read-only input
-    shapes = np.column_stack([lay[:, L_OH], lay[:, L_OW], c]).astype(np.int32)
+    shapes = np.empty((n, 3), np.int32)
+    shapes[:, 0] = lay[:, L_OH]
+    shapes[:, 1] = lay[:, L_OW]
+    shapes[:, 2] = c
     flat2d = (info[:, I_FLAGS] & fmt.FLAG_2D) != 0
     out_shapes: list[tuple[int, ...]] = [
         (a, b) if d else (a, b, k) for (a, b, k), d in zip(shapes.tolist(), flat2d.tolist(), strict=True)
     ]
     empty = (cum[:, 256] == 0).astype(np.int32)
-    versions = frozenset(int(v) for v in np.unique(info[:, I_VERSION]).tolist()) if total_items else frozenset()
+    versions = frozenset(info[:, I_VERSION].tolist()) if total_items else frozenset()
     return plan_mod.Plan(src, work, owner, lay[:, L_OUT].copy(), shapes, out_shapes, total_out, freq, cum,
                          np.zeros((0, f2.PROB_SCALE), np.uint8), empty, dec=dec if pack_tables else None,
                          known_versions=versions)
@@ -759,9 +775,8 @@ def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] 
     if workspace is not None and staging is None:  # the plan reads at most every byte of every buffer
         staging = workspace.take("staged", (total,), np.uint8)
     info = read_headers(sources)
-    bad = np.flatnonzero(info[:, I_ERR])
-    if bad.size:
-        i = int(bad[0])
+    if info[:, I_ERR].any():
+        i = int(np.flatnonzero(info[:, I_ERR])[0])
         raise CodecError(f"image {i}: {header_error(sources, info, i)}")
     regions = None
     if rois is not None:

@@ -104,13 +104,14 @@ def _build_plan(buffers: Sequence[object], rois: Sequence[Roi | None] | None, de
         space = _host_buffers.space = hostplan.Workspace()
     if device != "cuda":
         return hostplan.plan_buffers(buffers, rois, workspace=space)
-    from numba import cuda as numba_cuda
+    from prepkit.cudart import StreamBuffers
 
-    need = max(sum(_fmt.as_bytes(b).size for b in buffers), 1)
+    arrays = [_fmt.as_bytes(b) for b in buffers]
     pinned = getattr(_host_buffers, "pinned", None)
-    if pinned is None or pinned.size < need:
-        pinned = _host_buffers.pinned = numba_cuda.pinned_array(max(need, 2 * (0 if pinned is None else pinned.size)), np.uint8)
-    return hostplan.plan_buffers(buffers, rois, staging=pinned, threads=hostplan.default_threads(), workspace=space,
+    if pinned is None:
+        pinned = _host_buffers.pinned = StreamBuffers()
+    staging = pinned.pinned("staging", sum(a.size for a in arrays), np.uint8)
+    return hostplan.plan_buffers(arrays, rois, staging=staging, threads=hostplan.default_threads(), workspace=space,
                                  pack_tables=False)
 
 
@@ -129,8 +130,8 @@ def decode_batch_packed(
     instead of a new buffer: a reader that reuses it avoids faulting in fresh memory for
     every batch, which costs more than the decoding on some VMs (docs/BENCHMARKS.md).
 
-    The calling thread keeps its host buffers between calls (grown by doubling, never
-    shrunk): on "cuda" a pinned one of at least the compressed size of its largest batch.
+    The calling thread keeps its host buffers between calls (grown, never shrunk): on
+    "cuda" a pinned one of at least the compressed size of its largest batch.
     """
     _check_device(device)
     plan = _build_plan(buffers, rois, device)

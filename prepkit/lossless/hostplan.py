@@ -535,7 +535,7 @@ def gather(sources: Sequence[tuple[np.ndarray, np.ndarray | None]], seg_src: np.
         future.result()
 
 
-_ITEMSIZE = {np.uint8: 1, np.int32: 4, np.uint32: 4, np.int64: 8}  # Workspace.take's dtypes
+_ITEMSIZE = {np.uint8: 1, np.int32: 4, np.uint32: 4, np.int64: 8}  # the dtypes build_plan takes: no np.dtype() per call
 
 
 class Workspace:
@@ -546,7 +546,7 @@ class Workspace:
 
     def take(self, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A C-contiguous array of ``shape`` over the buffer ``name`` (contents undefined)."""
-        need = math.prod(shape) * _ITEMSIZE[dtype]
+        need = math.prod(shape) * (_ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize)
         buffer = self._buffers.get(name)
         if buffer is None or buffer.size < need:
             buffer = self._buffers[name] = np.empty(max(need, 2 * (0 if buffer is None else buffer.size)), np.uint8)

@@ -320,10 +320,12 @@ def test_public_api_stages_in_a_growing_pinned_buffer(monkeypatch: pytest.Monkey
     small = [rng.integers(0, 256, (9, 11, 3), dtype=np.uint8)]
     large = [rng.integers(0, 256, (21, 18, 3), dtype=np.uint8), (np.arange(300).reshape(12, 25) % 7).astype(np.uint8)]
     first = lossless.decode_batch([lossless.encode(i, tile=16) for i in small], device="cuda")
-    size = lossless._host_buffers.pinned.size
+    buffers = lossless._host_buffers.pinned
+    assert buffers.allocations == 1
     streams = [lossless.encode(i, tile=16) for i in large]
     flat, offsets, _ = lossless.decode_batch_packed(streams, device="cuda")
-    assert lossless._host_buffers.pinned.size >= sum(len(s) for s in streams) > size
+    assert buffers.allocations == 2  # grew for the larger batch
+    assert buffers.pinned("staging", 1, np.uint8).base.size >= sum(len(s) for s in streams)
     host, at = flat.copy_to_host(), offsets.copy_to_host()
     for k, image in enumerate(large):
         np.testing.assert_array_equal(host[at[k] : at[k] + image.size].reshape(image.shape), image)

@@ -43,7 +43,6 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, as torchvision's examples
 
 
 @dataclass
@@ -310,6 +309,7 @@ def stage_reader(run: Run) -> dict[str, Any]:
     """The GPU Reader (each output kind) against the CPU Reader, several micro-batches."""
     import prepkit
     from prepkit.augment import Normalize, RandomHorizontalFlip, RandomResizedCrop, ToDtype
+    from prepkit.bench.gpu import MEAN, STD
     from prepkit.bench.reader import build
 
     ops = [RandomResizedCrop(6 if run.smoke else 224), RandomHorizontalFlip(), ToDtype("float32", scale=True),
@@ -379,11 +379,12 @@ def profile_child(smoke: bool) -> None:
     ``ncu --set basic -k regex:decode_kernel -s 1 -c 1 python -m prepkit.bench.gpucheck --child profile``."""
     from prepkit import lossless
 
-    streams = [lossless.encode(image, version=2) for image in image_sets(smoke)["big"]]
+    images = image_sets(smoke)["big"]
+    streams = [lossless.encode(image, version=2) for image in images]
     for _ in range(2):  # the first launch compiles; -s 1 skips it
         flat = lossless.decode_batch_packed(streams, "cuda")[0]
     _sync()
-    expected = np.concatenate([image.reshape(-1) for image in image_sets(smoke)["big"]])
+    expected = np.concatenate([image.reshape(-1) for image in images])
     assert np.array_equal(flat.copy_to_host()[: expected.size], expected)
 
 

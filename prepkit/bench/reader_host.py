@@ -141,10 +141,10 @@ def main(argv: list[str] | None = None) -> None:
         images = make()
         if args.gpu_reader:
             from prepkit.augment import Normalize, RandomHorizontalFlip, RandomResizedCrop, ToDtype
+            from prepkit.bench.gpu import MEAN, STD
 
             host_only_kernels()
-            ops = [RandomResizedCrop(224), RandomHorizontalFlip(), ToDtype("float32", scale=True),
-                   Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+            ops = [RandomResizedCrop(224), RandomHorizontalFlip(), ToDtype("float32", scale=True), Normalize(MEAN, STD)]
             for label, transforms in (("no transforms", []), ("RandomResizedCrop + flip + float + Normalize", ops)):
                 us = measure_gpu_reader(images, count, args.batch, args.repeat, transforms)
                 print(f"{name}, Reader(device='cuda'), {label}: {us:.1f} us per image (host only)", flush=True)

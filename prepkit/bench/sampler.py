@@ -90,8 +90,8 @@ class StackSampler:
 
     def top(self, count: int = 8) -> dict[str, Any]:
         """Per thread (those seen inside prepkit most often first): its samples and its
-        ``count`` most frequent (prepkit frame, innermost frame) pairs with their share of that
-        thread's samples."""
+        ``count`` most frequent (prepkit frame, innermost frame) pairs with their samples and their
+        share of that thread's samples (rounded, so shares may sum to a hair over 1)."""
         report: dict[str, Any] = {}
 
         def busy(item: tuple[str, collections.Counter[tuple[str, str]]]) -> int:
@@ -102,7 +102,7 @@ class StackSampler:
         for name, counter in sorted(self.counts.items(), key=busy):
             total = self.samples[name]
             report[name] = {"samples": total, "top": [
-                {"prepkit": ours, "innermost": inner, "share": round(n / total, 4)}
+                {"prepkit": ours, "innermost": inner, "samples": n, "share": round(n / total, 4)}
                 for (ours, inner), n in counter.most_common(count)]}
         return report
 

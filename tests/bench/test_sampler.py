@@ -28,7 +28,7 @@ def test_busy_thread_is_named_by_its_function() -> None:
     first = entry["top"][0]
     # _spin lies outside prepkit: the innermost frame names it, the prepkit column says so.
     assert first["prepkit"] == "(outside prepkit)" and first["innermost"].startswith("test_sampler._spin:")
-    assert first["share"] > 0.5
+    assert first["share"] > 0.5 and first["share"] == round(first["samples"] / entry["samples"], 4)
     text = format_report(json.loads(json.dumps(report)))  # as read back from a benchmark's JSON
     assert "worker-spin" in text and "_spin" in text
 

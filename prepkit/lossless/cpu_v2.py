@@ -1912,7 +1912,10 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
         line = out[d : d + width * c]
         q0 = y * tw + xa
         if c == 1:
-            memops.copy(out, d, planes[0], q0, width)
+            if width == 64:  # a constant length: LLVM inlines the copy (no call to libc per row)
+                memops.copy(out, d, planes[0], q0, 64)
+            else:
+                memops.copy(out, d, planes[0], q0, width)
             continue
         p0 = planes[0, q0 : q0 + width]
         p1 = planes[1, q0 : q0 + width]
@@ -1939,7 +1942,10 @@ def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
     for y in range(ya, yb):
         d = np.uint64(out_base + ((oy + y) * out_w + ox + xa) * c)
         if c == 1:
-            memops.fill(out, d, width, planes[0, 0])
+            if width == 64:  # a constant length: LLVM inlines the fill (no call to libc per row)
+                memops.fill(out, d, 64, planes[0, 0])
+            else:
+                memops.fill(out, d, width, planes[0, 0])
         else:
             for k in range(c):
                 v = planes[k, 0]

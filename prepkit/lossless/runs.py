@@ -157,15 +157,19 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _symbol(flat, tset, ctx, x, words, n_words, w):
-    """One rANS symbol (A6) with table tset + ctx: (symbol, new state, words read)."""
+def _symbol(flat, tset, ctx, x, words, last, w):
+    """One rANS symbol (A6) with table tset + ctx: (symbol, new state, words read).
+
+    Without branches: whether a word is needed depends on the data (a mispredicted branch per
+    few symbols, and the runs tiles are one lane: nothing else to do meanwhile), so the word
+    at min(w, last) is always loaded and taken or not by a select. words holds at least one
+    word (last = its last index); past the tile's words the caller refuses the tile."""
     e = np.int64(flat[np.uint64((tset + ctx) * 4096 + (x & 4095))])
     x = ((e >> 8) & 4095) * (x >> f2.PROB_BITS) + (x >> f2.PROB_BITS) + (e >> 20)
-    if x < f2.STATE_LOW:
-        if w < n_words:
-            x = (x << 16) | np.int64(words[w])
-        w += 1  # past n_words: the caller refuses the tile
-    return e & 255, x, w
+    need = x < f2.STATE_LOW
+    word = np.int64(words[min(w, last)])
+    x = (x << 16) | word if need else x
+    return e & 255, x, w + np.int64(need)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -204,13 +208,12 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
             return plan_mod.ERR_RUNS
     colour_of = maps[:256]
     index_of = maps[256:]
-    for q in range(256):
-        colour_of[q] = q
-        index_of[q] = q
-    if c == 1:
-        for q in range(n_colours):
-            colour_of[q] = src[pal + q]
-            index_of[src[pal + q]] = q
+    # Only the entries this tile reads: labels are below n_colours, and the plane holds only
+    # what the fills wrote (colour_of of a label), every row being filled before it is read.
+    for q in range(n_colours):
+        v = src[pal + q] if c == 1 else q
+        colour_of[q] = v
+        index_of[v] = q
     pos = pal + n_colours * c
     x = np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8) | (np.int64(src[pos + 2]) << 16) | (
         np.int64(src[pos + 3]) << 24)
@@ -219,13 +222,16 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
     pos += 4
     n_words = (end - pos) >> 1
     words = src[pos : pos + 2 * n_words].view(np.uint16)
+    if n_words == 0:  # a word to load that is never taken (any two bytes: a stream has a header)
+        words = src[0:2].view(np.uint16)
+    last = max(n_words - 1, 0)
     w = 0
     n_above = 0
     for y in range(th):
         row = y * tw
         up = row - tw
         c0 = np.int64(index_of[plane[up]]) if y > 0 else NO_LABEL
-        rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, n_words, w)
+        rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, last, w)
         label = _label(rank, c0, NO_LABEL, NO_LABEL, NO_LABEL, n_colours)
         if label < 0:
             return plan_mod.ERR_RUNS
@@ -240,13 +246,13 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
             ctx = f2.RUN_CTX_NEAR if near else f2.RUN_CTX_FAR
             if empty[tset + ctx]:
                 return plan_mod.ERR_TABLE
-            m, x, w = _symbol(flat, tset, ctx, x, words, n_words, w)
+            m, x, w = _symbol(flat, tset, ctx, x, words, last, w)
             if m == f2.RUN_END:
                 break
             if m == f2.RUN_LENGTH:
                 if empty[tset + f2.RUN_CTX_LENGTH]:
                     return plan_mod.ERR_TABLE
-                length, x, w = _symbol(flat, tset, f2.RUN_CTX_LENGTH, x, words, n_words, w)
+                length, x, w = _symbol(flat, tset, f2.RUN_CTX_LENGTH, x, words, last, w)
                 a1 = a0 + 1 + length
             elif not near or m >= f2.RUN_SYMBOLS:
                 return plan_mod.ERR_RUNS
@@ -260,7 +266,7 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
             c0 = np.int64(index_of[plane[up + a1]]) if y > 0 else NO_LABEL
             c1 = np.int64(index_of[plane[up + min(a1 + 1, tw - 1)]]) if y > 0 else NO_LABEL
             c2 = np.int64(index_of[plane[row + a0 - 1]]) if a0 > 0 else NO_LABEL
-            rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, n_words, w)
+            rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, last, w)
             label = _label(rank, c0, c1, c2, label, n_colours)
             if label < 0:
                 return plan_mod.ERR_RUNS

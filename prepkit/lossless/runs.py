@@ -275,8 +275,7 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
             a0 = a1
         if w > n_words:
             return plan_mod.ERR_WORDS
-        for q in range(n_starts):
-            above[q] = starts[q]
+        above, starts = starts, above  # this row's boundaries are the next row's above
         n_above = n_starts
     if w != n_words:
         return plan_mod.ERR_WORDS

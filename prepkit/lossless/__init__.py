@@ -7,6 +7,7 @@ The bitstream is specified in docs/LOSSLESS.md.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -163,5 +164,5 @@ def decode_batch(
     else:
         raise ValueError(f"Expected device to be 'cpu' or 'cuda'. Got {device!r}.")
     return [
-        flat[int(o) : int(o) + int(np.prod(s))].reshape(s) for o, s in zip(plan.offsets, plan.out_shapes, strict=True)
+        flat[o : o + math.prod(s)].reshape(s) for o, s in zip(plan.offsets.tolist(), plan.out_shapes, strict=True)
     ]

@@ -460,6 +460,8 @@ MIN_TILES_PER_THREAD = 16
 
 def use_parallel(n_tiles: int) -> bool:
     """Whether a kernel over n_tiles tiles should run on numba's thread pool."""
+    if n_tiles < 2 * MIN_TILES_PER_THREAD:  # too few for two threads: skip get_num_threads (3 us)
+        return False
     threads = numba.get_num_threads()
     return threads > 1 and n_tiles >= MIN_TILES_PER_THREAD * threads
 
@@ -474,7 +476,11 @@ def decode_plan(plan: plan_mod.Plan, out: np.ndarray | None = None) -> np.ndarra
         out = out[: plan.total]
     errors = np.zeros(plan.work.shape[0], np.int32)
     versions = plan.work[:, plan_mod.VERSION]
-    if (versions == 1).all():
+    if plan.known_versions == {2}:  # hostplan's plans say which versions they hold: no scans
+        from prepkit.lossless import cpu_v2
+
+        cpu_v2.decode_items(plan, np.arange(plan.work.shape[0]), out, errors)
+    elif (versions == 1).all():
         _decode_v1(plan.src, plan.work, out, errors)
     else:
         from prepkit.lossless import cpu_v2

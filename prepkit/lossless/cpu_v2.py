@@ -1399,7 +1399,8 @@ def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets
 
 def decode_table(plan: plan_mod.Plan) -> np.ndarray:
     """uint32 (n_tables, 4096): slot -> symbol | (f - 1) << 8 | (slot - cum) << 20, one load
-    per decoded symbol (empty tables: all 0, flagged through plan.empty)."""
+    per decoded symbol (empty tables, flagged through plan.empty: undefined slots, never
+    trusted: a decoder refuses a tile that draws a symbol from one)."""
     if plan.dec is not None:  # built by hostplan while it validated the tables
         return plan.dec[: plan.freq.shape[0] * f2.PROB_SCALE].reshape(-1, f2.PROB_SCALE)
     packed = np.empty((plan.lut.shape[0], f2.PROB_SCALE), np.uint32)
@@ -1670,7 +1671,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
             i, w = _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, bases, xstates,
                                 flat, symbols, states)
             if empty[tset] | empty[tset + 1] | empty[tset + 2] | empty[tset + 3]:
-                for q in range(first, i):  # (an empty table decodes as symbol 0, f = 1: harmless)
+                for q in range(first, i):  # (an empty table's slots are undefined: bounded garbage)
                     flags |= empty[tset + ctx_of[_context_value(symbols, q, wmask)]]
             if w > n_words:
                 return plan_mod.ERR_TABLE if flags & 1 else plan_mod.ERR_WORDS

@@ -137,6 +137,7 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
     data = src[pos:end]
     p = np.int64(0)
     present = np.empty(256, np.int64)
+    stored = np.zeros(n_tables, np.uint8)  # 1 for a table with symbols (the others' cum is all 0)
     for t in range(n_tables):  # the caller's buffers are reused: clear what this table owns
         freq[row + t, :] = 0
     for t in range(n_tables):
@@ -146,6 +147,7 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
         p += 1
         if kind == f2.TABLE_EMPTY:
             continue
+        stored[t] = 1
         n = np.int64(0)
         if kind == f2.TABLE_LIST:
             if p >= length or p + 1 + np.int64(data[p]) + 1 > length:
@@ -188,8 +190,13 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
             return False
     if p != length:
         return False
+    for t in range(n_tables):
+        if not stored[t]:
+            cum[row + t, :] = 0
     if not pack:
         for t in range(n_tables):
+            if not stored[t]:
+                continue
             run = np.int64(0)
             for v in range(256):
                 cum[row + t, v] = run
@@ -197,6 +204,12 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
             cum[row + t, 256] = run
         return True
     for t in range(n_tables):
+        if not stored[t]:
+            # An empty table's slots are left as they were (flagged through plan.empty; a
+            # decoder refuses a tile that draws a symbol from it, whatever the slots hold):
+            # zeroing its 16 KiB cost more than decoding a small image (a 32x32 stream of raw
+            # tiles carries 12 empty tables; docs/BENCHMARKS.md "Small images").
+            continue
         run = np.int64(0)
         table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE]
         for v in range(256):
@@ -210,8 +223,6 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
                     slots[j] = packed | np.uint32(j << 20)
             run += f
         cum[row + t, 256] = run
-        if run == 0:  # an empty table: 0 in every slot (flagged through plan.empty)
-            table[:] = 0
     return True
 
 

@@ -68,8 +68,9 @@ def _assert_same(new: plan_mod.Plan, old: plan_mod.Plan) -> None:
     np.testing.assert_array_equal(new.freq, old.freq)
     np.testing.assert_array_equal(new.cum, old.cum)
     np.testing.assert_array_equal(new.empty, old.empty)
-    if old.freq.shape[0]:
-        np.testing.assert_array_equal(cpu_v2.decode_table(new), cpu_v2.decode_table(old))
+    if old.freq.shape[0]:  # the tables in use (an empty table's slots are undefined)
+        used = old.empty == 0
+        np.testing.assert_array_equal(cpu_v2.decode_table(new)[used], cpu_v2.decode_table(old)[used])
     assert new.dec is not None and new.dec.dtype == np.uint32 and new.work.dtype == np.int64
 
 

@@ -229,6 +229,40 @@ def test_whole_rounds_refuse_a_symbol_from_an_empty_table() -> None:
         lossless.decode(bad)
 
 
+def _with_garbage_in_empty_tables(data: bytes, seed: int) -> object:
+    """The plan of one stream with its empty tables' decode slots overwritten by random
+    words (hostplan leaves them as they were: they may hold anything)."""
+    from prepkit.lossless import cpu
+
+    plan = lossless._build_plan([data], None)
+    table = cpu_v2.decode_table(plan)
+    empty = np.flatnonzero(plan.empty)
+    table[empty] = np.random.default_rng(seed).integers(0, 2**32, (empty.size, table.shape[1]), dtype=np.uint32)
+    return cpu.decode_plan(plan)
+
+
+def test_empty_tables_slots_are_never_trusted() -> None:
+    """Decoders read an empty table's slots only to refuse the tile: whatever they hold, a
+    stream that draws from one is refused as with zeros, and streams that do not (a 32x32
+    image of raw tiles carries 12 empty tables) decode exactly."""
+    data, _ = _one_tile_stream()
+
+    def without_context_3(freq: np.ndarray) -> np.ndarray:
+        freq = freq.copy()
+        freq[3] = 0
+        return freq
+
+    bad, _ = _one_tile_stream(without_context_3)
+    small = make_image("noise", 32, 32, 3, seed=5)
+    small_stream = lossless.encode(small)
+    assert f2.read_stream(np.frombuffer(small_stream, np.uint8)).tables.freq.sum() == 0  # raw tiles, empty tables
+    for seed in range(4):
+        with pytest.raises(CodecError, match="empty frequency table"):
+            _with_garbage_in_empty_tables(bad, seed)
+        np.testing.assert_array_equal(_with_garbage_in_empty_tables(small_stream, seed).reshape(small.shape), small)
+        np.testing.assert_array_equal(_with_garbage_in_empty_tables(data, seed), lossless.decode(data).reshape(-1))
+
+
 def test_whole_rounds_refuse_a_payload_cut_short() -> None:
     """The 32-lane loop reads its words through a clamped u16 view and counts them after
     the rounds: a payload one word short is refused, never read past."""

@@ -1068,11 +1068,18 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     runs tiles (A2 mode 3; tests of the other modes on masks ask for that); runs_first=False
     weighs every runs candidate against its coded payload (runs.sure: tests compare both)."""
     image, flags = fmt.prepare(image, tile)
-    return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first)
+    stream = _encode(image, flags, tile, fast_decode, runs_tiles, runs_first)
+    if f2.encoder_tries_one_set(-(-image.shape[0] // tile) * -(-image.shape[1] // tile)):
+        one_set = _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, one_set=True)
+        if len(one_set) < len(stream):
+            return one_set
+    return stream
 
 
-def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_tiles: bool, runs_first: bool) -> bytes:
-    """encode() of a prepared image (fmt.prepare) and its flags."""
+def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_tiles: bool, runs_first: bool,
+            one_set: bool = False) -> bytes:
+    """encode() of a prepared image (fmt.prepare) and its flags; one_set: every plane (palette
+    index planes too) codes with table set 0 (format_v2.encoder_tries_one_set)."""
     from prepkit.lossless import cpu
 
     h, w, c = image.shape
@@ -1124,19 +1131,19 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
                        scr.tables)
     keep = ~sure  # sure tiles are counted in no table (and get no payload below)
     pick = np.zeros(n, np.bool_)
-    n_sets = c
+    n_sets = 1 if one_set else c  # default_sets clips every plane to set n_sets - 1
     if first.any():
         # As reference_v2.encode: a first guess gives tables (index planes in set C); each
         # candidate then takes the smaller estimate; set C stays only if a palette tile does.
         _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes, phist)
-        n_sets = c + 1
+        n_sets = 1 if one_set else c + 1
         sets = default_sets(n, c, n_sets)
         cost = frequencies.cost_table(counted.tables(keep, first, sets, n_sets))
         coded_size, _ = counted.estimates(pick, sets, cost)
         palette_size, _ = counted.estimates(n_colours > 0, sets, cost)
         pick = (n_colours > 0) & (palette_size < coded_size)
         if not pick.any():
-            n_sets = c
+            n_sets = 1 if one_set else c
     sets = default_sets(n, c, n_sets)
     freq = counted.tables(keep, pick, sets, n_sets)
     sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
@@ -1147,7 +1154,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
         sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
         if not use_hist:
             totals = np.full(n, -1, np.int64)
-    if with_table_sets:
+    if with_table_sets and not one_set:
         sets, n_sets, freq, totals = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes, totals)
     coder = _coder_table(freq)
     # A coded tile is written only while smaller than raw: raw_len bounds every payload
@@ -1167,7 +1174,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
         if any(payloads[i][:1] != bytes([f2.TILE_RUNS]) for i in np.flatnonzero(sure)):
             # A sure tile that did not become a runs tile (rare: the runs tables did not pay
             # for themselves): the image again, every candidate weighed against its coded payload.
-            return _encode(image, flags, tile, fast_decode, runs_tiles, False)
+            return _encode(image, flags, tile, fast_decode, runs_tiles, False, one_set)
     stream = f2.assemble(header, freq, payloads)
     n_tables = c * f2.CONTEXTS
     all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())

@@ -295,6 +295,19 @@ def parse_tables(raw: np.ndarray, n_tables: int) -> TablesV2:
     return TablesV2(freq, cum)
 
 
+# Images of at most this many tiles are encoded twice, the second time with one table set
+# shared by every plane (4 tables instead of 4C or 4C + 4), and the smaller stream is kept:
+# small images pay for their tables out of few symbols (crops of the evaluation sets: -12% on
+# 32x32 photographs, -5% at 64x64, -1% at 128x128; docs/BENCHMARKS.md "Small images"), and a
+# decoder expands 16 KiB per table whatever the image's size.
+ONE_SET_MAX_TILES = 4
+
+
+def encoder_tries_one_set(n_tiles: int) -> bool:
+    """Whether the encoders also try one table set for every plane (both must decide alike)."""
+    return n_tiles <= ONE_SET_MAX_TILES
+
+
 def max_sets(channels: int) -> int:
     """Most table sets of a stream: MAX_SETS_PER_CHANNEL per channel, and one for runs tiles."""
     return MAX_SETS_PER_CHANNEL * channels + 1

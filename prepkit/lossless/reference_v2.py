@@ -489,12 +489,19 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_co
     writes no runs tiles (A2 mode 3); runs_first=False weighs every runs candidate against its
     coded payload instead of taking the sure ones (runs.sure) first."""
     image, flags = prepare(image, tile)
-    return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first)
+    stream = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first)
+    if f2.encoder_tries_one_set(len(tiles_of(image, tile))):
+        # Small images: also with one table set for every plane; the smaller stream wins.
+        one_set = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, one_set=True)
+        if len(one_set) < len(stream):
+            return one_set
+    return stream
 
 
 def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_context: bool | None,
-            runs_tiles: bool, runs_first: bool) -> bytes:
-    """encode() of a prepared image (format.prepare) and its flags."""
+            runs_tiles: bool, runs_first: bool, one_set: bool = False) -> bytes:
+    """encode() of a prepared image (format.prepare) and its flags; one_set: every plane
+    (palette index planes too) codes with table set 0."""
     h, w, c = image.shape
     wide = f2.encoder_wide_context(c) if wide_context is None else wide_context
     header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, wide), f2.VERSION)
@@ -513,13 +520,13 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
     active = [i for i in range(len(tiles)) if i not in sure]
     coded = [choose(t, n_predictors) for t in tiles]
     choices: list[Choice] = [coded[i] for i in range(len(tiles))]
-    n_sets = c
+    n_sets = 1 if one_set else c  # one_set_per_plane clips every plane to set n_sets - 1
     candidates = {i for i in active if palette_first(coded[i], pals[i])}
     if candidates:
         # Palette tiles code their index planes with their own table set C. A first guess
         # gives tables; under them each candidate tile takes the smaller estimate (ties:
         # coded), and the image keeps set C only when a palette tile remains.
-        n_sets = c + 1
+        n_sets = 1 if one_set else c + 1
         row = one_set_per_plane(c, n_sets)
         first: list[Choice] = [pals[i] if i in candidates else coded[i] for i in active]  # type: ignore[misc]
         freq = build_tables(first, [row] * len(active), n_sets, wide)
@@ -528,7 +535,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
             if pal is not None and estimate(pal, freq, row, min_log2, wide) < estimate(coded[i], freq, row, min_log2, wide):
                 choices[i] = pal
         if not any(isinstance(choices[i], PaletteChoice) for i in active):
-            n_sets = c
+            n_sets = 1 if one_set else c
     sets = [one_set_per_plane(c, n_sets)] * len(tiles)
     freq = build_tables([choices[i] for i in active], [sets[i] for i in active], n_sets, wide)
     # Tiles whose estimated coded size reaches their raw size leave the tables: noise
@@ -536,7 +543,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
     keep = [i for i in active if estimate(choices[i], freq, sets[i], min_log2, wide) < 1 + tiles[i].size]
     if len(keep) < len(choices):
         freq = build_tables([choices[i] for i in keep], [sets[i] for i in keep], n_sets, wide)
-    if table_sets.applies(len(tiles), c, fast_decode):
+    if table_sets.applies(len(tiles), c, fast_decode) and not one_set:
         sets, n_sets, freq = with_table_sets(choices, keep, sets, n_sets, freq, min_log2, wide)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
@@ -554,7 +561,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
         if any(payloads[i][0] != f2.TILE_RUNS for i in sure):
             # A sure tile that did not become a runs tile: the image again, every candidate
             # weighed against its coded payload.
-            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False)
+            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False, one_set)
     return smaller_of(assemble(header, freq, payloads), header, tiles)
 
 

@@ -288,8 +288,13 @@ def test_cuda_v2_follows_each_planes_table_set() -> None:
     """A stream with table sets per tile class (6 sets for 3 planes, lossless/table_sets.py):
     the kernel takes each plane's tables from the set its channel byte names. (One image: about
     25 s under the simulator.)"""
+    from prepkit.lossless import cpu_v2
+    from prepkit.lossless import format as fmt
+
     image = _two_textures(3, step=40, fine=1)
-    stream = lossless.encode(image, tile=16, version=2)
+    # The per-plane encoding itself: a 2-tile image is also tried with one table set for every
+    # plane, which wins here (format_v2.encoder_tries_one_set).
+    stream = cpu_v2._encode(*fmt.prepare(image, 16), 16, False, True, True)
     assert f2.read_header(np.frombuffer(stream, np.uint8))[1] == 6
     got = lossless.decode_batch([stream], device="cuda")[0].copy_to_host()
     np.testing.assert_array_equal(got.reshape(image.shape), image)

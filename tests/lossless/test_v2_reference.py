@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prepkit import lossless
 from prepkit.errors import CodecError
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
@@ -66,7 +67,9 @@ def test_tables_serialise_both_kinds() -> None:
 def test_constant_and_noise_use_their_cheap_modes() -> None:
     const = np.full((64, 64, 3), 9, np.uint8)
     data = r2.encode(const)
-    assert len(data) == f2.HEADER_SIZE + 12 + 1 + (2 + 6)  # empty tables, a 1-byte tile table, one constant tile
+    # One table set (a small image: its 4 empty tables cost a byte each, not 12), a 1-byte
+    # tile table, one constant tile.
+    assert len(data) == f2.HEADER_SIZE + 4 + 1 + (2 + 6)
     noise = make_image("noise", 40, 40, 3, seed=1)
     s = f2.read_stream(np.frombuffer(r2.encode(noise), np.uint8))
     assert (s.mode == f2.TILE_RAW).all()
@@ -151,3 +154,26 @@ def test_every_single_byte_change_is_refused_or_decodes() -> None:
         except CodecError:
             continue
         assert out.shape == (20, 30, 3)
+
+
+@pytest.mark.parametrize("side,c", [(32, 3), (64, 3), (48, 4), (100, 1)])
+def test_small_images_keep_the_smaller_of_one_and_per_plane_table_sets(side: int, c: int) -> None:
+    """Images of at most ONE_SET_MAX_TILES tiles are encoded twice, the second time with one
+    table set for every plane, and keep the smaller stream: both encoders alike, never larger
+    than the per-plane sets, and the photograph-like crops here code smaller with one set."""
+    from prepkit.lossless import cpu_v2
+
+    image = make_image("smooth", side, side, c, seed=side)
+    prepared, flags = r2.prepare(image, 64)
+    per_plane = r2._encode(prepared, flags, 64, False, None, True, True)
+    one_set = r2._encode(prepared, flags, 64, False, None, True, True, one_set=True)
+    data = r2.encode(image)
+    assert data == cpu_v2.encode(image) == min(per_plane, one_set, key=len)
+    assert f2.read_header(np.frombuffer(one_set, np.uint8))[1] == 1
+    if c > 1:  # photograph-like colour: 4 tables instead of 4C pay for themselves
+        assert len(one_set) < len(per_plane) and data == one_set
+    np.testing.assert_array_equal(r2.decode(data), image)
+    np.testing.assert_array_equal(lossless.decode(data), image)
+    big = make_image("smooth", 200, 200, 3, seed=1)  # 16 tiles: the per-plane sets only
+    assert not f2.encoder_tries_one_set(16)
+    assert f2.read_header(np.frombuffer(lossless.encode(big), np.uint8))[1] >= 3

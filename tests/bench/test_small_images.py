@@ -1,0 +1,35 @@
+"""small_images: crops of the evaluation sets decoded one per call, against libspng and Pillow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prepkit.bench import small_images
+
+
+def test_crops_are_deterministic_and_of_the_asked_side(small_sets: Path) -> None:
+    first = small_images.crops(small_sets, 32, 2)
+    again = small_images.crops(small_sets, 32, 2)
+    assert len(first) >= 4 and all(a.shape[:2] == (32, 32) for a in first)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_rows_per_side(small_sets: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    small_images.main([str(small_sets), "--sides", "32", "64", "--crops", "1", "--repeat", "2"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split("|")[1].strip() for row in rows] == ["32", "64"]
+    for row in rows:  # timings, ratios and the size ratio: positive numbers
+        numbers = [float(x) for x in row.strip("|").split("|")[1:]]
+        assert len(numbers) == 7 and min(numbers) > 0
+
+
+def test_a_decoder_that_does_not_give_the_image_back_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prepkit import lossless
+
+    image = np.arange(32 * 32 * 3, dtype=np.uint8).reshape(32, 32, 3)
+    monkeypatch.setattr(lossless, "decode", lambda data: np.zeros((32, 32, 3), np.uint8))
+    with pytest.raises(AssertionError, match="prepkit-lossless did not give an image back"):
+        small_images.measure([image], 1)

@@ -1068,18 +1068,15 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     runs tiles (A2 mode 3; tests of the other modes on masks ask for that); runs_first=False
     weighs every runs candidate against its coded payload (runs.sure: tests compare both)."""
     image, flags = fmt.prepare(image, tile)
-    stream = _encode(image, flags, tile, fast_decode, runs_tiles, runs_first)
-    if f2.encoder_tries_one_set(-(-image.shape[0] // tile) * -(-image.shape[1] // tile)):
-        one_set = _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, one_set=True)
-        if len(one_set) < len(stream):
-            return one_set
-    return stream
+    n_tiles = -(-image.shape[0] // tile) * -(-image.shape[1] // tile)
+    return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=f2.encoder_tries_one_set(n_tiles))
 
 
 def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_tiles: bool, runs_first: bool,
-            one_set: bool = False) -> bytes:
+            one_set: bool = False, try_one_set: bool = False) -> bytes:
     """encode() of a prepared image (fmt.prepare) and its flags; one_set: every plane (palette
-    index planes too) codes with table set 0 (format_v2.encoder_tries_one_set)."""
+    index planes too) codes with table set 0; try_one_set: the smaller of the stream with
+    per-plane sets and the one with one set, from one tile analysis (format_v2.encoder_tries_one_set)."""
     from prepkit.lossless import cpu
 
     h, w, c = image.shape
@@ -1129,65 +1126,77 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     phist = np.zeros((n if use_hist and first.any() else 0, 4, 256), np.uint16)
     counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, syms, psym_start, psyms), hist, phist,
                        scr.tables)
-    keep = ~sure  # sure tiles are counted in no table (and get no payload below)
-    pick = np.zeros(n, np.bool_)
-    n_sets = 1 if one_set else c  # default_sets clips every plane to set n_sets - 1
     if first.any():
-        # As reference_v2.encode: a first guess gives tables (index planes in set C); each
-        # candidate then takes the smaller estimate; set C stays only if a palette tile does.
         _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes, phist)
-        n_sets = 1 if one_set else c + 1
+
+    def finish(one_set: bool) -> bytes:
+        """The stream from the tile analysis above: tables, payloads, runs tiles (with
+        one_set, every plane in table set 0). Reads the analysis, never changes it."""
+        keep = ~sure  # sure tiles are counted in no table (and get no payload below)
+        pick = np.zeros(n, np.bool_)
+        n_sets = 1 if one_set else c  # default_sets clips every plane to set n_sets - 1
+        if first.any():
+            # As reference_v2.encode: a first guess gives tables (index planes in set C); each
+            # candidate then takes the smaller estimate; set C stays only if a palette tile does.
+            n_sets = 1 if one_set else c + 1
+            sets = default_sets(n, c, n_sets)
+            cost = frequencies.cost_table(counted.tables(keep, first, sets, n_sets))
+            coded_size, _ = counted.estimates(pick, sets, cost)
+            palette_size, _ = counted.estimates(n_colours > 0, sets, cost)
+            pick = (n_colours > 0) & (palette_size < coded_size)
+            if not pick.any():
+                n_sets = 1 if one_set else c
         sets = default_sets(n, c, n_sets)
-        cost = frequencies.cost_table(counted.tables(keep, first, sets, n_sets))
-        coded_size, _ = counted.estimates(pick, sets, cost)
-        palette_size, _ = counted.estimates(n_colours > 0, sets, cost)
-        pick = (n_colours > 0) & (palette_size < coded_size)
-        if not pick.any():
-            n_sets = 1 if one_set else c
-    sets = default_sets(n, c, n_sets)
-    freq = counted.tables(keep, pick, sets, n_sets)
-    sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
-    raw_len = 1 + th * tw * c
-    keep = (sizes < raw_len) & ~sure
-    if not keep.all():
         freq = counted.tables(keep, pick, sets, n_sets)
         sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
-        if not use_hist:
-            totals = np.full(n, -1, np.int64)
-    if with_table_sets and not one_set:
-        sets, n_sets, freq, totals = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes, totals)
-    coder = _coder_table(freq)
-    # A coded tile is written only while smaller than raw: raw_len bounds every payload
-    # (the tile header is written first: tiny tiles get room for it too). Sure tiles get no
-    # payload here (the reference writes them raw): their runs payloads replace nothing.
-    room = np.maximum(raw_len, 3 + 2 * c)
-    starts = np.concatenate([[0], np.cumsum(np.where(sure, 0, room))]).astype(np.int64)
-    scratch = np.empty(int(starts[-1]), np.uint8)
-    lengths = np.zeros(n, np.int64)
-    cost = frequencies.cost_table(freq)
-    _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
-                starts, lengths, *counted.symbols, scr.tables, scr.words, sure)
-    payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
-    if found is not None:
-        current = np.where(sure, raw_len, lengths)  # a sure tile weighs against its raw payload
-        payloads, freq = _with_runs(c, pal_sizes, colours, found, th * tw, current, payloads, freq, chunks)
-        if any(payloads[i][:1] != bytes([f2.TILE_RUNS]) for i in np.flatnonzero(sure)):
-            # A sure tile that did not become a runs tile (rare: the runs tables did not pay
-            # for themselves): the image again, every candidate weighed against its coded payload.
-            return _encode(image, flags, tile, fast_decode, runs_tiles, False, one_set)
-    stream = f2.assemble(header, freq, payloads)
-    n_tables = c * f2.CONTEXTS
-    all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())
-    if len(stream) <= all_raw:
-        return stream
-    keep[:] = False
-    sure[:] = False
-    starts = np.concatenate([[0], np.cumsum(room)]).astype(np.int64)
-    scratch = np.empty(int(starts[-1]), np.uint8)
-    _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
-                starts, lengths, *counted.symbols, scr.tables, scr.words, sure)
-    payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
-    return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
+        raw_len = 1 + th * tw * c
+        keep = (sizes < raw_len) & ~sure
+        if not keep.all():
+            freq = counted.tables(keep, pick, sets, n_sets)
+            sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
+            if not use_hist:
+                totals = np.full(n, -1, np.int64)
+        if with_table_sets and not one_set:
+            sets, n_sets, freq, totals = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes, totals)
+        coder = _coder_table(freq)
+        # A coded tile is written only while smaller than raw: raw_len bounds every payload
+        # (the tile header is written first: tiny tiles get room for it too). Sure tiles get no
+        # payload here (the reference writes them raw): their runs payloads replace nothing.
+        room = np.maximum(raw_len, 3 + 2 * c)
+        starts = np.concatenate([[0], np.cumsum(np.where(sure, 0, room))]).astype(np.int64)
+        scratch = np.empty(int(starts[-1]), np.uint8)
+        lengths = np.zeros(n, np.int64)
+        cost = frequencies.cost_table(freq)
+        _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
+                    starts, lengths, *counted.symbols, scr.tables, scr.words, sure)
+        payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
+        if found is not None:
+            current = np.where(sure, raw_len, lengths)  # a sure tile weighs against its raw payload
+            payloads, freq = _with_runs(c, pal_sizes, colours, found, th * tw, current, payloads, freq, chunks)
+            if any(payloads[i][:1] != bytes([f2.TILE_RUNS]) for i in np.flatnonzero(sure)):
+                # A sure tile that did not become a runs tile (rare: the runs tables did not pay
+                # for themselves): the image again, every candidate weighed against its coded payload.
+                return _encode(image, flags, tile, fast_decode, runs_tiles, False, one_set)
+        stream = f2.assemble(header, freq, payloads)
+        n_tables = c * f2.CONTEXTS
+        all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())
+        if len(stream) <= all_raw:
+            return stream
+        keep[:] = False
+        no_sure = np.zeros(n, np.bool_)  # (sure belongs to both finishes: not cleared in place)
+        starts = np.concatenate([[0], np.cumsum(room)]).astype(np.int64)
+        scratch = np.empty(int(starts[-1]), np.uint8)
+        _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
+                    starts, lengths, *counted.symbols, scr.tables, scr.words, no_sure)
+        payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
+        return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
+
+    stream = finish(one_set)
+    if try_one_set and not one_set:  # small images: the smaller of the two (reference_v2.encode)
+        other = finish(True)
+        if len(other) < len(stream):
+            return other
+    return stream
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

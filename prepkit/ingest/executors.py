@@ -19,12 +19,18 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError
 from typing import Any
 
 from prepkit.store.writer import EncodedSample, SampleFailure, ShardExecutor
 
 Result = EncodedSample | SampleFailure
 Job = Callable[[int], Result]
+
+# Times a run scatters its job again after the workers holding it died (each time the
+# cancelled shards are resubmitted): a cluster losing workers faster than that fails the run.
+RESCATTERS = 3
+WORKER_WAIT_S = 120  # how long a run waits for a worker to come back before it fails
 
 
 def encode_shard_items(job: Job, items: list[int], numba_threads: int = 1) -> list[Result]:
@@ -73,35 +79,51 @@ class DaskExecutor:
                     cluster.close()
 
     def _run(self, client: Any, job: Job, shards: list[tuple[int, list[int]]]) -> Iterator[tuple[int, list[Result]]]:
-        # The job (the source list) travels once to every worker, not once per task.
-        shared = client.scatter(job, broadcast=True, hash=False)
+        # The job (the source list) travels once to every worker, not once per task. If the
+        # workers holding it die, the scheduler forgets it and cancels the tasks that need it:
+        # it is scattered again and those shards resubmitted (at most RESCATTERS times).
+        shared = [client.scatter(job, broadcast=True, hash=False)]
         run = uuid.uuid4().hex[:8]
         window = self.window or max(4, 4 * max(1, len(client.scheduler_info().get("workers", {})) or self.workers))
-        pending: list[tuple[int, Any]] = []
+        pending: list[tuple[int, list[int], Any]] = []
         queue = iter(shards)
+        attempt = [0]
+
+        def task(shard: int, items: list[int]) -> Any:
+            return client.submit(encode_shard_items, shared[0], items, self.numba_threads,
+                                 key=f"prepkit-shard-{run}-{shard}-{attempt[0]}", pure=False)
 
         def submit() -> bool:
             entry = next(queue, None)
             if entry is None:
                 return False
             shard, items = entry
-            future = client.submit(
-                encode_shard_items, shared, items, self.numba_threads, key=f"prepkit-shard-{run}-{shard}", pure=False
-            )
-            pending.append((shard, future))
+            pending.append((shard, items, task(shard, items)))
             return True
 
         while len(pending) < window and submit():
             pass
         try:
             while pending:
-                shard, future = pending.pop(0)
-                results = future.result()
+                shard, items, future = pending[0]
+                try:
+                    results = future.result()
+                except CancelledError:
+                    if attempt[0] >= RESCATTERS:
+                        raise
+                    attempt[0] += 1
+                    client.wait_for_workers(1, timeout=WORKER_WAIT_S)  # a nanny restarts a dead worker
+                    shared[0] = client.scatter(job, broadcast=True, hash=False)
+                    for k, (other, other_items, other_future) in enumerate(pending):
+                        if other_future.cancelled():
+                            pending[k] = (other, other_items, task(other, other_items))
+                    continue
+                pending.pop(0)
                 future.release()
                 submit()
                 yield shard, results
         finally:
-            for _, future in pending:
+            for _, _, future in pending:
                 future.cancel()
 
 

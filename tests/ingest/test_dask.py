@@ -101,6 +101,23 @@ def test_a_worker_killed_mid_job_is_retried_with_the_same_result(
     assert store_files(dest) == reference
 
 
+def test_the_job_is_scattered_again_when_its_only_worker_dies(
+    dataset: Path, reference: dict[str, bytes], tmp_path: Path
+) -> None:
+    """One worker: when it dies, the scattered job dies with it and the scheduler cancels every
+    task that needs it (what failed a CI run with two workers). The executor waits for the
+    nanny's new worker, scatters the job again and resubmits the cancelled shards."""
+    import dask
+    from distributed import LocalCluster
+
+    marker = tmp_path / "died"
+    with dask.config.set({"distributed.worker.multiprocessing-method": "spawn"}):
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as one:
+            build(dataset, tmp_path / "one", KillingExecutor(one.scheduler_address, marker))
+    assert marker.exists(), "the worker was not killed: the test did not test anything"
+    assert store_files(tmp_path / "one") == reference
+
+
 def test_executor_choice_is_checked() -> None:
     assert make_executor("local", None, 2) is None
     assert isinstance(make_executor("dask", "tcp://127.0.0.1:8786", 2), DaskExecutor)

@@ -13,7 +13,6 @@ Sizes are the sums over the crops against Pillow's PNG (default settings).
 from __future__ import annotations
 
 import argparse
-import io
 import statistics
 import time
 from collections.abc import Callable
@@ -37,27 +36,20 @@ def crops(folder: str | Path, side: int, count: int, seed: int = 0) -> list[np.n
     return out
 
 
-def _png(a: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(a).save(buffer, "PNG")
-    return buffer.getvalue()
-
-
 def measure(images: list[np.ndarray], repeat: int) -> dict[str, dict[str, float]]:
     """{decoder: {"us": median microseconds per image, "bytes": stored bytes}}."""
     import pyspng
-    from PIL import Image
 
     from prepkit import lossless
+    from prepkit.bench.decode import _pillow_decode
+    from prepkit.bench.encode_speed import _png
 
     pngs = [_png(a) for a in images]
     streams = [lossless.encode(a) for a in images]
     decoders: dict[str, tuple[list[bytes], Callable[[bytes], np.ndarray]]] = {
         "prepkit-lossless": (streams, lossless.decode),
         "libspng": (pngs, pyspng.load),
-        "pillow": (pngs, lambda data: np.asarray(Image.open(io.BytesIO(data)))),
+        "pillow": (pngs, _pillow_decode),
     }
     for name, (stored, decode) in decoders.items():
         for data, image in zip(stored, images, strict=True):

@@ -82,16 +82,16 @@ class DaskExecutor:
         # The job (the source list) travels once to every worker, not once per task. If the
         # workers holding it die, the scheduler forgets it and cancels the tasks that need it:
         # it is scattered again and those shards resubmitted (at most RESCATTERS times).
-        shared = [client.scatter(job, broadcast=True, hash=False)]
+        shared = client.scatter(job, broadcast=True, hash=False)
         run = uuid.uuid4().hex[:8]
         window = self.window or max(4, 4 * max(1, len(client.scheduler_info().get("workers", {})) or self.workers))
         pending: list[tuple[int, list[int], Any]] = []
         queue = iter(shards)
-        attempt = [0]
+        attempt = 0
 
-        def task(shard: int, items: list[int]) -> Any:
-            return client.submit(encode_shard_items, shared[0], items, self.numba_threads,
-                                 key=f"prepkit-shard-{run}-{shard}-{attempt[0]}", pure=False)
+        def task(shard: int, items: list[int]) -> Any:  # reads shared and attempt as they are now
+            return client.submit(encode_shard_items, shared, items, self.numba_threads,
+                                 key=f"prepkit-shard-{run}-{shard}-{attempt}", pure=False)
 
         def submit() -> bool:
             entry = next(queue, None)
@@ -109,11 +109,11 @@ class DaskExecutor:
                 try:
                     results = future.result()
                 except CancelledError:
-                    if attempt[0] >= RESCATTERS:
+                    if attempt >= RESCATTERS:
                         raise
-                    attempt[0] += 1
+                    attempt += 1
                     client.wait_for_workers(1, timeout=WORKER_WAIT_S)  # a nanny restarts a dead worker
-                    shared[0] = client.scatter(job, broadcast=True, hash=False)
+                    shared = client.scatter(job, broadcast=True, hash=False)
                     for k, (other, other_items, other_future) in enumerate(pending):
                         if other_future.cancelled():
                             pending[k] = (other, other_items, task(other, other_items))

@@ -475,16 +475,17 @@ def decode_plan(plan: plan_mod.Plan, out: np.ndarray | None = None) -> np.ndarra
         plan_mod.check_out(out, plan.total)
         out = out[: plan.total]
     errors = np.zeros(plan.work.shape[0], np.int32)
-    versions = plan.work[:, plan_mod.VERSION]
-    if plan.known_versions == {2}:  # hostplan's plans say which versions they hold: no scans
+    present = plan.versions  # hostplan's plans record them: no scan of the work table
+    if present <= {1}:
+        _decode_v1(plan.src, plan.work, out, errors)
+    elif present == {2}:
         from prepkit.lossless import cpu_v2
 
         cpu_v2.decode_items(plan, np.arange(plan.work.shape[0]), out, errors)
-    elif (versions == 1).all():
-        _decode_v1(plan.src, plan.work, out, errors)
     else:
         from prepkit.lossless import cpu_v2
 
+        versions = plan.work[:, plan_mod.VERSION]
         v1 = np.flatnonzero(versions == 1)
         if v1.size:
             sub = np.zeros(v1.size, np.int32)

@@ -41,7 +41,7 @@ WIDE_CONTEXT_OF = CONTEXT_OF[1].copy()
 CONTEXT16 = CONTEXT_OF[:, :16].astype(np.uint8)  # the vector steps' shuffle tables (values >= 15: context 3)
 # Whether the encoder writes wide contexts, by channel count (format_v2.encoder_wide_context).
 WIDE_FOR_CHANNELS = np.array([f2.encoder_wide_context(c) for c in range(5)])
-_NO_WORDS = np.zeros(1, np.uint16)  # what _rans reads (and refuses) when a payload has no words left
+_NO_WORDS = runs.NO_WORDS  # what _rans reads (and refuses) when a payload has no words left
 
 
 # ----------------------------------------------------------------------------- shared pieces
@@ -1068,15 +1068,15 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     runs tiles (A2 mode 3; tests of the other modes on masks ask for that); runs_first=False
     weighs every runs candidate against its coded payload (runs.sure: tests compare both)."""
     image, flags = fmt.prepare(image, tile)
-    n_tiles = -(-image.shape[0] // tile) * -(-image.shape[1] // tile)
-    return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=f2.encoder_tries_one_set(n_tiles))
+    return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=True)
 
 
 def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_tiles: bool, runs_first: bool,
             one_set: bool = False, try_one_set: bool = False) -> bytes:
     """encode() of a prepared image (fmt.prepare) and its flags; one_set: every plane (palette
-    index planes too) codes with table set 0; try_one_set: the smaller of the stream with
-    per-plane sets and the one with one set, from one tile analysis (format_v2.encoder_tries_one_set)."""
+    index planes too) codes with table set 0; try_one_set: where format_v2.encoder_tries_one_set,
+    the smaller of the stream with per-plane sets and the one with one set, from one tile
+    analysis."""
     from prepkit.lossless import cpu
 
     h, w, c = image.shape
@@ -1192,7 +1192,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
         return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
 
     stream = finish(one_set)
-    if try_one_set and not one_set:  # small images: the smaller of the two (reference_v2.encode)
+    if try_one_set and not one_set and f2.encoder_tries_one_set(n):  # the smaller of the two (reference_v2.encode)
         other = finish(True)
         if len(other) < len(stream):
             return other

@@ -192,30 +192,18 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
         return False
     for t in range(n_tables):
         if not stored[t]:
+            # An empty table: cum all 0, and its decode slots left as they were (flagged
+            # through plan.empty; a decoder refuses a tile that draws a symbol from it, whatever
+            # the slots hold): zeroing its 16 KiB cost more than decoding a small image (a 32x32
+            # stream of raw tiles carries 12 empty tables; docs/BENCHMARKS.md "Small images").
             cum[row + t, :] = 0
-    if not pack:
-        for t in range(n_tables):
-            if not stored[t]:
-                continue
-            run = np.int64(0)
-            for v in range(256):
-                cum[row + t, v] = run
-                run += freq[row + t, v]
-            cum[row + t, 256] = run
-        return True
-    for t in range(n_tables):
-        if not stored[t]:
-            # An empty table's slots are left as they were (flagged through plan.empty; a
-            # decoder refuses a tile that draws a symbol from it, whatever the slots hold):
-            # zeroing its 16 KiB cost more than decoding a small image (a 32x32 stream of raw
-            # tiles carries 12 empty tables; docs/BENCHMARKS.md "Small images").
             continue
         run = np.int64(0)
-        table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE]
+        table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE]  # (empty without pack)
         for v in range(256):
             cum[row + t, v] = run
             f = np.int64(freq[row + t, v])
-            if f:
+            if pack and f:
                 # cuda_v2.decode_table: symbol | (f - 1) << 8 | (slot - cum) << 20
                 packed = np.uint32(v | ((f - 1) << 8))
                 slots = table[run : run + f]  # a view indexed from 0: the loop vectorises

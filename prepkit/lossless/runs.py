@@ -21,6 +21,8 @@ from prepkit.lossless import frequencies, memops
 from prepkit.lossless import plan as plan_mod
 
 NO_LABEL = -1  # an absent candidate, or no run before a row's first
+# What a decoder reads (and never takes) where a payload has no 16-bit words left.
+NO_WORDS = np.zeros(1, np.uint16)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -221,9 +223,7 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
         return plan_mod.ERR_STATE
     pos += 4
     n_words = (end - pos) >> 1
-    words = src[pos : pos + 2 * n_words].view(np.uint16)
-    if n_words == 0:  # a word to load that is never taken (any two bytes: a stream has a header)
-        words = src[0:2].view(np.uint16)
+    words = src[pos : pos + 2 * n_words].view(np.uint16) if n_words > 0 else NO_WORDS
     last = max(n_words - 1, 0)
     w = 0
     n_above = 0

@@ -329,6 +329,17 @@ def _zero_border(padded, th, tw):
         padded[y, 0] = 0
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _same_row(flat, row, up, n):
+    """Whether flat[row : row + n] equals flat[up : up + n] (uint64 offsets: a loop LLVM
+    vectorises). Most rows of a mask or a flat render equal the row above, and the one-channel
+    tile analysis copies what it found for that row instead of looking at every pixel again."""
+    differ = np.uint8(0)
+    for x in range(np.uint64(n)):
+        differ |= flat[row + x] ^ flat[up + x]
+    return differ == 0
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
     """Palette indices of the tile into padded[1:th+1, 1:tw+1] (colours[:n_colours] sorted,
@@ -339,9 +350,15 @@ def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
         for q in range(n_colours):
             grey_index[colours[q]] = q
         flat = image.reshape(-1)
+        width = np.uint64(image.shape[1])
         for y in range(th):
-            row = np.uint64((y0 + y) * image.shape[1] + x0)
+            row = np.uint64(y0 + y) * width + np.uint64(x0)
             out = padded[y + 1]
+            if y > 0 and _same_row(flat, row, row - width, tw):
+                above = padded[y]
+                for x in range(np.uint64(1), np.uint64(tw + 1)):
+                    out[x] = above[x]
+                continue
             for x in range(np.uint64(tw)):
                 out[x + np.uint64(1)] = grey_index[flat[row + x]]
     else:
@@ -367,15 +384,21 @@ def _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
 @njit(nogil=True, cache=True, boundscheck=False)
 def _grey_colours(image, y0, x0, th, tw, colours):
     """_tile_palette's colours of a one-channel tile: a presence table of the 256 values
-    (already in order, no hashing or sort), marked without a branch per pixel and counted
-    after each row (a tile of more than MAX_GREY_PALETTE values stops there)."""
+    (already in order, no hashing or sort), marked without a branch per pixel for each row
+    that differs from the row above, and counted after every 8 rows that marked some (a tile
+    of more than MAX_GREY_PALETTE values stops there)."""
     present = np.zeros(256, np.uint8)
     flat = image.reshape(-1)
+    width = np.uint64(image.shape[1])
+    marked = False
     for y in range(th):
-        row = np.uint64((y0 + y) * image.shape[1] + x0)
-        for x in range(np.uint64(tw)):
-            present[flat[row + x]] = 1
-        if y & 7 == 7 or y == th - 1:
+        row = np.uint64(y0 + y) * width + np.uint64(x0)
+        if y == 0 or not _same_row(flat, row, row - width, tw):
+            for x in range(np.uint64(tw)):
+                present[flat[row + x]] = 1
+            marked = True
+        if marked and (y & 7 == 7 or y == th - 1):
+            marked = False
             n_colours = 0
             for v in range(256):
                 n_colours += present[v]
@@ -775,6 +798,8 @@ def _symbols_all(image, tile, choices, sym_start, syms, planes, hist):
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
+            if sym_start[i + 1] == sym_start[i]:
+                continue  # constant planes, or a tile sure to become a runs tile: no symbols
             y0, x0, th, tw = _tile_box(i, tile, h, w)
             n = _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
             if hist.shape[0] and n:
@@ -884,6 +909,26 @@ def _estimate_hist(c, choices, pick, tile_sets, min_log2, cost, sizes, totals, h
         totals[i] = total
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _write_state(x, out, pos):
+    """A lane's final state at out[pos:], 4 bytes little-endian; returns the position after."""
+    for b in range(4):
+        out[pos] = (x >> (8 * b)) & 255
+        pos += 1
+    return pos
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _write_words(words, n_words, out, pos):
+    """words[:n_words] at out[pos:] in reverse (the order the decoder reads them), 2 bytes
+    each little-endian; returns the position after."""
+    for w in range(n_words - 1, -1, -1):
+        out[pos] = words[w] & 255
+        out[pos + 1] = words[w] >> 8
+        pos += 2
+    return pos
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log2, total):
     """Interleaved rANS of syms[s0 : s0 + n] (tables[:n] their tables): lane states then
@@ -926,15 +971,8 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
     if pos + 4 * lanes + 2 * n_words >= limit:
         return -1, 0
     for j in range(lanes):
-        x = states[j]
-        for b in range(4):
-            out[pos] = (x >> (8 * b)) & 255
-            pos += 1
-    for w in range(n_words - 1, -1, -1):
-        out[pos] = words[w] & 255
-        out[pos + 1] = words[w] >> 8
-        pos += 2
-    return pos, log2
+        pos = _write_state(states[j], out, pos)
+    return _write_words(words, n_words, out, pos), log2
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1061,6 +1099,30 @@ def _encode_scratch(chunks: int) -> _Scratch:
     return _Scratch(*(r[:chunks] for r in rows))
 
 
+# The largest per-image arrays (symbols, histograms, payload scratch) come from per-thread
+# buffers kept between encodes, up to this many bytes each. Allocated afresh, each was mapped
+# page by page on first touch: up to 1,500 page faults per photograph and 280 per mask,
+# depending on what the allocator had returned to the system before (5% of a mask's encode).
+REUSE_MAX_BYTES = 64 << 20
+
+
+def _reused(name: str, shape: tuple[int, ...], dtype: type, zero: bool = False) -> np.ndarray:
+    """An array of `shape` in this thread's buffer `name` (grown as needed; contents undefined
+    unless zero). Only one array per name may be in use at a time."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if nbytes > REUSE_MAX_BYTES:
+        return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+    pool = _local.__dict__.setdefault("encode_buffers", {})
+    buf = pool.get(name)
+    if buf is None or buf.size < nbytes:
+        buf = np.empty(max(nbytes, 0 if buf is None else buf.size * 5 // 4), np.uint8)
+        pool[name] = buf
+    out = buf[:nbytes].view(dtype).reshape(shape)
+    if zero:
+        out.fill(0)
+    return out
+
+
 def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_tiles: bool = True,
            runs_first: bool = True) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream, byte-identical to reference_v2;
@@ -1072,11 +1134,18 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
 
 
 def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_tiles: bool, runs_first: bool,
-            one_set: bool = False, try_one_set: bool = False) -> bytes:
+            one_set: bool = False, try_one_set: bool = False, nested: bool = False) -> bytes:
     """encode() of a prepared image (fmt.prepare) and its flags; one_set: every plane (palette
     index planes too) codes with table set 0; try_one_set: where format_v2.encoder_tries_one_set,
     the smaller of the stream with per-plane sets and the one with one set, from one tile
-    analysis."""
+    analysis; nested: called from an encode whose arrays are still in use (the thread's
+    reused buffers are its)."""
+
+    def array(name: str, shape: tuple[int, ...], dtype: type, zero: bool = False) -> np.ndarray:
+        if nested:
+            return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+        return _reused(name, shape, dtype, zero)
+
     from prepkit.lossless import cpu
 
     h, w, c = image.shape
@@ -1093,45 +1162,48 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     # to become runs tiles (runs.sure: most tiles of a mask) skip the coded and palette
     # choices, their symbols and their payloads.
     runs_counts = np.zeros(n if runs_tiles else 0, np.int64)
-    kept_syms = np.empty((n if runs_tiles else 0, RUNS_CAP), np.uint8)
-    kept_ctxs = np.empty_like(kept_syms)
+    kept_syms = array("kept_syms", (n if runs_tiles else 0, RUNS_CAP), np.uint8)
+    kept_ctxs = array("kept_ctxs", (n if runs_tiles else 0, RUNS_CAP), np.uint8)
     _palettes_all(image, tile, choices, colours, constant, scr.planes, n_predictors, runs_counts, kept_syms, kept_ctxs,
                   runs_first)
     th, tw = fmt.tile_geometry(header)
     pal_sizes = choices[:, COL_PAL_SIZE].copy()
-    found = _runs_found(pal_sizes, th * tw, runs_counts, kept_syms, kept_ctxs) if runs_tiles else None
+    found = _runs_found(pal_sizes, runs_counts, kept_syms, kept_ctxs) if runs_tiles else None
     sure = np.zeros(n, np.bool_)
     if found is not None and runs_first:
         sure[found.cands] = runs.sure(found.counts, (th * tw)[found.cands])
         choices[sure, COL_PAL_SIZE] = 0
     _choose_all(image, tile, choices, const_vals, scr.planes, constant, sure, n_predictors)
     min_log2 = f2.min_lanes_log2(fast_decode)
-    n_coded = c - choices[:, 5 : 5 + c].sum(axis=1)
+    n_coded = np.where(sure, 0, c - choices[:, 5 : 5 + c].sum(axis=1))  # (a sure tile has no coded choice)
     sym_start = np.zeros(n + 1, np.int64)
     np.cumsum(n_coded * th * tw, out=sym_start[1:])
-    syms = np.empty(int(sym_start[-1]), np.uint8)
+    syms = array("syms", (int(sym_start[-1]),), np.uint8)
     # Per-tile histograms (uint16, 4C x 256 per tile) replace the passes over the symbols of
     # every count and estimate below, where they take less memory than a few times the symbols.
     # Table sets per tile class (table_sets) need them as well.
     with_table_sets = table_sets.applies(n, c, fast_decode)
     use_hist = with_table_sets or n * 4 * c * 256 * 2 <= max(HISTOGRAM_BUDGET, 2 * syms.size)
-    hist = np.zeros((n if use_hist else 0, 4 * c, 256), np.uint16)
+    hist = array("hist", (n if use_hist else 0, 4 * c, 256), np.uint16, zero=True)
     _symbols_all(image, tile, choices, sym_start, syms, scr.planes, hist)
     n_colours = choices[:, COL_PAL_SIZE]
     first = (n_colours > 0) & (choices[:, COL_PAL_COST] + 8 * n_colours * c < choices[:, COL_COST])
     psym_start = np.zeros(n + 1, np.int64)
     if first.any():
         np.cumsum(np.where(n_colours > 0, th * tw, 0), out=psym_start[1:])
-    psyms = np.empty(int(psym_start[-1]), np.uint8)
-    phist = np.zeros((n if use_hist and first.any() else 0, 4, 256), np.uint16)
+    psyms = array("psyms", (int(psym_start[-1]),), np.uint8)
+    phist = array("phist", (n if use_hist and first.any() else 0, 4, 256), np.uint16, zero=True)
     counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, syms, psym_start, psyms), hist, phist,
                        scr.tables)
     if first.any():
         _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes, phist)
 
+    one_set_alike = False  # finish() sets it where finish(True) would write the same stream
+
     def finish(one_set: bool) -> bytes:
         """The stream from the tile analysis above: tables, payloads, runs tiles (with
         one_set, every plane in table set 0). Reads the analysis, never changes it."""
+        nonlocal one_set_alike
         keep = ~sure  # sure tiles are counted in no table (and get no payload below)
         pick = np.zeros(n, np.bool_)
         n_sets = 1 if one_set else c  # default_sets clips every plane to set n_sets - 1
@@ -1158,26 +1230,34 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
                 totals = np.full(n, -1, np.int64)
         if with_table_sets and not one_set:
             sets, n_sets, freq, totals = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes, totals)
+        # finish(True) writes this stream again: one channel, no palette first guess (whose
+        # index set it would not have), and one table set after the table-set proposal.
+        one_set_alike = c == 1 and not first.any() and n_sets == 1
         coder = _coder_table(freq)
         # A coded tile is written only while smaller than raw: raw_len bounds every payload
         # (the tile header is written first: tiny tiles get room for it too). Sure tiles get no
         # payload here (the reference writes them raw): their runs payloads replace nothing.
-        room = np.maximum(raw_len, 3 + 2 * c)
+        # A tile of constant planes writes 2 + 2C bytes or a smaller raw tile: no more room, so
+        # that the buffer's pages it never touches are not mapped (a page fault per constant
+        # tile was 5% of a mask's encode).
+        room = np.where(keep & ~pick & (n_coded == 0), 3 + 2 * c, np.maximum(raw_len, 3 + 2 * c))
         starts = np.concatenate([[0], np.cumsum(np.where(sure, 0, room))]).astype(np.int64)
-        scratch = np.empty(int(starts[-1]), np.uint8)
+        scratch = array("scratch", (int(starts[-1]),), np.uint8)
         lengths = np.zeros(n, np.int64)
         cost = frequencies.cost_table(freq)
         _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
                     starts, lengths, *counted.symbols, scr.tables, scr.words, sure)
-        payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
+        runs_parts = None
         if found is not None:
             current = np.where(sure, raw_len, lengths)  # a sure tile weighs against its raw payload
-            payloads, freq = _with_runs(c, pal_sizes, colours, found, th * tw, current, payloads, freq, chunks)
-            if any(payloads[i][:1] != bytes([f2.TILE_RUNS]) for i in np.flatnonzero(sure)):
+            runs_parts, freq = _with_runs(c, pal_sizes, colours, found, th * tw, current, freq, chunks)
+            became_runs = runs_parts.lengths > 0 if runs_parts is not None else np.zeros(n, np.bool_)
+            if (sure & ~became_runs).any():
                 # A sure tile that did not become a runs tile (rare: the runs tables did not pay
                 # for themselves): the image again, every candidate weighed against its coded payload.
-                return _encode(image, flags, tile, fast_decode, runs_tiles, False, one_set)
-        stream = f2.assemble(header, freq, payloads)
+                one_set_alike = False
+                return _encode(image, flags, tile, fast_decode, runs_tiles, False, one_set, nested=True)
+        stream = _assemble(header, freq, scratch, starts, lengths, runs_parts)
         n_tables = c * f2.CONTEXTS
         all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())
         if len(stream) <= all_raw:
@@ -1185,14 +1265,14 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
         keep[:] = False
         no_sure = np.zeros(n, np.bool_)  # (sure belongs to both finishes: not cleared in place)
         starts = np.concatenate([[0], np.cumsum(room)]).astype(np.int64)
-        scratch = np.empty(int(starts[-1]), np.uint8)
+        scratch = array("scratch", (int(starts[-1]),), np.uint8)
         _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
                     starts, lengths, *counted.symbols, scr.tables, scr.words, no_sure)
-        payloads = [scratch[starts[i] : starts[i] + lengths[i]].tobytes() for i in range(n)]
-        return f2.assemble(header, np.zeros((n_tables, 256), np.int32), payloads)
+        return _assemble(header, np.zeros((n_tables, 256), np.int32), scratch, starts, lengths, None)
 
     stream = finish(one_set)
-    if try_one_set and not one_set and f2.encoder_tries_one_set(n):  # the smaller of the two (reference_v2.encode)
+    if try_one_set and not one_set and f2.encoder_tries_one_set(n) and not one_set_alike:
+        # the smaller of the two (reference_v2.encode)
         other = finish(True)
         if len(other) < len(stream):
             return other
@@ -1200,34 +1280,46 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _runs_hist(cands, counts, pixels, kept_syms, kept_ctxs, hist):
-    """hist[k]: the (context, symbol) counts of candidate cands[k]'s run symbols when it may
-    become a runs tile (runs.MIN_PIXELS_PER_SYMBOL: then all its symbols are kept); zeros for
-    the others, which runs.choose never picks."""
-    for k in range(cands.shape[0]):
-        i = cands[k]
-        n = counts[k]
-        if n * runs.MIN_PIXELS_PER_SYMBOL <= pixels[k]:
-            for j in range(n):
-                hist[k, kept_ctxs[i, j], kept_syms[i, j]] += 1
+def _rans_one_lane(syms, ctxs, n, table_base, coder, words, out, pos, limit):
+    """_rans_body of one lane (a runs tile's), symbol j in table table_base + ctxs[j]: the
+    state stays in a register instead of a round trip through memory per symbol (that store
+    and load were most of the time). Returns the new pos, or -1 when the body would reach
+    `limit`."""
+    flat_coder = coder.reshape(-1)
+    x = np.int64(STATE_LOW)
+    n_words = np.uint64(0)
+    at = np.uint64(n)
+    base = np.uint64(table_base)
+    while at > 0:
+        at -= np.uint64(1)
+        entry = ((base + np.uint64(ctxs[at])) << np.uint64(9)) | (np.uint64(syms[at]) << np.uint64(1))
+        packed = flat_coder[entry]
+        reciprocal = flat_coder[entry | np.uint64(1)]
+        f = packed & 0xFFFF
+        emit = np.int64(x >= (f << (32 - PROB_BITS)))
+        words[n_words] = x & 0xFFFF
+        n_words += np.uint64(emit)
+        x >>= 16 * emit
+        q = np.int64((np.uint64(x) * np.uint64(reciprocal)) >> np.uint64(RECIPROCAL_SHIFT))
+        x = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
+    n_words = np.int64(n_words)
+    if pos + 4 + 2 * n_words >= limit:
+        return -1
+    return _write_words(words, n_words, out, _write_state(x, out, pos))
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, coder, cost, out,
-                     starts, lengths, limits, tables, words):
+def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, coder, out,
+                     starts, lengths, limits, words):
     """Runs payloads (A2 mode 3) of tiles i = cands[kept[k]] at out[starts[k]:] from their
     kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes
     (the tile keeps its payload)."""
-    chunks = tables.shape[0]
+    chunks = words.shape[0]
     for chunk in prange(chunks):
         for k in range(chunk, kept.shape[0], chunks):
             q = kept[k]
             i = cands[q]
             n_colours = pal_sizes[i]
-            n = counts[q]
-            table_row = tables[chunk]
-            for j in range(n):
-                table_row[j] = table_set * f2.CONTEXTS + kept_ctxs[i, j]
             base = starts[k]
             pos = base + f2.RUNS_HEADER + n_colours * c
             lengths[k] = 0
@@ -1237,9 +1329,8 @@ def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept
             out[base + 1] = table_set
             out[base + 2] = n_colours - 1
             _write_palette(colours[i], n_colours, c, out, base + f2.RUNS_HEADER)
-            # total 0 and min_log2 0: one lane
-            end, _ = _rans_body(kept_syms[i], 0, n, table_row, coder, cost, words[chunk], out, pos, base + limits[k], 0,
-                                0)
+            end = _rans_one_lane(kept_syms[i], kept_ctxs[i], counts[q], table_set * f2.CONTEXTS, coder, words[chunk],
+                                 out, pos, base + limits[k])
             if end > 0:
                 lengths[k] = end - base
 
@@ -1249,56 +1340,87 @@ class _RunsFound(NamedTuple):
     run symbols (_palettes_all)."""
 
     cands: np.ndarray  # int64 (m,): tile numbers
-    hist: np.ndarray  # int64 (m, 4, 256): counts of (context, symbol)
     counts: np.ndarray  # int64 (m,): symbol counts (cut short past a runs tile's limit)
     kept_syms: np.ndarray  # uint8 (n tiles, RUNS_CAP): a candidate's symbols when at most RUNS_CAP
     kept_ctxs: np.ndarray  # uint8 (n tiles, RUNS_CAP): their contexts
 
 
-def _runs_found(pal_sizes: np.ndarray, pixels: np.ndarray, runs_counts: np.ndarray, kept_syms: np.ndarray,
+def _runs_found(pal_sizes: np.ndarray, runs_counts: np.ndarray, kept_syms: np.ndarray,
                 kept_ctxs: np.ndarray) -> _RunsFound | None:
-    """The candidates (pal_sizes > 0) and their run symbols; None if there is none. pixels:
-    every tile's pixel count."""
+    """The candidates (pal_sizes > 0) and their run symbols; None if there is none."""
     cands = np.flatnonzero(pal_sizes > 0)
     if cands.size == 0:
         return None
-    counts = runs_counts[cands]
-    hist = np.zeros((cands.size, f2.CONTEXTS, 256), np.int64)
-    _runs_hist(cands, counts, pixels[cands], kept_syms, kept_ctxs, hist)
-    return _RunsFound(cands, hist, counts, kept_syms, kept_ctxs)
+    return _RunsFound(cands, runs_counts[cands], kept_syms, kept_ctxs)
+
+
+class _RunsParts(NamedTuple):
+    """The runs payloads _with_runs wrote: tile i's at out[starts[i]:] when lengths[i] > 0."""
+
+    out: np.ndarray  # uint8
+    starts: np.ndarray  # int64 (n tiles,)
+    lengths: np.ndarray  # int64 (n tiles,): 0 where the tile keeps its other payload
 
 
 def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsFound, pixels: np.ndarray,
-               current_all: np.ndarray, payloads: list[bytes], freq: np.ndarray, chunks: int
-               ) -> tuple[list[bytes], np.ndarray]:
-    """(payloads, freq) with runs tiles, as reference_v2.with_runs; pixels: every tile's
-    pixel count (fmt.tile_geometry); current_all: every tile's payload length otherwise."""
+               current_all: np.ndarray, freq: np.ndarray, chunks: int) -> tuple[_RunsParts | None, np.ndarray]:
+    """(runs payloads, freq with the runs table set) as reference_v2.with_runs, or (None, freq)
+    where no tile becomes a runs tile; pixels: every tile's pixel count (fmt.tile_geometry);
+    current_all: every tile's payload length otherwise."""
     cands = found.cands
     current = current_all[cands]
     fixed = f2.RUNS_HEADER + pal_sizes[cands] * c + 4
-    picked = runs.choose(found.hist, found.counts, fixed, current, pixels[cands])
+    picked = runs.choose(found.kept_syms, found.kept_ctxs, cands, found.counts, fixed, current, pixels[cands])
     if picked is None:
-        return payloads, freq
+        return None, freq
     chosen, runs_freq = picked
     table_set = freq.shape[0] // f2.CONTEXTS
     all_freq = np.concatenate([freq, runs_freq])
     kept = np.flatnonzero(chosen)  # (runs.choose keeps only tiles of at most RUNS_CAP symbols)
     limits = current[kept]
-    starts = np.concatenate([[0], np.cumsum(limits)]).astype(np.int64)
+    # A symbol emits at most one 16-bit word: room for that many, not for the payload each
+    # replaces (a raw one for most: untouched pages, each a page fault).
+    room = np.minimum(limits, fixed[kept] + 2 * found.counts[kept])
+    starts = np.concatenate([[0], np.cumsum(room)]).astype(np.int64)
     out = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(kept.size, np.int64)
-    tables = np.empty((chunks, RUNS_CAP), np.int64)
     words = np.empty((chunks, RUNS_CAP), np.int64)
     _encode_runs_all(c, pal_sizes, colours, cands, kept, found.counts, found.kept_syms, found.kept_ctxs, table_set,
-                     _coder_table(all_freq), frequencies.cost_table(all_freq), out, starts, lengths, limits, tables,
-                     words)
+                     _coder_table(all_freq), out, starts, lengths, limits, words)
     if not lengths.any():
-        return payloads, freq
-    payloads = list(payloads)
-    for k, q in enumerate(kept):
-        if lengths[k]:
-            payloads[cands[q]] = out[starts[k] : starts[k] + lengths[k]].tobytes()
-    return payloads, all_freq
+        return None, freq
+    tile_starts = np.zeros(pixels.size, np.int64)
+    tile_lengths = np.zeros(pixels.size, np.int64)
+    tile_starts[cands[kept]] = starts[:-1]
+    tile_lengths[cands[kept]] = lengths
+    return _RunsParts(out, tile_starts, tile_lengths), all_freq
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _gather(scratch, starts, lengths, runs_out, runs_starts, runs_lengths, body, pos):
+    """Every tile's payload in order into body from body[pos]: its runs payload where it has
+    one, else the one at scratch[starts[i]:]."""
+    for i in range(lengths.shape[0]):
+        if runs_lengths[i]:
+            src, at, size = runs_out, runs_starts[i], runs_lengths[i]
+        else:
+            src, at, size = scratch, starts[i], lengths[i]
+        body[pos : pos + size] = src[at : at + size]
+        pos += size
+
+
+def _assemble(header: fmt.Header, freq: np.ndarray, scratch: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+              runs_parts: _RunsParts | None) -> bytes:
+    """format_v2.assemble of the payloads in scratch (tile i's at starts[i], lengths[i] bytes),
+    the runs payloads replacing theirs: one copy of the bytes, not a bytes object per tile."""
+    if runs_parts is None:
+        runs_parts = _RunsParts(scratch[:0], np.zeros_like(lengths), np.zeros_like(lengths))
+    final = np.where(runs_parts.lengths > 0, runs_parts.lengths, lengths)
+    head = np.frombuffer(f2.stream_head(header, freq, final), np.uint8)
+    stream = np.empty(head.size + int(final.sum()), np.uint8)
+    stream[: head.size] = head
+    _gather(scratch, starts, lengths, runs_parts.out, runs_parts.starts, runs_parts.lengths, stream, head.size)
+    return stream.tobytes()
 
 
 # x // f = (x * ceil(2^44 / f)) >> 44 for every x < f << 20 and f <= 4096: the error term is
@@ -1307,15 +1429,22 @@ def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsF
 RECIPROCAL_SHIFT = 44
 
 
+@njit(nogil=True, cache=True, boundscheck=False)
+def _fill_coder(freq, coder):
+    for t in range(freq.shape[0]):
+        cum = np.int64(0)
+        for s in range(256):
+            f = np.int64(freq[t, s])
+            coder[t, s, 0] = f | (cum << 16)
+            coder[t, s, 1] = -((-(1 << RECIPROCAL_SHIFT)) // f) if f > 0 else 0
+            cum += f
+
+
 def _coder_table(freq: np.ndarray) -> np.ndarray:
     """int64 (n_tables, 256, 2): [f | cum << 16, ceil(2^44 / f)] per (table, symbol), the
     encoder's one load per symbol (0 for symbols of frequency 0, which are never coded)."""
-    freq = freq.astype(np.int64)
-    coder = np.zeros(freq.shape + (2,), np.int64)
-    cum = np.cumsum(freq, axis=1) - freq
-    coder[:, :, 0] = freq | (cum << 16)
-    used = freq > 0
-    coder[:, :, 1][used] = -((-(1 << RECIPROCAL_SHIFT)) // freq[used])
+    coder = np.empty(freq.shape + (2,), np.int64)
+    _fill_coder(freq, coder)
     return coder
 
 

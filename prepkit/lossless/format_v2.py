@@ -483,15 +483,20 @@ def cost_table(freq: np.ndarray) -> np.ndarray:
 
 def assemble(header: fmt.Header, freq: np.ndarray, payloads: list[bytes]) -> bytes:
     """Header, tables, tile table and payloads (shared by both encoders)."""
+    return stream_head(header, freq, np.array([len(p) for p in payloads], np.int64)) + b"".join(payloads)
+
+
+def stream_head(header: fmt.Header, freq: np.ndarray, lengths: np.ndarray) -> bytes:
+    """What comes before the payloads: header, tables, and the tile table of payloads of
+    these lengths."""
     from prepkit.lossless import frequencies  # compiled pack_tables (it imports this module)
 
     tables = frequencies.pack_tables(freq)
     n_sets = freq.shape[0] // CONTEXTS
     head = pack_header(header.height, header.width, header.channels, header.tile, header.flags,
                           n_sets, len(tables))
-    lengths = np.array([len(p) for p in payloads], np.int64)
     table = tile_table(lengths, bool(header.flags & FLAG_SHORT_TILE_TABLE), HEADER_SIZE + len(tables))
-    return head + tables + table + b"".join(payloads)
+    return head + tables + table
 
 
 def tile_table_size(lengths: np.ndarray, flags: int) -> int:

@@ -572,8 +572,13 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     smaller than the one it replaces."""
     cands = sorted(runs_choices)
     choices = [runs_choices[i] for i in cands]
-    picked = runs.choose(np.stack([ch.histogram() for ch in choices]),
-                         np.array([ch.symbols.size for ch in choices], np.int64),
+    cap = max(ch.symbols.size for ch in choices)
+    syms = np.zeros((len(choices), cap), np.uint8)
+    ctxs = np.zeros((len(choices), cap), np.uint8)
+    for k, ch in enumerate(choices):
+        syms[k, : ch.symbols.size] = ch.symbols
+        ctxs[k, : ch.contexts.size] = ch.contexts
+    picked = runs.choose(syms, ctxs, np.arange(len(choices)), np.array([ch.symbols.size for ch in choices], np.int64),
                          np.array([ch.fixed_bytes() for ch in choices], np.int64),
                          np.array([len(payloads[i]) for i in cands], np.int64),
                          np.array([ch.index.size for ch in choices], np.int64))

@@ -74,13 +74,8 @@ def _label(rank, c0, c1, c2, left, n_colours):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _row_starts(index, row, tw, same_as_above, above, n_above, starts):
-    """The boundaries of the row at index[row:] into starts; returns their count. A row the
-    same as the one above (most rows of a mask) copies its boundaries instead of a scan."""
-    if same_as_above:
-        for q in range(n_above):
-            starts[q] = above[q]
-        return n_above
+def _row_starts(index, row, tw, starts):
+    """The boundaries of the row at index[row:] into starts; returns their count."""
     n = 0
     for x in range(1, tw):
         if index[row + x] != index[row + x - 1]:
@@ -109,11 +104,31 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit):
     for y in range(th):
         row = y * tw
         up = row - tw
+        if y > 0 and _same_rows(index, row, up, tw):
+            # The row above again (most rows of a mask): its label, then at each of its
+            # boundaries a zero offset and the label above (rank 0: the run's left neighbour
+            # differs from it), then END with no boundary above to its right. The loop below
+            # writes exactly these, a branch per symbol slower.
+            syms[n] = 0
+            ctxs[n] = f2.RUN_CTX_LABEL
+            n += 1
+            for _ in range(n_above):
+                syms[n] = f2.RUN_NEAR + f2.RUN_REACH
+                ctxs[n] = f2.RUN_CTX_NEAR
+                syms[n + 1] = 0
+                ctxs[n + 1] = f2.RUN_CTX_LABEL
+                n += 2
+            syms[n] = f2.RUN_END
+            ctxs[n] = f2.RUN_CTX_FAR
+            n += 1
+            if n > limit:
+                return n
+            continue
         c0 = np.int64(index[up]) if y > 0 else NO_LABEL
         syms[n] = _rank(np.int64(index[row]), c0, NO_LABEL, NO_LABEL, NO_LABEL)
         ctxs[n] = f2.RUN_CTX_LABEL
         n += 1
-        n_starts = _row_starts(index, row, tw, y > 0 and _same_rows(index, row, up, tw), above, n_above, starts)
+        n_starts = _row_starts(index, row, tw, starts)
         a0 = 0
         j = 0
         for t in range(n_starts + 1):
@@ -306,65 +321,100 @@ def sure(n_symbols, pixels):
 
 
 @njit(nogil=True, cache=True)
-def _chosen_counts(hists, chosen):
-    """The (4, 256) sum of the chosen tiles' histograms."""
-    out = np.zeros(hists.shape[1:], np.int64)
-    for i in range(hists.shape[0]):
+def _chosen_counts(syms, ctxs, rows, n_symbols, chosen):
+    """The (4, 256) counts of (context, symbol) over the chosen tiles' symbols."""
+    out = np.zeros((f2.CONTEXTS, 256), np.int64)
+    for i in range(rows.shape[0]):
         if chosen[i]:
-            out += hists[i]
+            r = rows[i]
+            for j in range(n_symbols[i]):
+                out[ctxs[r, j], syms[r, j]] += 1
     return out
 
 
 @njit(nogil=True, cache=True)
-def _estimates(hists, freq, cost, fixed):
-    """Each tile's estimated payload bytes under the tables (fixed bytes plus its symbols'
-    costs, in 1/16 bits, over 128) and whether the tables code every symbol it has."""
-    n = hists.shape[0]
-    estimate = np.empty(n, np.int64)
-    codable = np.ones(n, np.bool_)
+def _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed):
+    """Each chosen tile's estimated payload bytes under the tables (fixed bytes plus its
+    symbols' costs, in 1/16 bits, over 128) and whether the tables code every symbol it has;
+    (0, False) for the others."""
+    n = rows.shape[0]
+    estimate = np.zeros(n, np.int64)
+    codable = np.zeros(n, np.bool_)
     for i in range(n):
+        if not chosen[i]:
+            continue
+        r = rows[i]
         total = np.int64(0)
-        for k in range(hists.shape[1]):
-            for s in range(hists.shape[2]):
-                h = hists[i, k, s]
-                if h:
-                    total += h * cost[k, s]
-                    if freq[k, s] == 0:
-                        codable[i] = False
+        every = True
+        for j in range(n_symbols[i]):
+            k = ctxs[r, j]
+            s = syms[r, j]
+            total += cost[k, s]
+            every &= freq[k, s] != 0
         estimate[i] = fixed[i] + total // 128
+        codable[i] = every
     return estimate, codable
 
 
-def choose(hists: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray, current: np.ndarray, pixels: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray] | None:
+@njit(nogil=True, cache=True)
+def _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, cost):
+    """The normalised tables (into freq) and their costs (into cost) of the chosen tiles."""
+    frequencies._normalize_rows(_chosen_counts(syms, ctxs, rows, n_symbols, chosen), freq)
+    for k in range(freq.shape[0]):
+        for s in range(256):
+            cost[k, s] = frequencies.COST_OF_FREQ[freq[k, s]]
+
+
+@njit(nogil=True, cache=True)
+def _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq):
+    """choose() in one compiled call (the choice is a few dozen steps, each a call from
+    Python costing more than its work on a small image): the chosen tiles, the tables in freq;
+    no tile chosen when the set is not kept."""
+    cost = np.empty(freq.shape, np.int64)
+    chosen = n_symbols * MIN_PIXELS_PER_SYMBOL <= pixels
+    for _ in range(2):
+        if not chosen.any():
+            return chosen
+        _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, cost)
+        estimate, codable = _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed)
+        chosen = codable & (estimate < current) & chosen
+    if not chosen.any():
+        return chosen
+    _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, cost)
+    estimate, _ = _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed)
+    saved = np.int64(0)
+    for i in range(chosen.shape[0]):
+        if chosen[i]:
+            saved += current[i] - estimate[i]
+    packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
+    if saved <= frequencies._pack(freq, packed):
+        chosen[:] = False
+    return chosen
+
+
+def choose(syms: np.ndarray, ctxs: np.ndarray, rows: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray,
+           current: np.ndarray, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Which candidate tiles become runs tiles, and the runs table set's frequencies (4, 256);
-    None when none should. hists: (n, 4, 256) counts of each candidate's (context, symbol)
-    (any counts for a tile of too many symbols: it is never chosen); n_symbols: its symbol
-    count (or any count above pixels / MIN_PIXELS_PER_SYMBOL); fixed: its payload bytes
-    besides the words; current: its payload length otherwise; pixels: its pixel count.
+    None when none should. syms, ctxs: uint8 (any, cap), candidate k's run symbols and their
+    contexts in syms[rows[k], :n_symbols[k]] (needed only where n_symbols[k] *
+    MIN_PIXELS_PER_SYMBOL <= pixels[k], the tiles that may be chosen; cap at least pixels /
+    MIN_PIXELS_PER_SYMBOL); n_symbols: the symbol count (or any count above that bound); fixed:
+    the payload bytes besides the words; current: the payload length otherwise; pixels: the
+    pixel count.
 
     Shared by both encoders (integers only: the same choice in both). Two rounds: tables from
     every candidate, then from the tiles whose estimate beat their current length under them;
     a tile stays when its estimate under the final tables is smaller and those tables can code
-    it; the set is kept only when the tiles save more than its tables cost.
+    it; the set is kept only when the tiles save more than its tables cost. The work is per
+    symbol, not per (context, symbol) of every tile: a mask's tiles have about 200 symbols.
     """
-    hists = np.ascontiguousarray(hists, np.int64)
-    fixed = np.ascontiguousarray(fixed, np.int64)
-    chosen = n_symbols * MIN_PIXELS_PER_SYMBOL <= pixels
-    for _ in range(2):
-        if not chosen.any():
-            return None
-        freq = frequencies.normalize_rows(_chosen_counts(hists, chosen))
-        estimate, codable = _estimates(hists, freq, frequencies.cost_table(freq), fixed)
-        chosen = codable & (estimate < current) & chosen
+    freq = np.zeros((f2.CONTEXTS, 256), np.int64)
+    chosen = _choose(syms, ctxs, np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(n_symbols, np.int64), np.ascontiguousarray(fixed, np.int64),
+                     np.ascontiguousarray(current, np.int64), np.ascontiguousarray(pixels, np.int64), freq)
     if not chosen.any():
         return None
-    freq = frequencies.normalize_rows(_chosen_counts(hists, chosen))
-    estimate, _ = _estimates(hists, freq, frequencies.cost_table(freq), fixed)
-    if int((current - estimate)[chosen].sum()) <= frequencies.packed_size(freq):
-        return None
-    return chosen, freq
+    return chosen, freq.astype(np.int32)
 
 
 # Last, once every cached function above exists: the constants compiled into them.
-guard_disk_cache(globals(), (f2, memops, plan_mod))
+guard_disk_cache(globals(), (f2, frequencies, memops, plan_mod))

@@ -36,8 +36,11 @@ ITEMS_BUDGET = 64 << 20
 def applies(n_tiles: int, c: int, fast_decode: bool) -> bool:
     """Whether the encoders look for table sets per tile class in an image of n_tiles tiles
     and c channels (both must decide alike). Not for fast_decode streams: more tables cost
-    the CPU decoder 1.5-4.4% (docs/BENCHMARKS.md), and fast_decode trades size for speed."""
-    return not fast_decode and n_tiles * c * f2.CONTEXTS * 256 * 2 <= ITEMS_BUDGET
+    the CPU decoder 1.5-4.4% (docs/BENCHMARKS.md), and fast_decode trades size for speed.
+    Not for one tile: its planes' own sets and the one-set trial (format_v2.encoder_tries_one_set)
+    are the classes there are; on 192 one-tile crops (16-64 pixels) it never won a byte
+    and took a tenth of a 32x32 colour image's encode time."""
+    return not fast_decode and n_tiles > 1 and n_tiles * c * f2.CONTEXTS * 256 * 2 <= ITEMS_BUDGET
 
 
 # Cost in 1/16 bits of a symbol of frequency f (format_v2.cost_table), by f; -1 for f = 0.

@@ -119,6 +119,8 @@ def test_applies_follows_the_histogram_budget_and_not_fast_decode() -> None:
     assert table_sets.applies(table_sets.ITEMS_BUDGET // (3 * per_tile), 3, False)
     assert not table_sets.applies(table_sets.ITEMS_BUDGET // (3 * per_tile) + 1, 3, False)
     assert not table_sets.applies(1, 3, True)
+    assert not table_sets.applies(1, 3, False)  # one tile: per-plane sets and the one-set trial
+    assert table_sets.applies(2, 3, False)
 
 
 def test_fast_decode_streams_keep_one_set_per_plane() -> None:

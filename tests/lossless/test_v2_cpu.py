@@ -414,3 +414,42 @@ def test_wide_context_values_follow_the_text() -> None:
     assert (f2.context_values(s, wide=False)[64:] == s[:-64]).all()
     assert f2.context_of_value(np.array([0, 1, 2, 3, 6, 7, 8, 9]), True).tolist() == [0, 1, 1, 2, 2, 3, 3, 3]
     assert f2.context_of_value(np.array([0, 1, 2, 3, 6, 7, 8, 9]), False).tolist() == [0, 1, 1, 2, 2, 2, 2, 3]
+
+
+def test_encodes_in_a_row_and_on_two_threads_match_fresh_ones() -> None:
+    """The encoder's largest arrays come from per-thread buffers kept between encodes
+    (cpu_v2._reused): images of other sizes and kinds encoded in between, or on another thread
+    at the same time, never change a stream."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(3)
+    photo = make_image("smooth", 130, 140, 3, seed=1)
+    mask = (np.add.outer(np.arange(150), np.arange(130)) // 37 % 5).astype(np.uint8)
+    noise = rng.integers(0, 256, (70, 90, 4), np.uint8)
+    small = mask[:40, :50].copy()
+    half = photo.copy()
+    half[:, :64] = 9  # constant tiles where the photograph's tiles had symbols
+    images = [photo, half, mask, noise, small, mask[:128, :128].copy(), photo[:64, :64].copy()]
+    want = [r2.encode(image) for image in images]
+    for _ in range(2):
+        assert [cpu_v2.encode(image) for image in images] == want
+        assert [cpu_v2.encode(image) for image in reversed(images)] == want[::-1]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(cpu_v2.encode, images * 3))
+    assert got == want * 3
+
+
+def test_one_channel_small_images_finish_once_where_one_set_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Images of at most ONE_SET_MAX_TILES tiles are finished twice (per-plane sets, one set)
+    and the smaller kept, except where the two are the same stream: one channel, no palette
+    first guess, one table set. Either way the bytes are the reference's."""
+    calls: list[int] = []
+    kernel = cpu_v2._encode_all
+    monkeypatch.setattr(cpu_v2, "_encode_all", lambda *a: (calls.append(1), kernel(*a))[1])
+    flat = np.zeros((64, 64), np.uint8)
+    mask = (np.add.outer(np.arange(64), np.arange(64)) // 23).astype(np.uint8)
+    colour = make_image("smooth", 40, 48, 3, seed=2)
+    for image, finishes in [(flat, 1), (mask, 1), (colour, 2)]:
+        calls.clear()
+        assert cpu_v2.encode(image) == r2.encode(image)
+        assert len(calls) == finishes

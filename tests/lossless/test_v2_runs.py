@@ -228,17 +228,72 @@ def test_a_runs_set_above_the_old_limit_is_read() -> None:
 def test_choose_with_a_context_no_chosen_tile_uses() -> None:
     """Tiles whose runs all line up with the row above never code a length: that context's
     table is empty (all zeros), the others are normalised as usual."""
-    hists = np.zeros((3, f2.CONTEXTS, 256), np.int64)
-    hists[:, f2.RUN_CTX_LABEL, 0] = 64
-    hists[:, f2.RUN_CTX_NEAR, f2.RUN_NEAR + f2.RUN_REACH] = 120
-    hists[:, f2.RUN_CTX_FAR, f2.RUN_END] = 8
-    hists[2, f2.RUN_CTX_LENGTH, 40] = 400  # too many symbols: never chosen, its counts unused
-    n_symbols = hists.sum(axis=(1, 2))
-    n_symbols[2] = 5000
-    picked = runs.choose(hists, n_symbols, np.full(3, 8), np.full(3, 400), np.full(3, 4096))
+    tile_pairs = [(f2.RUN_CTX_LABEL, 0)] * 64 + [(f2.RUN_CTX_NEAR, f2.RUN_NEAR + f2.RUN_REACH)] * 120
+    tile_pairs += [(f2.RUN_CTX_FAR, f2.RUN_END)] * 8
+    cap = 1024
+    syms = np.zeros((3, cap), np.uint8)
+    ctxs = np.zeros((3, cap), np.uint8)
+    for k in range(3):
+        ctxs[k, : len(tile_pairs)], syms[k, : len(tile_pairs)] = np.array(tile_pairs).T
+    # The third tile has too many symbols: never chosen, its symbols (lengths here) unread.
+    ctxs[2, len(tile_pairs) :] = f2.RUN_CTX_LENGTH
+    syms[2, len(tile_pairs) :] = 40
+    n_symbols = np.array([len(tile_pairs), len(tile_pairs), 5000])
+    picked = runs.choose(syms, ctxs, np.arange(3), n_symbols, np.full(3, 8), np.full(3, 400), np.full(3, 4096))
     assert picked is not None
     chosen, freq = picked
     assert chosen.tolist() == [True, True, False]
     assert freq.shape == (f2.CONTEXTS, 256)
     assert not freq[f2.RUN_CTX_LENGTH].any()
     assert (freq[[f2.RUN_CTX_NEAR, f2.RUN_CTX_FAR, f2.RUN_CTX_LABEL]].sum(axis=1) == f2.PROB_SCALE).all()
+
+
+def _dense_choice(syms: np.ndarray, ctxs: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray,
+                  current: np.ndarray, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """runs.choose's rule spelled out over dense per-tile histograms (how it was first written)."""
+    hists = np.zeros((syms.shape[0], f2.CONTEXTS, 256), np.int64)
+    for k in range(syms.shape[0]):
+        np.add.at(hists[k], (ctxs[k, : n_symbols[k]], syms[k, : n_symbols[k]]), 1)
+    chosen = n_symbols * runs.MIN_PIXELS_PER_SYMBOL <= pixels
+    for _ in range(3):
+        if not chosen.any():
+            return None
+        freq = np.stack([f2.normalize(row) for row in hists[chosen].sum(axis=0)])
+        cost = f2.cost_table(freq)
+        estimate = fixed + (hists * cost).sum(axis=(1, 2)) // 128
+        codable = ~((hists > 0) & (freq == 0)).any(axis=(1, 2))
+        if _ < 2:
+            chosen = codable & (estimate < current) & chosen
+    if int((current - estimate)[chosen].sum()) <= len(f2.pack_tables(freq)):
+        return None
+    return chosen, freq
+
+
+def test_choose_from_symbols_follows_the_rule_on_random_candidates() -> None:
+    """runs.choose works from each candidate's symbol list: the same tiles and tables as the
+    rule over dense histograms, including candidates that fail the first or second round and
+    candidates too long to be chosen (their symbols never read)."""
+    rng = np.random.default_rng(5)
+    agreed = 0
+    for trial in range(40):
+        m = int(rng.integers(1, 12))
+        cap = 96
+        n_symbols = rng.integers(1, cap, m)
+        n_symbols[rng.random(m) < 0.2] = 5000  # too many: never chosen
+        syms = rng.integers(0, 12 if trial % 2 else 4, (m, cap)).astype(np.uint8)
+        ctxs = rng.integers(0, f2.CONTEXTS, (m, cap)).astype(np.uint8)
+        rows = rng.permutation(m + 3)[:m]  # candidates k at any rows of a larger array
+        all_syms = np.full((m + 3, cap), 255, np.uint8)
+        all_ctxs = np.full((m + 3, cap), 3, np.uint8)
+        all_syms[rows], all_ctxs[rows] = syms, ctxs
+        fixed = rng.integers(4, 20, m)
+        current = rng.integers(10, 200, m)
+        pixels = np.full(m, 4096)
+        want = _dense_choice(syms, ctxs, n_symbols, fixed, current, pixels)
+        got = runs.choose(all_syms, all_ctxs, rows, n_symbols, fixed, current, pixels)
+        assert (got is None) == (want is None)
+        if got is not None and want is not None:
+            assert got[0].tolist() == want[0].tolist()
+            np.testing.assert_array_equal(got[1], want[1])
+            agreed += 1
+    assert agreed >= 5  # the rule kept a runs set often enough to compare tables

@@ -372,16 +372,19 @@ def _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq):
     no tile chosen when the set is not kept."""
     cost = np.empty(freq.shape, np.int64)
     chosen = n_symbols * MIN_PIXELS_PER_SYMBOL <= pixels
-    for _ in range(2):
+    # Two rounds, then the final tables and estimates. A round that keeps every tile leaves
+    # the tables, and so every later round, as they are: the passes stop there (most images).
+    for round_ in range(3):
         if not chosen.any():
             return chosen
         _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, cost)
         estimate, codable = _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed)
-        chosen = codable & (estimate < current) & chosen
-    if not chosen.any():
-        return chosen
-    _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, cost)
-    estimate, _ = _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed)
+        if round_ == 2:
+            break
+        kept = codable & (estimate < current) & chosen
+        if (kept == chosen).all():
+            break
+        chosen = kept
     saved = np.int64(0)
     for i in range(chosen.shape[0]):
         if chosen[i]:

@@ -9,6 +9,7 @@ an empty table, and requires every state back at 2^16 with every word read.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import NamedTuple
 
@@ -1100,17 +1101,20 @@ def _encode_scratch(chunks: int) -> _Scratch:
 
 
 # The largest per-image arrays (symbols, histograms, payload scratch) come from per-thread
-# buffers kept between encodes, up to this many bytes each. Allocated afresh, each was mapped
-# page by page on first touch: up to 1,500 page faults per photograph and 280 per mask,
-# depending on what the allocator had returned to the system before (5% of a mask's encode).
+# buffers kept between encodes, from REUSE_MIN_BYTES up to REUSE_MAX_BYTES each. Allocated
+# afresh, each was mapped page by page on first touch: up to 1,500 page faults per photograph
+# and 280 per mask, depending on what the allocator had returned to the system before (5% of
+# a mask's encode). Smaller arrays come from the allocator's heap without faults, and the
+# pool's bookkeeping would cost a small image more than it saves.
+REUSE_MIN_BYTES = 128 << 10
 REUSE_MAX_BYTES = 64 << 20
 
 
 def _reused(name: str, shape: tuple[int, ...], dtype: type, zero: bool = False) -> np.ndarray:
     """An array of `shape` in this thread's buffer `name` (grown as needed; contents undefined
     unless zero). Only one array per name may be in use at a time."""
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if nbytes > REUSE_MAX_BYTES:
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if not REUSE_MIN_BYTES <= nbytes <= REUSE_MAX_BYTES:
         return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
     pool = _local.__dict__.setdefault("encode_buffers", {})
     buf = pool.get(name)

@@ -416,11 +416,13 @@ def test_wide_context_values_follow_the_text() -> None:
     assert f2.context_of_value(np.array([0, 1, 2, 3, 6, 7, 8, 9]), False).tolist() == [0, 1, 1, 2, 2, 2, 2, 3]
 
 
-def test_encodes_in_a_row_and_on_two_threads_match_fresh_ones() -> None:
+def test_encodes_in_a_row_and_on_two_threads_match_fresh_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     """The encoder's largest arrays come from per-thread buffers kept between encodes
-    (cpu_v2._reused): images of other sizes and kinds encoded in between, or on another thread
-    at the same time, never change a stream."""
+    (cpu_v2._reused; here every array, however small): images of other sizes and kinds encoded
+    in between, or on another thread at the same time, never change a stream."""
     from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(cpu_v2, "REUSE_MIN_BYTES", 0)
 
     rng = np.random.default_rng(3)
     photo = make_image("smooth", 130, 140, 3, seed=1)

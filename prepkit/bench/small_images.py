@@ -1,4 +1,5 @@
-"""Small images, one at a time: `lossless.decode` against libspng and Pillow, and sizes.
+"""Small images, one at a time: `lossless.decode` against libspng and Pillow, `lossless.encode`
+against Pillow's PNG encoder, and sizes.
 
     python -m prepkit.bench.small_images out/evalsets [--sides 32 64 128 256] [--crops 8]
 
@@ -6,8 +7,9 @@ A dataset of thumbnails or patches (CIFAR-sized images, 64x64 crops of scans, sm
 read one sample per call pays every decoder's fixed cost per image: parsing, validation,
 tables. This takes ``--crops`` crops of each side from every evaluation set (fixed seed: the
 same crops every run), checks that every decoder gives the crop back exactly, then times one
-call per image, interleaved across decoders (median of ``--repeat`` rounds), on one thread.
-Sizes are the sums over the crops against Pillow's PNG (default settings).
+call per image, interleaved across decoders (median of ``--repeat`` rounds), on one thread;
+then one encode call per image, prepkit's and Pillow's PNG encoder (default settings)
+interleaved the same way. Sizes are the sums over the crops against Pillow's PNG.
 """
 
 from __future__ import annotations
@@ -66,6 +68,22 @@ def measure(images: list[np.ndarray], repeat: int) -> dict[str, dict[str, float]
             for name in decoders}
 
 
+def measure_encode(images: list[np.ndarray], repeat: int) -> dict[str, float]:
+    """{encoder: median microseconds per image}: prepkit's lossless encoder and Pillow's PNG."""
+    from prepkit import lossless
+    from prepkit.bench.encode_speed import _png
+
+    encoders: dict[str, Callable[[np.ndarray], bytes]] = {"prepkit-lossless": lossless.encode, "pillow": _png}
+    times: dict[str, list[float]] = {name: [] for name in encoders}
+    for _ in range(repeat):
+        for name, encode in encoders.items():
+            started = time.perf_counter()
+            for image in images:
+                encode(image)
+            times[name].append((time.perf_counter() - started) / len(images))
+    return {name: statistics.median(values) * 1e6 for name, values in times.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets_dir")
@@ -79,15 +97,18 @@ def main(argv: list[str] | None = None) -> None:
 
     numba.set_num_threads(1)
     print(machine_line())
-    print("| side | images | prepkit us/image | libspng | Pillow | x libspng | x Pillow | prepkit bytes / PNG |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| side | images | decode us/image | libspng | Pillow | x libspng | x Pillow | encode us/image "
+          "| PNG encode | x PNG encode | bytes / PNG |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for side in args.sides:
         images = crops(args.sets_dir, side, args.crops)
         result = measure(images, args.repeat)
+        encode = measure_encode(images, args.repeat)
         ours, spng, pil = result["prepkit-lossless"], result["libspng"], result["pillow"]
+        ours_enc, png_enc = encode["prepkit-lossless"], encode["pillow"]
         print(f"| {side} | {len(images)} | {ours['us']:.1f} | {spng['us']:.1f} | {pil['us']:.1f} | "
-              f"{spng['us'] / ours['us']:.2f} | {pil['us'] / ours['us']:.2f} | {ours['bytes'] / spng['bytes']:.3f} |",
-              flush=True)
+              f"{spng['us'] / ours['us']:.2f} | {pil['us'] / ours['us']:.2f} | {ours_enc:.1f} | {png_enc:.1f} | "
+              f"{png_enc / ours_enc:.2f} | {ours['bytes'] / spng['bytes']:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,18 @@ def test_rows_per_side(small_sets: Path, capsys: pytest.CaptureFixture[str]) -> 
     small_images.main([str(small_sets), "--sides", "32", "64", "--crops", "1", "--repeat", "2"])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [row.split("|")[1].strip() for row in rows] == ["32", "64"]
-    for row in rows:  # timings, ratios and the size ratio: positive numbers
+    for row in rows:  # decode and encode timings, ratios and the size ratio: positive numbers
         numbers = [float(x) for x in row.strip("|").split("|")[1:]]
-        assert len(numbers) == 7 and min(numbers) > 0
+        assert len(numbers) == 10 and min(numbers) > 0
+        decode_us, spng_us, encode_us, png_encode_us = numbers[1], numbers[2], numbers[6], numbers[7]
+        assert numbers[4] == pytest.approx(spng_us / decode_us, abs=0.006)
+        assert numbers[8] == pytest.approx(png_encode_us / encode_us, abs=0.006)
+
+
+def test_measure_encode_times_both_encoders() -> None:
+    image = np.arange(32 * 32 * 3, dtype=np.uint8).reshape(32, 32, 3)
+    times = small_images.measure_encode([image, image[:16, :16].copy()], 2)
+    assert set(times) == {"prepkit-lossless", "pillow"} and min(times.values()) > 0
 
 
 def test_a_decoder_that_does_not_give_the_image_back_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1103,8 +1103,8 @@ def _encode_scratch(chunks: int) -> _Scratch:
 # The largest per-image arrays (symbols, histograms, payload scratch) come from per-thread
 # buffers kept between encodes, from REUSE_MIN_BYTES up to REUSE_MAX_BYTES each. Allocated
 # afresh, each was mapped page by page on first touch: up to 1,500 page faults per photograph
-# and 280 per mask, depending on what the allocator had returned to the system before (5% of
-# a mask's encode). Smaller arrays come from the allocator's heap without faults, and the
+# and 280 per mask, depending on what the allocator had returned to the system before
+# (docs/BENCHMARKS.md, "Encoder: masks and small images"). Smaller arrays come from the allocator's heap without faults, and the
 # pool's bookkeeping would cost a small image more than it saves.
 REUSE_MIN_BYTES = 128 << 10
 REUSE_MAX_BYTES = 64 << 20
@@ -1242,8 +1242,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
         # (the tile header is written first: tiny tiles get room for it too). Sure tiles get no
         # payload here (the reference writes them raw): their runs payloads replace nothing.
         # A tile of constant planes writes 2 + 2C bytes or a smaller raw tile: no more room, so
-        # that the buffer's pages it never touches are not mapped (a page fault per constant
-        # tile was 5% of a mask's encode).
+        # that a fresh buffer has no pages it never touches (each a page fault once touched).
         room = np.where(keep & ~pick & (n_coded == 0), 3 + 2 * c, np.maximum(raw_len, 3 + 2 * c))
         starts = np.concatenate([[0], np.cumsum(np.where(sure, 0, room))]).astype(np.int64)
         scratch = array("scratch", (int(starts[-1]),), np.uint8)

@@ -69,19 +69,15 @@ def measure(images: list[np.ndarray], repeat: int) -> dict[str, dict[str, float]
 
 
 def measure_encode(images: list[np.ndarray], repeat: int) -> dict[str, float]:
-    """{encoder: median microseconds per image}: prepkit's lossless encoder and Pillow's PNG."""
+    """{encoder: median microseconds per image}: prepkit's lossless encoder and Pillow's PNG,
+    interleaved (encode_speed.measure)."""
     from prepkit import lossless
-    from prepkit.bench.encode_speed import _png
+    from prepkit.bench import encode_speed
 
-    encoders: dict[str, Callable[[np.ndarray], bytes]] = {"prepkit-lossless": lossless.encode, "pillow": _png}
-    times: dict[str, list[float]] = {name: [] for name in encoders}
-    for _ in range(repeat):
-        for name, encode in encoders.items():
-            started = time.perf_counter()
-            for image in images:
-                encode(image)
-            times[name].append((time.perf_counter() - started) / len(images))
-    return {name: statistics.median(values) * 1e6 for name, values in times.items()}
+    encoders: dict[str, Callable[[np.ndarray], bytes]] = {"prepkit-lossless": lossless.encode,
+                                                           "pillow": encode_speed._png}
+    seconds = encode_speed.measure(images, encoders, repeat)
+    return {name: total / len(images) * 1e6 for name, total in seconds.items()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -330,17 +330,6 @@ def _zero_border(padded, th, tw):
         padded[y, 0] = 0
 
 
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _same_row(flat, row, up, n):
-    """Whether flat[row : row + n] equals flat[up : up + n] (uint64 offsets: a loop LLVM
-    vectorises). Most rows of a mask or a flat render equal the row above, and the one-channel
-    tile analysis copies what it found for that row instead of looking at every pixel again."""
-    differ = np.uint8(0)
-    for x in range(np.uint64(n)):
-        differ |= flat[row + x] ^ flat[up + x]
-    return differ == 0
-
-
 @njit(nogil=True, cache=True, boundscheck=False)
 def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
     """Palette indices of the tile into padded[1:th+1, 1:tw+1] (colours[:n_colours] sorted,
@@ -355,7 +344,7 @@ def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
         for y in range(th):
             row = np.uint64(y0 + y) * width + np.uint64(x0)
             out = padded[y + 1]
-            if y > 0 and _same_row(flat, row, row - width, tw):
+            if y > 0 and runs.same_row(flat, row, row - width, tw):
                 above = padded[y]
                 for x in range(np.uint64(1), np.uint64(tw + 1)):
                     out[x] = above[x]
@@ -394,7 +383,7 @@ def _grey_colours(image, y0, x0, th, tw, colours):
     marked = False
     for y in range(th):
         row = np.uint64(y0 + y) * width + np.uint64(x0)
-        if y == 0 or not _same_row(flat, row, row - width, tw):
+        if y == 0 or not runs.same_row(flat, row, row - width, tw):
             for x in range(np.uint64(tw)):
                 present[flat[row + x]] = 1
             marked = True
@@ -930,6 +919,25 @@ def _write_words(words, n_words, out, pos):
     return pos
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rans_put(x, flat_coder, entry, words, n_words):
+    """One symbol into rANS state x, its coder entry at flat_coder[entry] (_coder_table,
+    flattened): returns (the new state, the word count), the renormalisation word at
+    words[n_words] (kept when emitted)."""
+    packed = flat_coder[entry]
+    reciprocal = flat_coder[entry | np.uint64(1)]
+    f = packed & 0xFFFF
+    # Renormalise without a branch: the word is always written, kept when emitted.
+    emit = np.int64(x >= (f << (32 - PROB_BITS)))
+    words[n_words] = x & 0xFFFF
+    n_words += np.uint64(emit)
+    x >>= 16 * emit
+    # x // f as a multiply and a shift (a division costs several times more): exact for
+    # x < f << 20, which renormalisation leaves (_coder_table).
+    q = np.int64((np.uint64(x) * np.uint64(reciprocal)) >> np.uint64(RECIPROCAL_SHIFT))
+    return (q << PROB_BITS) + (x - q * f) + (packed >> 16), n_words
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log2, total):
     """Interleaved rANS of syms[s0 : s0 + n] (tables[:n] their tables): lane states then
@@ -954,20 +962,8 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
         # Unsigned indices: numba adds no negative-index fix-up to these loads and stores.
         at -= np.uint64(1)
         entry = (np.uint64(tables[at]) << np.uint64(9)) | (np.uint64(tile_syms[at]) << np.uint64(1))
-        packed = flat_coder[entry]
-        reciprocal = flat_coder[entry | np.uint64(1)]
-        f = packed & 0xFFFF
         j = at & mask
-        x = states[j]
-        # Renormalise without a branch: the word is always written, kept when emitted.
-        emit = np.int64(x >= (f << (32 - PROB_BITS)))
-        words[n_words] = x & 0xFFFF
-        n_words += np.uint64(emit)
-        x >>= 16 * emit
-        # x // f as a multiply and a shift (a division costs several times more): exact for
-        # x < f << 20, which renormalisation leaves (_coder_table).
-        q = np.int64((np.uint64(x) * np.uint64(reciprocal)) >> np.uint64(RECIPROCAL_SHIFT))
-        states[j] = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
+        states[j], n_words = _rans_put(states[j], flat_coder, entry, words, n_words)
     n_words = np.int64(n_words)
     if pos + 4 * lanes + 2 * n_words >= limit:
         return -1, 0
@@ -1104,8 +1100,9 @@ def _encode_scratch(chunks: int) -> _Scratch:
 # buffers kept between encodes, from REUSE_MIN_BYTES up to REUSE_MAX_BYTES each. Allocated
 # afresh, each was mapped page by page on first touch: up to 1,500 page faults per photograph
 # and 280 per mask, depending on what the allocator had returned to the system before
-# (docs/BENCHMARKS.md, "Encoder: masks and small images"). Smaller arrays come from the allocator's heap without faults, and the
-# pool's bookkeeping would cost a small image more than it saves.
+# (docs/BENCHMARKS.md, "Encoder: masks and small images"). Smaller arrays come from the
+# allocator's heap without faults, and the pool's bookkeeping would cost a small image more
+# than it saves.
 REUSE_MIN_BYTES = 128 << 10
 REUSE_MAX_BYTES = 64 << 20
 
@@ -1296,15 +1293,7 @@ def _rans_one_lane(syms, ctxs, n, table_base, coder, words, out, pos, limit):
     while at > 0:
         at -= np.uint64(1)
         entry = ((base + np.uint64(ctxs[at])) << np.uint64(9)) | (np.uint64(syms[at]) << np.uint64(1))
-        packed = flat_coder[entry]
-        reciprocal = flat_coder[entry | np.uint64(1)]
-        f = packed & 0xFFFF
-        emit = np.int64(x >= (f << (32 - PROB_BITS)))
-        words[n_words] = x & 0xFFFF
-        n_words += np.uint64(emit)
-        x >>= 16 * emit
-        q = np.int64((np.uint64(x) * np.uint64(reciprocal)) >> np.uint64(RECIPROCAL_SHIFT))
-        x = (q << PROB_BITS) + (x - q * f) + (packed >> 16)
+        x, n_words = _rans_put(x, flat_coder, entry, words, n_words)
     n_words = np.int64(n_words)
     if pos + 4 + 2 * n_words >= limit:
         return -1

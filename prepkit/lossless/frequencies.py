@@ -65,7 +65,8 @@ def _normalize_row(counts, out):
 
 
 @njit(nogil=True, cache=True)
-def _normalize_rows(counts, out):
+def normalize_rows_into(counts, out):
+    """normalize_rows for compiled callers: each row of counts normalised into out's row."""
     for r in range(counts.shape[0]):
         _normalize_row(counts[r], out[r])
 
@@ -75,7 +76,7 @@ def normalize_rows(counts: np.ndarray) -> np.ndarray:
     (a row that counts nothing gives zeros)."""
     counts = np.ascontiguousarray(counts, np.int64)
     out = np.empty(counts.shape, np.int64)
-    _normalize_rows(counts, out)
+    normalize_rows_into(counts, out)
     return out.astype(np.int32)
 
 
@@ -84,8 +85,9 @@ MAX_TABLE_BYTES = 1 + 32 + 2 * 256
 
 
 @njit(nogil=True, cache=True)
-def _pack(freq, out):
-    """format_v2.pack_tables(freq) into out; returns the byte count."""
+def pack_into(freq, out):
+    """format_v2.pack_tables(freq) into out (MAX_TABLE_BYTES per table); returns the byte
+    count (compiled callers; pack_tables and packed_size wrap it)."""
     pos = 0
     for t in range(freq.shape[0]):
         row = freq[t]
@@ -129,14 +131,14 @@ def pack_tables(freq: np.ndarray) -> bytes:
     """format_v2.pack_tables(freq): the serialised tables of a (n, 256) frequency array."""
     freq = np.ascontiguousarray(freq, np.int64).reshape(-1, 256)
     out = np.empty(freq.shape[0] * MAX_TABLE_BYTES, np.uint8)
-    return out[: _pack(freq, out)].tobytes()
+    return out[: pack_into(freq, out)].tobytes()
 
 
 def packed_size(freq: np.ndarray) -> int:
     """len(pack_tables(freq))."""
     freq = np.ascontiguousarray(freq, np.int64).reshape(-1, 256)
     out = np.empty(freq.shape[0] * MAX_TABLE_BYTES, np.uint8)
-    return int(_pack(freq, out))
+    return int(pack_into(freq, out))
 
 
 # Last, once every cached function above exists: the constants compiled into them.

@@ -85,11 +85,13 @@ def _row_starts(index, row, tw, starts):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _same_rows(index, row, up, tw):
-    """Whether index[row : row + tw] equals index[up : up + tw] (a loop LLVM vectorises)."""
-    differ = 0
-    for x in range(np.uint64(tw)):
-        differ |= index[np.uint64(row) + x] ^ index[np.uint64(up) + x]
+def same_row(flat, row, up, n):
+    """Whether flat[row : row + n] equals flat[up : up + n] (unsigned offsets: a loop LLVM
+    vectorises). Most rows of a mask or a flat render equal the row above: the encoder's
+    one-channel tile analysis and run symbols reuse what they found for that row."""
+    differ = np.uint8(0)  # (uint8 arrays: the OR stays in bytes, 32 per vector step)
+    for x in range(np.uint64(n)):
+        differ |= flat[np.uint64(row) + x] ^ flat[np.uint64(up) + x]
     return differ == 0
 
 
@@ -104,7 +106,7 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit):
     for y in range(th):
         row = y * tw
         up = row - tw
-        if y > 0 and _same_rows(index, row, up, tw):
+        if y > 0 and same_row(index, row, up, tw):
             # The row above again (most rows of a mask): its label, then at each of its
             # boundaries a zero offset and the label above (rank 0: the run's left neighbour
             # differs from it), then END with no boundary above to its right. The loop below
@@ -359,7 +361,7 @@ def _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed):
 @njit(nogil=True, cache=True)
 def _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, cost):
     """The normalised tables (into freq) and their costs (into cost) of the chosen tiles."""
-    frequencies._normalize_rows(_chosen_counts(syms, ctxs, rows, n_symbols, chosen), freq)
+    frequencies.normalize_rows_into(_chosen_counts(syms, ctxs, rows, n_symbols, chosen), freq)
     for k in range(freq.shape[0]):
         for s in range(256):
             cost[k, s] = frequencies.COST_OF_FREQ[freq[k, s]]
@@ -390,7 +392,7 @@ def _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq):
         if chosen[i]:
             saved += current[i] - estimate[i]
     packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
-    if saved <= frequencies._pack(freq, packed):
+    if saved <= frequencies.pack_into(freq, packed):
         chosen[:] = False
     return chosen
 
@@ -412,8 +414,9 @@ def choose(syms: np.ndarray, ctxs: np.ndarray, rows: np.ndarray, n_symbols: np.n
     symbol, not per (context, symbol) of every tile: a mask's tiles have about 200 symbols.
     """
     freq = np.zeros((f2.CONTEXTS, 256), np.int64)
-    chosen = _choose(syms, ctxs, np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(n_symbols, np.int64), np.ascontiguousarray(fixed, np.int64),
-                     np.ascontiguousarray(current, np.int64), np.ascontiguousarray(pixels, np.int64), freq)
+    rows, n_symbols, fixed, current, pixels = (np.ascontiguousarray(a, np.int64)
+                                               for a in (rows, n_symbols, fixed, current, pixels))
+    chosen = _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq)
     if not chosen.any():
         return None
     return chosen, freq.astype(np.int32)

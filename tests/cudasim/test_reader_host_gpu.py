@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import config
 
 from prepkit.augment import RandomResizedCrop, ToDtype
 from prepkit.bench import reader_host
@@ -13,6 +14,11 @@ from prepkit.lossless import cuda_v2
 def test_gpu_reader_host_side_is_measured_with_no_op_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     for module, name in reader_host.reader_kernels():  # restored after the test
         monkeypatch.setattr(module, name, getattr(module, name))
+    if not config.ENABLE_CUDASIM:  # on a real GPU (make gpu-correct) the no-op kernels are refused
+        with pytest.raises(RuntimeError, match="NUMBA_ENABLE_CUDASIM"):
+            reader_host.host_only_kernels()
+        assert not isinstance(cuda_v2.decode_kernel, reader_host._NoLaunch)
+        return
     reader_host.host_only_kernels()
     assert isinstance(cuda_v2.decode_kernel, reader_host._NoLaunch)
     rng = np.random.default_rng(3)

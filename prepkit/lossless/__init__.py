@@ -103,8 +103,8 @@ def _build_plan(buffers: Sequence[object], rois: Sequence[Roi | None] | None, de
     space = getattr(_host_buffers, "space", None)
     if space is None:
         space = _host_buffers.space = hostplan.Workspace()
-    if device != "cuda":
-        return hostplan.plan_buffers(buffers, rois, workspace=space)
+    if device != "cuda":  # the CPU decoder expands each image's tables as it reaches it (cpu_v2)
+        return hostplan.plan_buffers(buffers, rois, workspace=space, pack_tables=False)
     from prepkit.cudart import StreamBuffers
 
     arrays = [_fmt.as_bytes(b) for b in buffers]

@@ -1845,9 +1845,9 @@ def _two_lane_plane(src, item):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _pair_setup(src, item, ctx_of, table_of):
+def _pair_setup(src, item, base, ctx_of, table_of):
     """A two-lane tile's (lane states' position, payload end, table set, wmask, wide flag);
-    table_of gets the plane's table rows."""
+    table_of gets the plane's table rows (base: the row of the image's first table in dec)."""
     start, end = item[0], item[1]
     wide = item[plan_mod.WIDE]
     if src[start] == f2.TILE_PALETTE:
@@ -1856,7 +1856,7 @@ def _pair_setup(src, item, ctx_of, table_of):
     else:
         pos = start + 3
         chb = np.int64(src[start + 2])
-    tset = item[12] + (chb >> 4) * 4
+    tset = base + (chb >> 4) * 4
     _table_rows(tset, ctx_of[wide], table_of)
     return pos, end, tset, np.uint8(255) if wide else np.uint8(0), wide
 
@@ -1875,16 +1875,18 @@ def _pair_check(src, pos, end, w, x0, x1, tset, empty, ctx, wmask, symbols, plan
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _pair_symbols(src, item_a, item_b, plane, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
+def _pair_symbols(src, item_a, base_a, item_b, base_b, plane, dec, empty, ctx_of, sym_a, sym_b, scratch_a,
+                  scratch_b):
     """Decode the symbols of two two-lane tiles (_two_lane_plane, the same plane size) in
     one loop: a tile's two lanes are two dependent chains of table loads, so a second tile's
     lanes in the same loop fill the wait (masks). True when both decoded cleanly; on False
     the caller decodes each on its own, which finds and names the error. scratch_a and
-    scratch_b: lane states, table rows and bases (the first three of _decode_scratch_arrays)."""
+    scratch_b: lane states, table rows and bases (the first three of _decode_scratch_arrays);
+    base_a, base_b: the rows of the two tiles' first tables in dec."""
     states_a, table_a, bases_a = scratch_a[0], scratch_a[1], scratch_a[2]
     states_b, table_b, bases_b = scratch_b[0], scratch_b[1], scratch_b[2]
-    pos_a, end_a, tset_a, wmask_a, wide_a = _pair_setup(src, item_a, ctx_of, table_a)
-    pos_b, end_b, tset_b, wmask_b, wide_b = _pair_setup(src, item_b, ctx_of, table_b)
+    pos_a, end_a, tset_a, wmask_a, wide_a = _pair_setup(src, item_a, base_a, ctx_of, table_a)
+    pos_b, end_b, tset_b, wmask_b, wide_b = _pair_setup(src, item_b, base_b, ctx_of, table_b)
     # (read_stream and the host plan put every rANS tile's lane states inside its payload)
     if not (_lane_states(src, pos_a, 2, states_a) and _lane_states(src, pos_b, 2, states_b)):
         return False
@@ -2092,13 +2094,13 @@ def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, decoded=False):
+def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scratch, decoded=False):
     """Decode one v2 work item (plan.py columns) into the flat output; return an error code.
-    `decoded`: the tile's rANS symbols are in `symbols` already (_pair_symbols)."""
+    base: the row of the image's first table in dec and empty (_TableWindow). `decoded`:
+    the tile's rANS symbols are in `symbols` already (_pair_symbols)."""
     start, end = item[0], item[1]
     th, tw, c = item[2], item[3], item[4]
     out_base, out_h, out_w, oy, ox = item[6], item[7], item[8], item[9], item[10]
-    base = item[12]
     wide = item[plan_mod.WIDE]
     ctx = ctx_of[wide]  # the stream's contexts: CONTEXT_OF row 0 or 1
     ctx16 = CONTEXT16[wide]
@@ -2181,55 +2183,134 @@ def _decode_item(src, item, out, dec, empty, ctx_of, symbols, planes, scratch, d
     return 0
 
 
+# The most tables one image has (format_v2.max_sets for 4 channels, 4 contexts each): a
+# window slot's rows.
+WINDOW_TABLES = f2.max_sets(4) * f2.CONTEXTS
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_strided(src, work, items, first, stride, out, errors, dec, empty, ctx_of, sym_a, sym_b, planes,
-                    pairs):
+def _expand_tables(freq, cum, empty, row, n, window, window_empty, at):
+    """Tables row .. row + n - 1 of the plan (freq, cum: validated) as decode tables (the
+    layout of decode_table: slot -> symbol | (f - 1) << 8 | (slot - cum) << 20) into
+    window rows at .. at + n - 1, and their empty flags into window_empty. An empty table's
+    slots are left as they were: decoders refuse a tile that draws a symbol from it."""
+    for t in range(n):
+        window_empty[at + t] = empty[row + t]
+        if empty[row + t]:
+            continue
+        table = window[at + t]
+        for v in range(256):
+            f = np.int64(freq[row + t, v])
+            if f:
+                packed = np.uint32(v | ((f - 1) << 8))
+                slots = table[cum[row + t, v] : cum[row + t, v] + f]  # a view from 0: the loop vectorises
+                for j in range(f):
+                    slots[j] = packed | np.uint32(j << 20)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _window_base(b, freq, cum, empty, n_tables_at, window, window_empty, tags):
+    """The window row where the tables of the image whose first table is plan row b start,
+    expanding them first unless one of the window's two slots holds them already. The slot
+    used last is kept (tags[2]), so the two tiles of a pair (_pair_symbols) from two images
+    both stay in the window."""
+    if tags[0] == b:
+        slot = 0
+    elif tags[1] == b:
+        slot = 1
+    else:
+        slot = 1 - tags[2]
+        _expand_tables(freq, cum, empty, b, n_tables_at[b], window, window_empty, slot * WINDOW_TABLES)
+        tags[slot] = b
+    tags[2] = slot
+    return slot * WINDOW_TABLES
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _decode_strided(src, work, items, first, stride, out, errors, freq, cum, empty, n_tables_at, window,
+                    window_empty, ctx_of, sym_a, sym_b, planes, pairs):
     """Decode items[first::stride]; with `pairs`, two two-lane tiles in a row (_two_lane_plane)
-    take their symbols from one loop (_pair_symbols), each of its own otherwise."""
+    take their symbols from one loop (_pair_symbols), each of its own otherwise.
+
+    Each image's decode tables are expanded from freq/cum into this thread's window (two
+    slots of WINDOW_TABLES tables) just before its first tile, not for the whole batch up
+    front: a table is 16 KiB, and a batch of 256 small images had 16 MB of them, read back
+    from memory one symbol at a time (a 32x32 image decoded in 22 us instead of 5)."""
     scratch_a = _decode_scratch_arrays()
     # The pair's second tile needs only lane states, table rows and bases (no MED scratch).
     scratch_b = (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32))
+    tags = np.array([-1, -1, 0], np.int64)  # the plan rows held by the window's two slots; the slot used last
     j = np.int64(first)  # (a parfor index may be unsigned: uint64 + int64 would be a float)
     n = items.shape[0]
     while j < n:
         i = items[j]
         k = j + stride
+        base = _window_base(work[i, plan_mod.TABLE_BASE], freq, cum, empty, n_tables_at, window, window_empty, tags)
         if pairs and k < n:
             plane = _two_lane_plane(src, work[i])
             i2 = items[k]
-            if plane and _two_lane_plane(src, work[i2]) == plane and _pair_symbols(
-                src, work[i], work[i2], plane, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b
-            ):
-                errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, sym_a, planes, scratch_a, True)
-                errors[i2] = _decode_item(src, work[i2], out, dec, empty, ctx_of, sym_b, planes, scratch_a, True)
-                j = k + stride
-                continue
-        errors[i] = _decode_item(src, work[i], out, dec, empty, ctx_of, sym_a, planes, scratch_a)
+            if plane and _two_lane_plane(src, work[i2]) == plane:
+                base2 = _window_base(work[i2, plan_mod.TABLE_BASE], freq, cum, empty, n_tables_at, window,
+                                     window_empty, tags)
+                if _pair_symbols(src, work[i], base, work[i2], base2, plane, window, window_empty, ctx_of, sym_a,
+                                 sym_b, scratch_a, scratch_b):
+                    errors[i] = _decode_item(src, work[i], base, out, window, window_empty, ctx_of, sym_a, planes,
+                                             scratch_a, True)
+                    errors[i2] = _decode_item(src, work[i2], base2, out, window, window_empty, ctx_of, sym_b, planes,
+                                              scratch_a, True)
+                    j = k + stride
+                    continue
+                base = _window_base(work[i, plan_mod.TABLE_BASE], freq, cum, empty, n_tables_at, window,
+                                    window_empty, tags)
+        errors[i] = _decode_item(src, work[i], base, out, window, window_empty, ctx_of, sym_a, planes, scratch_a)
         j = k
 
 
+@njit(nogil=True, cache=True, boundscheck=False)
+def _table_counts(work, n_tables, counts):
+    """counts[b] = how many tables the v2 image whose first table is plan row b has (its
+    rows run to the next image's first row), at most WINDOW_TABLES: rows past an image's own
+    belong to an image without work items here, which its tiles never index (validated)."""
+    present = np.zeros(n_tables + 1, np.uint8)
+    for r in range(work.shape[0]):
+        if work[r, plan_mod.VERSION] == 2:
+            present[work[r, plan_mod.TABLE_BASE]] = 1
+    following = n_tables
+    for b in range(n_tables - 1, -1, -1):
+        if present[b]:
+            counts[b] = min(following - b, WINDOW_TABLES)
+            following = b
+
+
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _decode_items(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes, pairs=True):
+def _decode_items(src, work, items, out, errors, freq, cum, empty, n_tables_at, windows, window_empty, ctx_of,
+                  symbols, planes, pairs=True):
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         row = 2 * np.int64(chunk)
-        _decode_strided(src, work, items, chunk, chunks, out, errors, dec, empty, ctx_of, symbols[row],
-                        symbols[row + 1], planes[chunk], pairs)
+        _decode_strided(src, work, items, chunk, chunks, out, errors, freq, cum, empty, n_tables_at, windows[chunk],
+                        window_empty[chunk], ctx_of, symbols[row], symbols[row + 1], planes[chunk], pairs)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _decode_items_serial(src, work, items, out, errors, dec, empty, ctx_of, symbols, planes, pairs=True):
-    _decode_strided(src, work, items, 0, 1, out, errors, dec, empty, ctx_of, symbols[0], symbols[1], planes[0],
-                    pairs)
+def _decode_items_serial(src, work, items, out, errors, freq, cum, empty, n_tables_at, windows, window_empty, ctx_of,
+                         symbols, planes, pairs=True):
+    _decode_strided(src, work, items, 0, 1, out, errors, freq, cum, empty, n_tables_at, windows[0], window_empty[0],
+                    ctx_of, symbols[0], symbols[1], planes[0], pairs)
 
 
-def _decode_scratch(chunks: int) -> tuple[np.ndarray, np.ndarray]:
+def _decode_scratch(chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's decoder scratch for `chunks` numba threads, kept between calls: two symbol
+    rows per chunk (two-lane tiles decode in pairs, _pair_symbols), four planes, and a table
+    window of two slots (uint32, 2 * WINDOW_TABLES x 4096: 1.1 MiB of address space, touched
+    as far as the images' tables reach) with its empty flags."""
     rows = getattr(_local, "decode_v2", None)
     if rows is None or rows[1].shape[0] < chunks:
-        # Two symbol rows per chunk: two-lane tiles decode in pairs (_pair_symbols).
-        rows = (np.zeros((2 * chunks, SYM0 + MAX_VALUES), np.uint8), np.zeros((chunks, 4, MAX_PLANE), np.uint8))
+        rows = (np.zeros((2 * chunks, SYM0 + MAX_VALUES), np.uint8), np.zeros((chunks, 4, MAX_PLANE), np.uint8),
+                np.zeros((chunks, 2 * WINDOW_TABLES, f2.PROB_SCALE), np.uint32),
+                np.zeros((chunks, 2 * WINDOW_TABLES), np.int64))
         _local.decode_v2 = rows
-    return rows[0][: 2 * chunks], rows[1][:chunks]
+    return rows[0][: 2 * chunks], rows[1][:chunks], rows[2][:chunks], rows[3][:chunks]
 
 
 def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors: np.ndarray) -> None:
@@ -2238,14 +2319,18 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
 
     if items.size == 0:
         return
-    dec = decode_table(plan)
+    n_tables = plan.freq.shape[0]
+    n_tables_at = np.zeros(n_tables + 1, np.int64)
+    _table_counts(plan.work, n_tables, n_tables_at)
     empty = plan.empty.astype(np.int64)
     if cpu.use_parallel(items.size):
-        symbols, planes = _decode_scratch(numba.get_num_threads())
-        _decode_items(plan.src, plan.work, items, out, errors, dec, empty, CONTEXT_OF, symbols, planes)
+        symbols, planes, windows, window_empty = _decode_scratch(numba.get_num_threads())
+        _decode_items(plan.src, plan.work, items, out, errors, plan.freq, plan.cum, empty, n_tables_at, windows,
+                      window_empty, CONTEXT_OF, symbols, planes)
     else:
-        symbols, planes = _decode_scratch(1)
-        _decode_items_serial(plan.src, plan.work, items, out, errors, dec, empty, CONTEXT_OF, symbols, planes)
+        symbols, planes, windows, window_empty = _decode_scratch(1)
+        _decode_items_serial(plan.src, plan.work, items, out, errors, plan.freq, plan.cum, empty, n_tables_at,
+                             windows, window_empty, CONTEXT_OF, symbols, planes)
 
 
 # Last, once every cached function above exists: the modules whose functions and constants

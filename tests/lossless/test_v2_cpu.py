@@ -3,6 +3,7 @@ mixing v1 and v2, ROIs, and corrupt streams refused."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -230,14 +231,14 @@ def test_whole_rounds_refuse_a_symbol_from_an_empty_table() -> None:
 
 
 def _with_garbage_in_empty_tables(data: bytes, seed: int) -> object:
-    """The plan of one stream with its empty tables' decode slots overwritten by random
-    words (hostplan leaves them as they were: they may hold anything)."""
+    """One stream decoded with random words in every slot of the decoder's table windows
+    beforehand: the expansion of the image's tables overwrites the slots of its stored
+    tables and leaves its empty tables' slots as they were (they may hold anything)."""
     from prepkit.lossless import cpu
 
     plan = lossless._build_plan([data], None)
-    table = cpu_v2.decode_table(plan)
-    empty = np.flatnonzero(plan.empty)
-    table[empty] = np.random.default_rng(seed).integers(0, 2**32, (empty.size, table.shape[1]), dtype=np.uint32)
+    windows = cpu_v2._decode_scratch(numba.get_num_threads())[2]
+    windows[...] = np.random.default_rng(seed).integers(0, 2**32, windows.shape, dtype=np.uint32)
     return cpu.decode_plan(plan)
 
 

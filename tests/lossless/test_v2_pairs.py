@@ -24,14 +24,17 @@ def _masks() -> list[np.ndarray]:
     return [label, colours]
 
 
-def _decode(stream: bytes, pairs: bool) -> tuple[np.ndarray, np.ndarray]:
-    plan = hostplan.plan_buffers([stream])
+def _decode(stream: bytes | list[bytes], pairs: bool) -> tuple[np.ndarray, np.ndarray]:
+    plan = hostplan.plan_buffers(stream if isinstance(stream, list) else [stream])
     items = np.arange(plan.work.shape[0], dtype=np.int64)
     out = np.zeros(plan.total, np.uint8)
     errors = np.zeros(plan.work.shape[0], np.int64)
-    symbols, planes = cpu_v2._decode_scratch(1)
-    cpu_v2._decode_items_serial(plan.src, plan.work, items, out, errors, cpu_v2.decode_table(plan),
-                                plan.empty.astype(np.int64), cpu_v2.CONTEXT_OF, symbols, planes, pairs)
+    n_tables_at = np.zeros(plan.freq.shape[0] + 1, np.int64)
+    cpu_v2._table_counts(plan.work, plan.freq.shape[0], n_tables_at)
+    symbols, planes, windows, window_empty = cpu_v2._decode_scratch(1)
+    cpu_v2._decode_items_serial(plan.src, plan.work, items, out, errors, plan.freq, plan.cum,
+                                plan.empty.astype(np.int64), n_tables_at, windows, window_empty, cpu_v2.CONTEXT_OF,
+                                symbols, planes, pairs)
     return out, errors
 
 
@@ -53,6 +56,45 @@ def test_pairs_decode_like_single_tiles() -> None:
         np.testing.assert_array_equal(paired, single)
         np.testing.assert_array_equal(paired.reshape(image.shape), image)
         np.testing.assert_array_equal(lossless.decode_batch([stream], rois=[(5, 7, 150, 190)])[0], image[5:150, 7:190])
+
+
+def test_pairs_of_tiles_from_two_images_use_both_images_tables() -> None:
+    """Tiles of two one-tile images decode as a pair with each image's own tables (the
+    decoder's table window keeps both images): masks of different label sets, so swapped or
+    shared tables would decode wrong pixels or fail."""
+    rng = np.random.default_rng(8)
+    images = []
+    for k in range(6):
+        image = np.zeros((24, 32), np.uint8)
+        for _ in range(5):
+            y, x = rng.integers(0, 20), rng.integers(0, 28)
+            image[y : y + int(rng.integers(2, 9)), x : x + int(rng.integers(2, 9))] = 40 * k + int(rng.integers(1, 30))
+        images.append(image)
+    streams = [cpu_v2.encode(image, runs_tiles=False) for image in images]
+    paired_tiles = [cpu_v2._two_lane_plane(np.frombuffer(s, np.uint8), hostplan.plan_buffers([s]).work[0]) for s in streams]
+    assert all(paired_tiles), "every image must be one two-lane tile, so that each pair spans two images"
+    paired, errors = _decode(streams, pairs=True)
+    single, _ = _decode(streams, pairs=False)
+    assert not errors.any()
+    np.testing.assert_array_equal(paired, single)
+    np.testing.assert_array_equal(paired, np.concatenate([image.reshape(-1) for image in images]))
+    # The pair loop itself decodes each pair cleanly (a failed pair falls back to single tiles,
+    # which would hide tables taken from the wrong image above).
+    plan = hostplan.plan_buffers(streams)
+    n_tables_at = np.zeros(plan.freq.shape[0] + 1, np.int64)
+    cpu_v2._table_counts(plan.work, plan.freq.shape[0], n_tables_at)
+    symbols, _, windows, window_empty = cpu_v2._decode_scratch(1)
+    tags = np.array([-1, -1, 0], np.int64)
+    empty = plan.empty.astype(np.int64)
+    scratch_b = (np.empty(cpu_v2.MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32))
+    for i in range(0, len(streams), 2):
+        a, b = plan.work[i], plan.work[i + 1]
+        base_a = cpu_v2._window_base(a[12], plan.freq, plan.cum, empty, n_tables_at, windows[0], window_empty[0], tags)
+        base_b = cpu_v2._window_base(b[12], plan.freq, plan.cum, empty, n_tables_at, windows[0], window_empty[0], tags)
+        assert base_a != base_b
+        assert cpu_v2._pair_symbols(plan.src, a, base_a, b, base_b, int(a[2] * a[3]), windows[0], window_empty[0],
+                                    cpu_v2.CONTEXT_OF, symbols[0], symbols[1], cpu_v2._decode_scratch_arrays(),
+                                    scratch_b)
 
 
 def _failed_bytes(stream: bytes, errors: np.ndarray, size: int) -> np.ndarray:

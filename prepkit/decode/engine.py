@@ -205,34 +205,20 @@ def decode_lossless(request: DecodeRequest) -> PackedImages:
     if request.device == "cuda":
         return _decode_lossless_cuda(request)
     r = request
-    store, indices, field, shapes, rois, out = r.store, r.indices, r.field, r.shapes, r.rois, r.out
-    from prepkit.lossless import plan as lossless_plan
-    from prepkit.lossless.format import read_header
-
-    buffers = [store.read_bytes(i, field) for i in indices]
-    # Each stream's header must match its recorded shape before its ROI (computed from that
-    # shape) is used: else a crop of the wrong size or place, or an error naming no sample.
-    for index, data, shape in zip(indices, buffers, shapes, strict=True):
-        try:
-            header = read_header(data)
-        except CodecError as error:
-            raise DecodeError(f"{store.path}: sample {index} ({field}): {error}") from None
-        if (header.height, header.width, header.channels) != tuple(int(v) for v in shape):
-            raise DecodeError(
-                f"{store.path}: sample {index} ({field}): Expected a stored image of the recorded shape "
-                f"{tuple(int(v) for v in shape)}. Got {(header.height, header.width, header.channels)}."
-            )
-    if rois is not None:
-        rois = check_rois(rois, shapes, indices)
-    roi_list = None if rois is None else [(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rois]
-    plan = lossless_plan.build(buffers, roi_list)  # validates every header and tile table
+    # The host plan the GPU path uses (headers checked against the recorded shapes, naming
+    # the sample; tables validated and the work table built in numba; only the tile rows of
+    # the regions gathered): 3-4x less host time than plan.build, which small images notice.
+    # One gather thread: the Reader's CPU workers already fill the cores.
+    plan = lossless_host_plan(r.store, r.indices, r.field, r.shapes, r.rois, threads=1)
+    shapes = r.shapes
+    rois = None if r.rois is None else check_rois(r.rois, shapes, r.indices)
     expected = shapes if rois is None else np.column_stack([rois[:, 2] - rois[:, 0], rois[:, 3] - rois[:, 1], shapes[:, 2]])
     decoded = np.asarray(plan.shapes, dtype=np.int64).reshape(-1, 3)
     if not np.array_equal(decoded, expected.astype(np.int64)):
         bad = int(np.flatnonzero((decoded != expected).any(axis=1))[0])
-        raise DecodeError(f"{store.path}: sample {indices[bad]}: stored image: Expected to decode to {tuple(expected[bad])}. Got {tuple(decoded[bad])}.")
+        raise DecodeError(f"{r.store.path}: sample {r.indices[bad]}: stored image: Expected to decode to {tuple(expected[bad])}. Got {tuple(decoded[bad])}.")
     offsets = np.asarray(plan.offsets, dtype=np.int64)
-    target = out if _fits(out, plan.total) else None
+    target = r.out if _fits(r.out, plan.total) else None
     from prepkit.lossless import cpu
 
     return PackedImages(cpu.decode_plan(plan, target), offsets, expected.astype(np.int32), "cpu")

@@ -1,5 +1,6 @@
-"""The GPU path's host work (engine.lossless_host_plan) on a real store: the plan the kernels
-get equals plan.build's, and a damaged sample is refused with the CPU path's message."""
+"""The host work of the lossless path (engine.lossless_host_plan, which the CPU and the GPU
+paths share) on a real store: the plan the kernels get equals plan.build's, and a damaged
+sample is refused with the message of the Python planner (headers, then plan.build)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import numpy as np
 import pytest
 
 from prepkit.decode.engine import _shapes, decode_samples, lossless_host_plan
-from prepkit.errors import DecodeError
+from prepkit.errors import CodecError, DecodeError
 from prepkit.lossless import plan as plan_mod
+from prepkit.lossless.format import read_header
 from prepkit.store.format import shard_path
 from prepkit.store.reader import Store
 from tests.conftest import lossless_store
@@ -72,10 +74,31 @@ def test_damaged_sample_refused_like_the_cpu_path(store: Path, tmp_path: Path, a
     with pytest.raises(DecodeError) as cpu:
         decode_samples(damaged, indices, device="cpu")
     shapes = _shapes(damaged, indices, "image")
-    if "corrupt tile payload" in str(cpu.value):  # found by the decode kernels, not by validation
+    expected = _reference_refusal(damaged, indices)
+    if expected is None:  # found by the decode kernels, not by validation
+        assert "corrupt tile payload" in str(cpu.value)
         lossless_host_plan(damaged, indices, "image", shapes, None)
         return
     with pytest.raises(DecodeError) as host:
         lossless_host_plan(damaged, indices, "image", shapes, None)
-    assert str(host.value) == str(cpu.value)
+    assert str(host.value) == str(cpu.value) == expected
     assert "sample 5" in str(cpu.value) or "image 1:" in str(cpu.value)  # names the damaged sample
+
+
+def _reference_refusal(store: Store, indices: list[int], field: str = "image") -> str | None:
+    """What the Python planner says of a batch (each header against its recorded shape, then
+    plan.build), as the host plan must: None when it accepts the batch."""
+    buffers = [store.read_bytes(i, field) for i in indices]
+    for index, data, shape in zip(indices, buffers, _shapes(store, indices, field), strict=True):
+        try:
+            header = read_header(data)
+        except CodecError as error:
+            return f"{store.path}: sample {index} ({field}): {error}"
+        if (header.height, header.width, header.channels) != tuple(int(v) for v in shape):
+            return (f"{store.path}: sample {index} ({field}): Expected a stored image of the recorded shape "
+                    f"{tuple(int(v) for v in shape)}. Got {(header.height, header.width, header.channels)}.")
+    try:
+        plan_mod.build(buffers, None)
+    except CodecError as error:
+        return f"{store.path}: {error}"
+    return None

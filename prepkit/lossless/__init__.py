@@ -75,6 +75,12 @@ def decode(data: object, roi: Roi | None = None) -> np.ndarray:
     Returns HxW for a stream encoded from a 2-D image, HxWxC otherwise (cropped to roi).
     Raises prepkit.errors.CodecError on a malformed, truncated or hostile stream.
     """
+    if roi is None:  # one compiled call for a whole small v2 stream (prepkit.lossless.single)
+        from prepkit.lossless import single
+
+        image = single.decode(data)
+        if image is not None:
+            return image
     return decode_batch([data], "cpu", None if roi is None else [roi])[0]
 
 

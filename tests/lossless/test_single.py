@@ -1,0 +1,80 @@
+"""lossless.decode's one-call path for one whole small v2 stream (prepkit.lossless.single):
+the batch path's pixels and refusals, and the cases it leaves to the batch path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prepkit import lossless
+from prepkit.errors import CodecError
+from prepkit.lossless import single
+
+
+def _images() -> list[np.ndarray]:
+    rng = np.random.default_rng(4)
+    y, x = np.mgrid[0:37, 0:45]
+    smooth = ((y * 3 + x * 2)[:, :, None] + np.arange(3) * 50) % 256
+    mask = np.zeros((70, 90), np.uint8)
+    mask[10:50, 20:80] = 3
+    mask[30:40, 5:60] = 7
+    palette = np.array([[0, 0, 0], [200, 30, 40], [20, 180, 60]], np.uint8)[rng.integers(0, 3, (40, 40))]
+    return [
+        np.clip(smooth + rng.normal(0, 5, smooth.shape), 0, 255).astype(np.uint8),  # coded tiles, 3 channels
+        mask,  # 2-D: runs tiles
+        palette,
+        rng.integers(0, 256, (20, 33, 4), dtype=np.uint8),  # raw tiles, 4 channels
+        np.full((64, 64, 3), 17, np.uint8),  # one constant tile
+        np.array([[5]], np.uint8),
+    ]
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_small_v2_streams_decode_in_one_call_like_the_batch_path(index: int) -> None:
+    image = _images()[index]
+    for tile in (16, 64):
+        data = lossless.encode(image, tile=tile)
+        fast = single.decode(data)
+        assert fast is not None  # this path took it
+        np.testing.assert_array_equal(fast, image)
+        batch = lossless.decode_batch([data])[0]
+        assert fast.shape == batch.shape == image.shape
+        np.testing.assert_array_equal(lossless.decode(bytearray(data)), image)  # writable input too
+
+
+def test_streams_left_to_the_batch_path() -> None:
+    rng = np.random.default_rng(2)
+    photo = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    assert single.decode(lossless.encode(photo, version=1)) is None  # version 1
+    many = rng.integers(0, 256, (16 * 8, 16 * 4, 3), dtype=np.uint8)  # 32 tiles of 16: the batch path's threads
+    data = lossless.encode(many, tile=16)
+    assert single.decode(data) is None
+    np.testing.assert_array_equal(lossless.decode(data), many)
+    with pytest.raises(CodecError, match="Expected a contiguous bytes-like object"):
+        single.decode(3)
+
+
+def test_damaged_streams_are_refused_like_the_batch_path() -> None:
+    """A stream this path refuses goes to the batch path, whose CodecError names the reason;
+    one it decodes must be one the batch path decodes to the same pixels."""
+    rng = np.random.default_rng(9)
+    seeds = [lossless.encode(image, tile=16) for image in _images()]
+    decoded = refused = 0
+    for _ in range(600):
+        data = bytearray(seeds[int(rng.integers(len(seeds)))])
+        for _ in range(int(rng.integers(1, 4))):
+            data[int(rng.integers(len(data)))] = int(rng.integers(256))
+        fast = single.decode(bytes(data))
+        try:
+            batch = lossless.decode_batch([bytes(data)])[0]
+        except CodecError as error:
+            assert fast is None, "the one-call path decoded a stream the batch path refuses"
+            with pytest.raises(CodecError) as raised:
+                lossless.decode(bytes(data))
+            assert str(raised.value) == str(error)
+            refused += 1
+            continue
+        if fast is not None:
+            np.testing.assert_array_equal(fast, batch)
+            decoded += 1
+    assert refused > 100 and decoded > 20  # both outcomes seen

@@ -306,3 +306,18 @@ def test_parse_tables_equals_format_v2(pack: bool) -> None:
         np.testing.assert_array_equal(freq[1 : 1 + n_tables], tables.freq)
         np.testing.assert_array_equal(cum[1 : 1 + n_tables], tables.cum)
     assert accepted >= 10 and refused > 100
+
+
+@pytest.mark.parametrize(("cores", "local_world_size", "expected"), [
+    (1, None, 1), (2, None, 2), (4, None, 4), (8, None, 4), (16, None, 8), (64, None, 8),
+    (16, "2", 4), (96, "8", 6), (8, "8", 1), (16, "bad", 8), (None, None, 1),
+])
+def test_default_gather_threads(monkeypatch: pytest.MonkeyPatch, cores: int | None, local_world_size: str | None,
+                                expected: int) -> None:
+    """Every core up to 4, then half the cores up to 8, of this process's share of the node."""
+    monkeypatch.setattr(hostplan.os, "cpu_count", lambda: cores)
+    if local_world_size is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world_size)
+    assert hostplan.default_threads() == expected

@@ -2096,7 +2096,7 @@ def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scratch, decoded=False):
     """Decode one v2 work item (plan.py columns) into the flat output; return an error code.
-    base: the row of the image's first table in dec and empty (_TableWindow). `decoded`:
+    base: the row of the image's first table in dec and empty (_window_base). `decoded`:
     the tile's rANS symbols are in `symbols` already (_pair_symbols)."""
     start, end = item[0], item[1]
     th, tw, c = item[2], item[3], item[4]
@@ -2260,8 +2260,7 @@ def _decode_strided(src, work, items, first, stride, out, errors, freq, cum, emp
                                               scratch_a, True)
                     j = k + stride
                     continue
-                base = _window_base(work[i, plan_mod.TABLE_BASE], freq, cum, empty, n_tables_at, window,
-                                    window_empty, tags)
+                # (base stays valid: the second image's tables went to the other slot)
         errors[i] = _decode_item(src, work[i], base, out, window, window_empty, ctx_of, sym_a, planes, scratch_a)
         j = k
 

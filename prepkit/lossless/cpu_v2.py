@@ -1397,7 +1397,7 @@ def _gather(scratch, starts, lengths, runs_out, runs_starts, runs_lengths, body,
             src, at, size = runs_out, runs_starts[i], runs_lengths[i]
         else:
             src, at, size = scratch, starts[i], lengths[i]
-        body[pos : pos + size] = src[at : at + size]
+        memops.copy(body, pos, src, at, size)
         pos += size
 
 
@@ -2198,14 +2198,7 @@ def _expand_tables(freq, cum, empty, row, n, window, window_empty, at):
         window_empty[at + t] = empty[row + t]
         if empty[row + t]:
             continue
-        table = window[at + t]
-        for v in range(256):
-            f = np.int64(freq[row + t, v])
-            if f:
-                packed = np.uint32(v | ((f - 1) << 8))
-                slots = table[cum[row + t, v] : cum[row + t, v] + f]  # a view from 0: the loop vectorises
-                for j in range(f):
-                    slots[j] = packed | np.uint32(j << 20)
+        frequencies.expand_into(freq[row + t], cum[row + t], window[at + t])
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -2334,4 +2327,4 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
 
 # Last, once every cached function above exists: the modules whose functions and constants
 # are compiled into these kernels, and the AVX2 switch (PREPKIT_NO_AVX2), are part of their key.
-guard_disk_cache(globals(), (fmt, f2, plan_mod, med_simd, memops, prefix_simd, rans_avx2, runs), extra=f"avx2={rans_avx2.AVAILABLE}")
+guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies, med_simd, memops, prefix_simd, rans_avx2, runs), extra=f"avx2={rans_avx2.AVAILABLE}")

@@ -8,7 +8,8 @@ few dozen times per image, and on a small image such as a segmentation mask thei
 loops took about a fifth of the encoder's time (docs/BENCHMARKS.md, "Runs tiles first and a
 faster encoder").
 Both encoders' shared steps (runs.choose, table_sets, format_v2.assemble) use these, so the
-encoders stay byte-identical.
+encoders stay byte-identical. expand_into is the decoders' side: one table's decode slots,
+for the host plan (plan.dec) and the CPU decoder's per-image table window.
 """
 
 from __future__ import annotations
@@ -125,6 +126,20 @@ def pack_into(freq, out):
                     out[pos + 1] = v >> 7
                     pos += 2
     return pos
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def expand_into(freq, cum, table):
+    """One table's decode slots (the decoders' layout, cpu_v2.decode_table): for each symbol v
+    of frequency f > 0, table[cum[v] + j] = v | (f - 1) << 8 | j << 20 for j < f. freq, cum:
+    the table's row of frequencies and exclusive prefix sums (validated, summing to 4096)."""
+    for v in range(256):
+        f = np.int64(freq[v])
+        if f:
+            packed = np.uint32(v | ((f - 1) << 8))
+            slots = table[cum[v] : cum[v] + f]  # a view indexed from 0: the loop vectorises
+            for j in range(f):
+                slots[j] = packed | np.uint32(j << 20)
 
 
 def pack_tables(freq: np.ndarray) -> bytes:

@@ -31,8 +31,10 @@ import numpy as np
 from numba import njit
 
 from prepkit.errors import CodecError, DecodeError, StoreCorruptError
+from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import frequencies
 from prepkit.lossless import plan as plan_mod
 from prepkit.parallel import thread_pool
 
@@ -199,18 +201,13 @@ def _parse_tables(src, pos, end, n_tables, freq, cum, dec, row, pack):
             cum[row + t, :] = 0
             continue
         run = np.int64(0)
-        table = dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE]  # (empty without pack)
         for v in range(256):
             cum[row + t, v] = run
-            f = np.int64(freq[row + t, v])
-            if pack and f:
-                # cuda_v2.decode_table: symbol | (f - 1) << 8 | (slot - cum) << 20
-                packed = np.uint32(v | ((f - 1) << 8))
-                slots = table[run : run + f]  # a view indexed from 0: the loop vectorises
-                for j in range(f):
-                    slots[j] = packed | np.uint32(j << 20)
-            run += f
+            run += np.int64(freq[row + t, v])
         cum[row + t, 256] = run
+        if pack:
+            frequencies.expand_into(freq[row + t], cum[row + t],
+                                    dec[(row + t) * f2.PROB_SCALE : (row + t + 1) * f2.PROB_SCALE])
     return True
 
 
@@ -667,8 +664,8 @@ def build_plan(sources: Sources, info: np.ndarray, rois: np.ndarray | None, stag
     threads) seconds spent copying. With a ``workspace`` the plan's tables are views of its
     reused buffers (valid until its next use): fresh memory costs a page fault per 4 KiB.
     Without ``pack_tables`` the plan carries no packed v2 decode tables (``plan.dec`` None):
-    the CUDA decoder expands them on the device from freq/cum, 16 KiB per table less to write
-    and copy."""
+    the decoders expand them from freq/cum (CUDA on the device, the CPU one image at a time
+    as it decodes), 16 KiB per table less to write and copy."""
     n = info.shape[0]
     crop = rois is not None
     c = info[:, I_C]
@@ -759,7 +756,7 @@ def plan_buffers(buffers: Sequence[object], rois: Sequence[plan_mod.Roi | None] 
     With a ``workspace`` the joined bytes, the plan's tables and (without ``staging``) the
     gathered bytes live in its reused buffers, valid until its next use: fresh memory costs a
     page fault per 4 KiB, which for large batches took longer than the copies themselves.
-    ``pack_tables=False``: no packed v2 decode tables (the CUDA decoder expands them)."""
+    ``pack_tables=False``: no packed v2 decode tables (the decoders expand them)."""
     arrays = [fmt.as_bytes(b) for b in buffers]
     lengths = np.array([a.size for a in arrays], np.int64)
     starts = np.zeros(len(arrays), np.int64)
@@ -822,3 +819,8 @@ def store_plan(store: Any, indices: Sequence[int] | np.ndarray, field: str, shap
                           f"Got {tuple(found[i].tolist())}.")
     regions = None if rois is None else check_rois(rois, shapes, [int(v) for v in np.asarray(indices).reshape(-1)])
     return build_plan(sources, info, regions, staging, threads or default_threads(), timings, workspace, pack_tables)
+
+
+# Last, once every cached function above exists: the helpers compiled into them from other
+# modules are part of their cache key.
+guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies))

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from prepkit.jitcache import guard_disk_cache
-from prepkit.lossless import cpu, cpu_v2, hostplan, med_simd, memops, prefix_simd, rans_avx2, runs
+from prepkit.lossless import cpu, cpu_v2, frequencies, hostplan, med_simd, memops, prefix_simd, rans_avx2, runs
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
@@ -98,5 +98,6 @@ def decode(data: object) -> np.ndarray | None:
 
 # Last, once every cached function above exists: the modules compiled into _decode_one are
 # part of its cache key.
-guard_disk_cache(globals(), (fmt, f2, plan_mod, hostplan, cpu_v2, med_simd, memops, prefix_simd, rans_avx2, runs),
+guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies, hostplan, cpu_v2, med_simd, memops, prefix_simd,
+                              rans_avx2, runs),
                  extra=f"avx2={rans_avx2.AVAILABLE}")

@@ -85,23 +85,39 @@ def _colour_forward(image, y0, x0, th, tw, colour, planes):
                 r[x] = (t + _half(cg)) & 255
                 g[x] = cg
                 b[x] = co
+        elif colour == 3:
+            r, g, b = planes[0, y + 1, 1 : tw + 1], planes[1, y + 1, 1 : tw + 1], planes[2, y + 1, 1 : tw + 1]
+            for x in range(tw):
+                b[x] = (b[x] - ((r[x] + g[x]) >> 1)) & 255
+                r[x] = (r[x] - g[x]) & 255
+
+
+# The order in which _choose tries the colour transforms: each one's planes come from the
+# previous one's in place (_colour_next), and 3 shares planes 0 and 1 with 1 (subtract green).
+COLOUR_ORDER = (0, 1, 3, 2)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _colour_next(planes, th, tw, colour):
-    """Planes of colour transform `colour` (1 or 2) in place from those of colour - 1 that
-    _colour_forward wrote: _choose tries the transforms in order, and re-reading the image's
-    interleaved pixels for each cost more than these whole-row steps."""
+    """Planes of colour transform `colour` in place from those of the transform before it in
+    COLOUR_ORDER, which _colour_forward or this wrote: _choose tries the transforms in that
+    order, and re-reading the image's interleaved pixels for each cost more than these
+    whole-row steps."""
     for y in range(1, th + 1):
         r, g, b = planes[0, y, 1 : tw + 1], planes[1, y, 1 : tw + 1], planes[2, y, 1 : tw + 1]
-        if colour == 1:
+        if colour == 1:  # from 0
             for x in range(tw):
                 r[x] = (r[x] - g[x]) & 255
                 b[x] = (b[x] - g[x]) & 255
-        else:
+        elif colour == 3:  # from 1: planes 0 and 1 stay
             for x in range(tw):
                 red = (r[x] + g[x]) & 255
                 blue = (b[x] + g[x]) & 255
+                b[x] = (blue - ((red + g[x]) >> 1)) & 255
+        else:  # 2, from 3
+            for x in range(tw):
+                red = (r[x] + g[x]) & 255
+                blue = (b[x] + ((red + g[x]) >> 1)) & 255
                 co = (red - blue) & 255
                 t = (blue + _half(co)) & 255
                 cg = (g[x] - t) & 255
@@ -237,20 +253,23 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors,
     constant: the tile is one colour (the same choice, from its first pixel alone).
     """
     c = image.shape[2]
-    n_colours = 3 if c >= 3 else 1
+    n_colours = len(COLOUR_ORDER) if c >= 3 else 1
     best_cost = -1
     costs = np.zeros(f2.PREDICTORS, np.int64)
     preds = np.zeros(4, np.int64)
-    green_cost = 0
-    for colour in range(n_colours):
+    plane_costs = np.zeros(4, np.int64)  # of the transform tried last, plane by plane
+    for step in range(n_colours):
+        colour = COLOUR_ORDER[step]
         if colour == 0:
             _colour_forward(image, y0, x0, 1 if constant else th, 1 if constant else tw, colour, planes)
         else:
             _colour_next(planes, 1 if constant else th, 1 if constant else tw, colour)
         total = 0
         for k in range(c):
-            if colour == 1 and k == 1:  # subtract-green keeps G: colour 0's choice and cost
-                total += green_cost
+            # Planes the transform shares with the one tried before it keep their choice and
+            # cost: G under subtract green (from 0), R - G and G under 3 (from 1).
+            if (colour == 1 and k == 1) or (colour == 3 and k <= 1):
+                total += plane_costs[k]
                 continue
             if constant:
                 _constant_costs(planes[k, 1, 1], th, tw, costs)
@@ -258,10 +277,10 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors,
                 _predictor_costs(planes[k], th, tw, costs)
             best_p = _best_predictor(costs, n_predictors)
             preds[k] = best_p
+            plane_costs[k] = costs[best_p]
             total += costs[best_p]
-            if colour == 0 and k == 1:
-                green_cost = costs[best_p]
-        if best_cost < 0 or total < best_cost:
+        # The first minimum in transform number on ties, as reference_v2.choose.
+        if best_cost < 0 or total < best_cost or (total == best_cost and colour < choice_row[0]):
             best_cost = total
             choice_row[9] = total
             choice_row[0] = colour
@@ -2040,6 +2059,12 @@ def _colour_inverse(planes, n, colour):
             p0[q] = b + co
             p1[q] = g
             p2[q] = b
+    elif colour == 3:
+        for q in range(n):
+            g = p1[q]
+            r = np.uint8(p0[q] + g)
+            p0[q] = r
+            p2[q] += (r & g) + ((r ^ g) >> 1)  # floor((r + g) / 2) in bytes
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

@@ -176,6 +176,13 @@ def _half8(a):
 
 
 @cuda.jit(device=True, inline=True)
+def _mean8(a, b):
+    """Byte-wise floor((a + b) / 2) of 4 packed bytes read as unsigned (no carry between
+    bytes: the sum of the two terms is at most 255 in each byte)."""
+    return u32((a & b) + (((a ^ b) >> u32(1)) & u32(LOW7)))
+
+
+@cuda.jit(device=True, inline=True)
 def _unzigzag8(w):
     """Byte-wise zig-zag inverse: (z >> 1) ^ -(z & 1) of each byte, mod 256."""
     low = w & u32(ONES)
@@ -697,6 +704,9 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 p0 = _add8(b, p2)
                 p1 = g
                 p2 = b
+            elif colour == 3:
+                p0 = _add8(p0, p1)
+                p2 = _add8(p2, _mean8(p0, p1))
             # Pixel x0 + j goes to out_base + ((oy + y) * out_w + ox + x0 + j) * c; the
             # term in brackets is >= 0 for every pixel inside the region.
             line = i32(i32(i32(oy + y) * out_w) + ox + x0)

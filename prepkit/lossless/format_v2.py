@@ -104,7 +104,11 @@ def min_lanes_log2(fast_decode: bool) -> int:
 def channel_predictor(chb: Any) -> Any:
     """Predictor of a rANS channel byte (int or int64 array): bits 2-3, plus 4 when bit 1 is set."""
     return ((chb >> 2) & 3) + ((chb >> 1) & 1) * 4
-COLOURS = 3  # 0 none, 1 subtract green, 2 YCoCg-R lifting
+
+
+# 0 none, 1 subtract green, 2 YCoCg-R lifting, 3 subtract green then blue minus the mean of red
+# and green (3 added after the first v2 streams: decoders that predate it refuse it)
+COLOURS = 4
 
 
 @dataclass(frozen=True)
@@ -416,7 +420,7 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     info = byte(1, ~raw & ~runs)
     colour = info & 15
     lanes_log2 = info >> 4
-    _check(coded & (colour >= (COLOURS if c >= 3 else 1)), colour, "colour transform", "0..2 (0 for 1 channel)")
+    _check(coded & (colour >= (COLOURS if c >= 3 else 1)), colour, "colour transform", "0..3 (0 for 1 channel)")
     _check(pal & (colour != 0), colour, "palette tile byte 1 bits 0-3", "0")
     _check(lanes_log2 > MAX_LANES_LOG2, lanes_log2, "lane count log2", f"0..{MAX_LANES_LOG2}")
     # Palette tiles: byte 2 is P - 1, byte 3 the index plane's channel byte (rANS only).

@@ -29,11 +29,15 @@ def signed_half(v: np.ndarray) -> np.ndarray:
 
 
 def colour_forward(x: np.ndarray, mode: int) -> np.ndarray:
-    """Reversible colour transform of (..., C) int64 pixels, mod 256 (C >= 3 for modes 1, 2)."""
+    """Reversible colour transform of (..., C) int64 pixels, mod 256 (C >= 3 for modes 1-3)."""
     x = x.astype(np.int64).copy()
     if mode == 1:  # subtract green
         x[..., 0] = (x[..., 0] - x[..., 1]) & 255
         x[..., 2] = (x[..., 2] - x[..., 1]) & 255
+    elif mode == 3:  # subtract green from red, the mean of red and green from blue
+        r, g, b = x[..., 0].copy(), x[..., 1], x[..., 2]
+        x[..., 0] = (r - g) & 255
+        x[..., 2] = (b - ((r + g) >> 1)) & 255
     elif mode == 2:  # YCoCg-R lifting: planes become (Y, Cg, Co)
         r, g, b = x[..., 0], x[..., 1], x[..., 2]
         co = (r - b) & 255
@@ -49,6 +53,11 @@ def colour_inverse(x: np.ndarray, mode: int) -> np.ndarray:
     if mode == 1:
         x[..., 0] = (x[..., 0] + x[..., 1]) & 255
         x[..., 2] = (x[..., 2] + x[..., 1]) & 255
+    elif mode == 3:
+        g = x[..., 1]
+        r = (x[..., 0] + g) & 255
+        x[..., 0] = r
+        x[..., 2] = (x[..., 2] + ((r + g) >> 1)) & 255
     elif mode == 2:
         y, cg, co = x[..., 0].copy(), x[..., 1].copy(), x[..., 2].copy()
         t = (y - signed_half(cg)) & 255

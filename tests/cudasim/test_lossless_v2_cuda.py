@@ -89,7 +89,7 @@ def test_images_cover_every_mode(streams: Callable[[], list[bytes]]) -> None:
         seen["pred"] |= set(s.predictor[rans].tolist())
         seen["lanes"] |= set(s.lanes_log2[coded & rans.any(axis=1)].tolist())
     assert seen["raw"] and seen["const"]
-    assert seen["colour"] == {0, 1, 2}
+    assert seen["colour"] == set(range(f2.COLOURS))
     assert seen["pred"] == set(range(f2.PREDICTORS))  # none, left, up, gradient, MED
     assert {2, 5} <= seen["lanes"]
     channels = {lossless.read_header(stream).channels for stream in streams()}

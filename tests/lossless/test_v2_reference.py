@@ -30,7 +30,7 @@ def test_reference_roundtrip(image: np.ndarray, tile: int) -> None:
     assert len(data) <= f2.max_encoded_size(image.shape[0], image.shape[1], 1 if image.ndim == 2 else image.shape[2], tile)
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("mode", range(f2.COLOURS))
 def test_colour_transforms_invert_on_every_pixel(mode: int) -> None:
     grid = np.stack(np.meshgrid(np.arange(256), np.arange(256), indexing="ij"), -1).reshape(-1, 2)
     pixels = np.stack([grid[:, 0], grid[:, 1], (grid[:, 0] * 7 + grid[:, 1]) & 255], 1)

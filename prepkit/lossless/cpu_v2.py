@@ -48,18 +48,10 @@ _NO_WORDS = runs.NO_WORDS  # what _rans reads (and refuses) when a payload has n
 # ----------------------------------------------------------------------------- shared pieces
 
 
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _half(v):
-    """floor(s / 2) of v (0..255) read as a signed byte."""
-    s = np.int32(v)
-    if s >= 128:
-        s -= 256
-    return s >> 1
-
-
 @njit(nogil=True, cache=True, boundscheck=False)
 def _colour_forward(image, y0, x0, th, tw, colour, planes):
-    """Colour-transformed planes of one tile into planes[k, 1:th+1, 1:tw+1] (int32, 0..255).
+    """Colour-transformed planes of one tile into planes[k, 1:th+1, 1:tw+1] (int32, 0..255),
+    for the transforms the encoder tries (format_v2.ENCODER_COLOURS: 0, 1 or 3).
 
     Row 0 and column 0 of every plane stay 0, the value the predictors see outside the tile
     (A4), so the residual loops need no edge cases.
@@ -76,15 +68,6 @@ def _colour_forward(image, y0, x0, th, tw, colour, planes):
             for x in range(tw):
                 r[x] = (r[x] - g[x]) & 255
                 b[x] = (b[x] - g[x]) & 255
-        elif colour == 2:
-            r, g, b = planes[0, y + 1, 1 : tw + 1], planes[1, y + 1, 1 : tw + 1], planes[2, y + 1, 1 : tw + 1]
-            for x in range(tw):
-                co = (r[x] - b[x]) & 255
-                t = (b[x] + _half(co)) & 255
-                cg = (g[x] - t) & 255
-                r[x] = (t + _half(cg)) & 255
-                g[x] = cg
-                b[x] = co
         elif colour == 3:
             r, g, b = planes[0, y + 1, 1 : tw + 1], planes[1, y + 1, 1 : tw + 1], planes[2, y + 1, 1 : tw + 1]
             for x in range(tw):
@@ -92,38 +75,28 @@ def _colour_forward(image, y0, x0, th, tw, colour, planes):
                 r[x] = (r[x] - g[x]) & 255
 
 
-# The order in which _choose tries the colour transforms: each one's planes come from the
-# previous one's in place (_colour_next), and 3 shares planes 0 and 1 with 1 (subtract green).
-COLOUR_ORDER = (0, 1, 3, 2)
+# _choose tries the transforms of format_v2.ENCODER_COLOURS in its order: each one's planes
+# come from the previous one's in place (_colour_next), and 3 shares planes 0 and 1 with 1.
+assert f2.ENCODER_COLOURS == (0, 1, 3), "_colour_next makes 1 from 0 and 3 from 1"
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _colour_next(planes, th, tw, colour):
-    """Planes of colour transform `colour` in place from those of the transform before it in
-    COLOUR_ORDER, which _colour_forward or this wrote: _choose tries the transforms in that
-    order, and re-reading the image's interleaved pixels for each cost more than these
-    whole-row steps."""
+    """Planes of colour transform `colour` (1 or 3) in place from those of the one before it in
+    format_v2.ENCODER_COLOURS (0 or 1), which _colour_forward or this wrote: _choose tries the
+    transforms in that order, and re-reading the image's interleaved pixels for each cost more
+    than these whole-row steps."""
     for y in range(1, th + 1):
         r, g, b = planes[0, y, 1 : tw + 1], planes[1, y, 1 : tw + 1], planes[2, y, 1 : tw + 1]
         if colour == 1:  # from 0
             for x in range(tw):
                 r[x] = (r[x] - g[x]) & 255
                 b[x] = (b[x] - g[x]) & 255
-        elif colour == 3:  # from 1: planes 0 and 1 stay
+        else:  # 3, from 1: planes 0 and 1 stay
             for x in range(tw):
                 red = (r[x] + g[x]) & 255
                 blue = (b[x] + g[x]) & 255
                 b[x] = (blue - ((red + g[x]) >> 1)) & 255
-        else:  # 2, from 3
-            for x in range(tw):
-                red = (r[x] + g[x]) & 255
-                blue = (b[x] + ((red + g[x]) >> 1)) & 255
-                co = (red - blue) & 255
-                t = (blue + _half(co)) & 255
-                cg = (g[x] - t) & 255
-                r[x] = (t + _half(cg)) & 255
-                g[x] = cg
-                b[x] = co
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -253,13 +226,13 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors,
     constant: the tile is one colour (the same choice, from its first pixel alone).
     """
     c = image.shape[2]
-    n_colours = len(COLOUR_ORDER) if c >= 3 else 1
+    n_colours = len(f2.ENCODER_COLOURS) if c >= 3 else 1
     best_cost = -1
     costs = np.zeros(f2.PREDICTORS, np.int64)
     preds = np.zeros(4, np.int64)
     plane_costs = np.zeros(4, np.int64)  # of the transform tried last, plane by plane
     for step in range(n_colours):
-        colour = COLOUR_ORDER[step]
+        colour = f2.ENCODER_COLOURS[step]
         if colour == 0:
             _colour_forward(image, y0, x0, 1 if constant else th, 1 if constant else tw, colour, planes)
         else:
@@ -279,8 +252,7 @@ def _choose(image, y0, x0, th, tw, planes, choice_row, const_vals, n_predictors,
             preds[k] = best_p
             plane_costs[k] = costs[best_p]
             total += costs[best_p]
-        # The first minimum in transform number on ties, as reference_v2.choose.
-        if best_cost < 0 or total < best_cost or (total == best_cost and colour < choice_row[0]):
+        if best_cost < 0 or total < best_cost:  # ties: the first, as reference_v2.choose
             best_cost = total
             choice_row[9] = total
             choice_row[0] = colour

@@ -109,6 +109,12 @@ def channel_predictor(chb: Any) -> Any:
 # 0 none, 1 subtract green, 2 YCoCg-R lifting, 3 subtract green then blue minus the mean of red
 # and green (3 added after the first v2 streams: decoders that predate it refuse it)
 COLOURS = 4
+# The transforms the encoders try, in this order (ties: the first). Not YCoCg-R: with 3 among
+# them it still won some tiles by the encoders' bit-length costs, but it puts luma in plane 0
+# where the others put a colour difference, and the planes share table sets by number; left
+# out, the evaluation sets' streams are 0.07-0.12% smaller and the encoders cost 6 planes per
+# tile instead of 9 (docs/BENCHMARKS.md "A fourth colour transform"). Decoders keep it.
+ENCODER_COLOURS = (0, 1, 3)
 
 
 @dataclass(frozen=True)

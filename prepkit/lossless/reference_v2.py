@@ -149,13 +149,14 @@ def bit_cost(residuals: np.ndarray) -> int:
     return 2 * int(BIT_LENGTH[zigzag(residuals[::2])].sum())
 
 
-def choose(tile: np.ndarray, n_predictors: int = f2.PREDICTORS) -> TileChoice:
-    """Colour transform and per-channel predictor with the smallest sum of bit lengths
-    (first minimum on ties: the lower mode number wins)."""
+def choose(tile: np.ndarray, n_predictors: int = f2.PREDICTORS,
+           colours: tuple[int, ...] = f2.ENCODER_COLOURS) -> TileChoice:
+    """Colour transform (of `colours`, in increasing order) and per-channel predictor with the
+    smallest sum of bit lengths (first minimum on ties: the lower mode number wins)."""
     c = tile.shape[2]
     best: TileChoice | None = None
     best_cost = -1
-    for colour in range(f2.COLOURS if c >= 3 else 1):
+    for colour in (colours if c >= 3 else (0,)):
         planes = np.moveaxis(colour_forward(tile, colour), 2, 0)
         total = 0
         predictors = []
@@ -491,24 +492,25 @@ def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
 
 
 def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_context: bool | None = None,
-           runs_tiles: bool = True, runs_first: bool = True) -> bytes:
+           runs_tiles: bool = True, runs_first: bool = True, colours: tuple[int, ...] = f2.ENCODER_COLOURS) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation);
     fast_decode leaves MED out (format_v2.encoder_predictors); wide_context (A4) defaults
     to format_v2.encoder_wide_context (tests ask for either kind on any image); runs_tiles=False
     writes no runs tiles (A2 mode 3); runs_first=False weighs every runs candidate against its
-    coded payload instead of taking the sure ones (runs.sure) first."""
+    coded payload instead of taking the sure ones (runs.sure) first; colours: the colour
+    transforms to try (tests ask for those the encoders leave out, for the decoders)."""
     image, flags = prepare(image, tile)
-    stream = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first)
+    stream = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours)
     if f2.encoder_tries_one_set(len(tiles_of(image, tile))):
         # Small images: also with one table set for every plane; the smaller stream wins.
-        one_set = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, one_set=True)
+        one_set = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours, one_set=True)
         if len(one_set) < len(stream):
             return one_set
     return stream
 
 
 def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_context: bool | None,
-            runs_tiles: bool, runs_first: bool, one_set: bool = False) -> bytes:
+            runs_tiles: bool, runs_first: bool, colours: tuple[int, ...], one_set: bool = False) -> bytes:
     """encode() of a prepared image (format.prepare) and its flags; one_set: every plane
     (palette index planes too) codes with table set 0."""
     h, w, c = image.shape
@@ -527,7 +529,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
     sure = {i for i, ch in runs_choices.items()
             if runs_first and runs.sure(ch.symbols.size, ch.index.size)}
     active = [i for i in range(len(tiles)) if i not in sure]
-    coded = [choose(t, n_predictors) for t in tiles]
+    coded = [choose(t, n_predictors, colours) for t in tiles]
     choices: list[Choice] = [coded[i] for i in range(len(tiles))]
     n_sets = 1 if one_set else c  # one_set_per_plane clips every plane to set n_sets - 1
     candidates = {i for i in active if palette_first(coded[i], pals[i])}
@@ -570,7 +572,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
         if any(payloads[i][0] != f2.TILE_RUNS for i in sure):
             # A sure tile that did not become a runs tile: the image again, every candidate
             # weighed against its coded payload.
-            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False, one_set)
+            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False, colours, one_set)
     return smaller_of(assemble(header, freq, payloads), header, tiles)
 
 

@@ -50,8 +50,24 @@ def test_one_colour_tiles_match_reference(channels: int, fast_decode: bool) -> N
         assert stream == r2.encode(image, tile, fast_decode=fast_decode)
         s = f2.read_stream(np.frombuffer(stream, np.uint8))
         one_colour = (s.mode == f2.TILE_CODED) & (s.ch_mode[:, :channels] == f2.CH_CONST).all(axis=1)
-        assert one_colour.sum() > 10 and set(s.colour[one_colour].tolist()) == (set(range(f2.COLOURS)) if channels > 1 else {0})
+        assert one_colour.sum() > 10 and set(s.colour[one_colour].tolist()) == (set(f2.ENCODER_COLOURS) if channels > 1 else {0})
         np.testing.assert_array_equal(lossless.decode(stream), image)
+
+
+@pytest.mark.parametrize("colour", range(f2.COLOURS))
+@pytest.mark.parametrize("channels", [3, 4])
+def test_every_colour_transform_decodes(colour: int, channels: int) -> None:
+    """Streams whose coded tiles all use one colour transform, those the encoders leave out
+    (format_v2.ENCODER_COLOURS) included: the numba decoder gives back the image, whole and
+    cropped, as the reference decoder does."""
+    image = make_image("smooth", 40, 37, channels, seed=colour)
+    stream = r2.encode(image, 16, colours=(colour,))
+    s = f2.read_stream(np.frombuffer(stream, np.uint8))
+    coded = s.mode == f2.TILE_CODED
+    assert coded.sum() > 4 and set(s.colour[coded].tolist()) == {colour}
+    np.testing.assert_array_equal(lossless.decode(stream), image)
+    np.testing.assert_array_equal(r2.decode(stream), image)
+    np.testing.assert_array_equal(lossless.decode(stream, roi=(5, 3, 30, 20)), image[5:30, 3:20])
 
 
 def _predictors_used(stream: bytes) -> set[int]:

@@ -165,8 +165,8 @@ def test_small_images_keep_the_smaller_of_one_and_per_plane_table_sets(side: int
 
     image = make_image("smooth", side, side, c, seed=side)
     prepared, flags = r2.prepare(image, 64)
-    per_plane = r2._encode(prepared, flags, 64, False, None, True, True)
-    one_set = r2._encode(prepared, flags, 64, False, None, True, True, one_set=True)
+    per_plane = r2._encode(prepared, flags, 64, False, None, True, True, f2.ENCODER_COLOURS)
+    one_set = r2._encode(prepared, flags, 64, False, None, True, True, f2.ENCODER_COLOURS, one_set=True)
     data = r2.encode(image)
     assert data == cpu_v2.encode(image) == min(per_plane, one_set, key=len)
     assert f2.read_header(np.frombuffer(one_set, np.uint8))[1] == 1

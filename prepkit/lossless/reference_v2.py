@@ -34,10 +34,6 @@ def colour_forward(x: np.ndarray, mode: int) -> np.ndarray:
     if mode == 1:  # subtract green
         x[..., 0] = (x[..., 0] - x[..., 1]) & 255
         x[..., 2] = (x[..., 2] - x[..., 1]) & 255
-    elif mode == 3:  # subtract green from red, the mean of red and green from blue
-        r, g, b = x[..., 0].copy(), x[..., 1], x[..., 2]
-        x[..., 0] = (r - g) & 255
-        x[..., 2] = (b - ((r + g) >> 1)) & 255
     elif mode == 2:  # YCoCg-R lifting: planes become (Y, Cg, Co)
         r, g, b = x[..., 0], x[..., 1], x[..., 2]
         co = (r - b) & 255
@@ -45,19 +41,19 @@ def colour_forward(x: np.ndarray, mode: int) -> np.ndarray:
         cg = (g - t) & 255
         y = (t + signed_half(cg)) & 255
         x[..., 0], x[..., 1], x[..., 2] = y, cg, co
+    elif mode == 3:  # subtract green from red, the mean of red and green from blue
+        r, g, b = x[..., 0].copy(), x[..., 1], x[..., 2]
+        x[..., 0] = (r - g) & 255
+        x[..., 2] = (b - ((r + g) >> 1)) & 255
     return x
 
 
 def colour_inverse(x: np.ndarray, mode: int) -> np.ndarray:
+    """colour_forward undone: (..., C) planes back to pixels, mod 256."""
     x = x.astype(np.int64).copy()
     if mode == 1:
         x[..., 0] = (x[..., 0] + x[..., 1]) & 255
         x[..., 2] = (x[..., 2] + x[..., 1]) & 255
-    elif mode == 3:
-        g = x[..., 1]
-        r = (x[..., 0] + g) & 255
-        x[..., 0] = r
-        x[..., 2] = (x[..., 2] + ((r + g) >> 1)) & 255
     elif mode == 2:
         y, cg, co = x[..., 0].copy(), x[..., 1].copy(), x[..., 2].copy()
         t = (y - signed_half(cg)) & 255
@@ -65,6 +61,11 @@ def colour_inverse(x: np.ndarray, mode: int) -> np.ndarray:
         b = (t - signed_half(co)) & 255
         r = (b + co) & 255
         x[..., 0], x[..., 1], x[..., 2] = r, g, b
+    elif mode == 3:
+        g = x[..., 1]
+        r = (x[..., 0] + g) & 255
+        x[..., 0] = r
+        x[..., 2] = (x[..., 2] + ((r + g) >> 1)) & 255
     return x
 
 

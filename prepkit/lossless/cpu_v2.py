@@ -48,6 +48,29 @@ _NO_WORDS = runs.NO_WORDS  # what _rans reads (and refuses) when a payload has n
 # ----------------------------------------------------------------------------- shared pieces
 
 
+# _choose tries the transforms of format_v2.ENCODER_COLOURS in its order: each one's planes
+# come from the previous one's in place (_colour_next), and 3 shares planes 0 and 1 with 1.
+assert f2.ENCODER_COLOURS == (0, 1, 3), "_colour_next makes 1 from 0 and 3 from 1"
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _colour_next(planes, th, tw, colour):
+    """Planes of colour transform `colour` (1 or 3) in place from those of the one before it in
+    format_v2.ENCODER_COLOURS (0 or 1): _choose tries the transforms in that order, and
+    re-reading the image's interleaved pixels for each cost more than these whole-row steps."""
+    for y in range(1, th + 1):
+        r, g, b = planes[0, y, 1 : tw + 1], planes[1, y, 1 : tw + 1], planes[2, y, 1 : tw + 1]
+        if colour == 1:  # from 0
+            for x in range(tw):
+                r[x] = (r[x] - g[x]) & 255
+                b[x] = (b[x] - g[x]) & 255
+        else:  # 3, from 1: planes 0 and 1 stay
+            for x in range(tw):
+                red = (r[x] + g[x]) & 255
+                blue = (b[x] + g[x]) & 255
+                b[x] = (blue - ((red + g[x]) >> 1)) & 255
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _colour_forward(image, y0, x0, th, tw, colour, planes):
     """Colour-transformed planes of one tile into planes[k, 1:th+1, 1:tw+1] (int32, 0..255),
@@ -63,40 +86,10 @@ def _colour_forward(image, y0, x0, th, tw, colour, planes):
             row = planes[k, y + 1, 1 : tw + 1]
             for x in range(tw):
                 row[x] = src[x, k]
-        if colour == 1:
-            r, g, b = planes[0, y + 1, 1 : tw + 1], planes[1, y + 1, 1 : tw + 1], planes[2, y + 1, 1 : tw + 1]
-            for x in range(tw):
-                r[x] = (r[x] - g[x]) & 255
-                b[x] = (b[x] - g[x]) & 255
-        elif colour == 3:
-            r, g, b = planes[0, y + 1, 1 : tw + 1], planes[1, y + 1, 1 : tw + 1], planes[2, y + 1, 1 : tw + 1]
-            for x in range(tw):
-                b[x] = (b[x] - ((r[x] + g[x]) >> 1)) & 255
-                r[x] = (r[x] - g[x]) & 255
-
-
-# _choose tries the transforms of format_v2.ENCODER_COLOURS in its order: each one's planes
-# come from the previous one's in place (_colour_next), and 3 shares planes 0 and 1 with 1.
-assert f2.ENCODER_COLOURS == (0, 1, 3), "_colour_next makes 1 from 0 and 3 from 1"
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _colour_next(planes, th, tw, colour):
-    """Planes of colour transform `colour` (1 or 3) in place from those of the one before it in
-    format_v2.ENCODER_COLOURS (0 or 1), which _colour_forward or this wrote: _choose tries the
-    transforms in that order, and re-reading the image's interleaved pixels for each cost more
-    than these whole-row steps."""
-    for y in range(1, th + 1):
-        r, g, b = planes[0, y, 1 : tw + 1], planes[1, y, 1 : tw + 1], planes[2, y, 1 : tw + 1]
-        if colour == 1:  # from 0
-            for x in range(tw):
-                r[x] = (r[x] - g[x]) & 255
-                b[x] = (b[x] - g[x]) & 255
-        else:  # 3, from 1: planes 0 and 1 stay
-            for x in range(tw):
-                red = (r[x] + g[x]) & 255
-                blue = (b[x] + g[x]) & 255
-                b[x] = (blue - ((red + g[x]) >> 1)) & 255
+    if colour != 0:  # through the same steps as _choose
+        _colour_next(planes, th, tw, 1)
+        if colour == 3:
+            _colour_next(planes, th, tw, 3)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")

@@ -143,6 +143,8 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
         noisy = np.clip(smooth + np_rng.normal(0, 6, size=(h, w, c)), 0, 255)
         for version in (1, 2):
             seeds.append(lossless.encode(noisy.astype(np.uint8), version=version))
+        if c > 1 and h > 1:  # colour streams from before 2026-11-27: narrow contexts (A4), still decoded
+            seeds.append(reference_v2.encode(noisy.astype(np.uint8), wide_context=False))
     # v2's cheap modes: constant tiles, few-lane mask tiles, raw (noise) tiles.
     mask = np.zeros((70, 90), np.uint8)
     mask[10:50, 20:80] = 3

@@ -37,11 +37,11 @@ CONTEXT_OF = np.array([f2.context_of_value(np.arange(256), wide) for wide in (Fa
 # The decoder's symbol buffer holds symbol i at SYM0 + i after SYM0 zeros (the context
 # symbols before the start, A4), so every context read is a non-negative index.
 SYM0 = f2.CONTEXT_HISTORY
-NARROW_CONTEXT_OF = CONTEXT_OF[0].copy()
 WIDE_CONTEXT_OF = CONTEXT_OF[1].copy()
 CONTEXT16 = CONTEXT_OF[:, :16].astype(np.uint8)  # the vector steps' shuffle tables (values >= 15: context 3)
-# Whether the encoder writes wide contexts, by channel count (format_v2.encoder_wide_context).
-WIDE_FOR_CHANNELS = np.array([f2.encoder_wide_context(c) for c in range(5)])
+# The encoder writes wide contexts for every image (format_v2.encoder_wide_context), so its
+# context loops know one kind; the decoders read both.
+assert all(f2.encoder_wide_context(c) for c in (1, 3, 4)), "the numba encoder writes wide contexts only"
 _NO_WORDS = runs.NO_WORDS  # what _rans reads (and refuses) when a payload has no words left
 
 
@@ -494,12 +494,9 @@ def _largest_back(src, i):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _sequence_context(src, i, wide):
-    """Context (A4) of symbol i (unsigned) of a tile's symbol sequence src: wide, from the
-    largest of the symbols 63, 64, 65 and 128 earlier, or narrow, from the symbol 64
-    earlier; those before the start are 0."""
-    if not wide:
-        return NARROW_CONTEXT_OF[src[i - np.uint64(64)]] if i >= np.uint64(64) else np.int64(0)
+def _sequence_context(src, i):
+    """Wide context (A4) of symbol i (unsigned) of a tile's symbol sequence src, from the
+    largest of the symbols 63, 64, 65 and 128 earlier; those before the start are 0."""
     if i >= np.uint64(128):
         u = _largest_back(src, i)
     else:
@@ -511,42 +508,45 @@ def _sequence_context(src, i, wide):
     return WIDE_CONTEXT_OF[u]
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _narrow_tables(src, i, stop, s4, tables):
-    """tables[i:stop] = s4 + narrow context (i >= 64; unsigned indices). Returns stop."""
-    while i < stop:
-        tables[i] = s4 + NARROW_CONTEXT_OF[src[i - np.uint64(64)]]
-        i += np.uint64(1)
-    return i
+_T0, _T1, _T2 = f2.WIDE_THRESHOLDS
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _wide_tables(src, i, stop, s4, tables):
-    """tables[i:stop] = s4 + wide context (i >= 128; unsigned indices). Returns stop."""
-    while i < stop:
-        tables[i] = s4 + WIDE_CONTEXT_OF[_largest_back(src, i)]
-        i += np.uint64(1)
-    return i
+def _wide_contexts(src, i, stop, out):
+    """out[:stop - i] = the wide contexts (A4) of src[i:stop] (i >= 128; unsigned indices), by
+    comparisons rather than a WIDE_CONTEXT_OF lookup: one loop over four shifted slices that
+    LLVM vectorises (a lookup per symbol is a gather it will not)."""
+    n = stop - i
+    right, above, left = src[i - np.uint64(63) : stop - np.uint64(63)], src[i - np.uint64(64) : stop - np.uint64(64)], \
+        src[i - np.uint64(65) : stop - np.uint64(65)]
+    two_up = src[i - np.uint64(128) : stop - np.uint64(128)]
+    for j in range(n):
+        u = max(max(right[j], above[j]), max(left[j], two_up[j]))
+        out[j] = np.uint8(u > _T0) + np.uint8(u > _T1) + np.uint8(u > _T2)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _narrow_counts(src, i, stop, row, parts):
-    """Count (row + narrow context, symbol) of src[i:stop] into parts[i % 4] (i >= 64)."""
+def _wide_tables(src, i, stop, s4, tables, ctx):
+    """tables[i:stop] = s4 + wide context (i >= 128; unsigned indices; ctx: scratch of a
+    plane's length). Returns stop."""
+    _wide_contexts(src, i, stop, ctx)
+    out = tables[i:stop]
+    for j in range(stop - i):
+        out[j] = s4 + ctx[j]
+    return stop
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _wide_counts(src, i, stop, row, parts, ctx):
+    """Count (row + wide context, symbol) of src[i:stop] into parts[i % 4] (i >= 128; ctx:
+    scratch of a plane's length). The contexts first, in a vector loop of their own: 2.3x
+    faster than a context lookup in the counting loop (0.53 against 1.22 ns per symbol)."""
+    _wide_contexts(src, i, stop, ctx)
     three = np.uint64(3)
-    while i < stop:
-        parts[i & three, row + np.uint64(NARROW_CONTEXT_OF[src[i - np.uint64(64)]]), np.uint64(src[i])] += 1
-        i += np.uint64(1)
-    return i
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _wide_counts(src, i, stop, row, parts):
-    """Count (row + wide context, symbol) of src[i:stop] into parts[i % 4] (i >= 128)."""
-    three = np.uint64(3)
-    while i < stop:
-        parts[i & three, row + np.uint64(WIDE_CONTEXT_OF[_largest_back(src, i)]), np.uint64(src[i])] += 1
-        i += np.uint64(1)
-    return i
+    values = src[i:stop]
+    for j in range(stop - i):
+        parts[(i + np.uint64(j)) & three, row + np.uint64(ctx[j]), np.uint64(values[j])] += 1
+    return stop
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -554,7 +554,7 @@ def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal):
     """Table index (A4: set * 4 + context) of the tile's n symbols syms[s0 : s0 + n], into
     tables[:n]; sets_row: the set of each plane, then of a palette tile's index plane (pal)."""
     src = syms[s0 : s0 + n]
-    wide = WIDE_FOR_CHANNELS[c]
+    ctx = np.empty(plane, np.uint8)
     i = np.uint64(0)
     for k in range(1 if pal else c):
         if not pal and choice_row[5 + k]:
@@ -563,13 +563,9 @@ def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal):
         stop = i + np.uint64(plane)
         head = min(stop, np.uint64(f2.CONTEXT_HISTORY))
         while i < head:  # the first symbols: some context symbols lie before the start
-            tables[i] = s4 + _sequence_context(src, i, wide)
+            tables[i] = s4 + _sequence_context(src, i)
             i += np.uint64(1)
-        # (one plain loop per kind, each a function of its own: LLVM optimises those best)
-        if wide:
-            i = _wide_tables(src, i, stop, s4, tables)
-        else:
-            i = _narrow_tables(src, i, stop, s4, tables)
+        i = _wide_tables(src, i, stop, s4, tables, ctx)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -582,7 +578,7 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
     # would otherwise make every increment wait for the previous one's store.
     parts = np.zeros((4, hist.shape[0], 256), np.uint16)
     src = syms[s0 : s0 + n]
-    wide = WIDE_FOR_CHANNELS[c]
+    ctx = np.empty(plane, np.uint8)
     i = np.uint64(0)
     three = np.uint64(3)
     for k in range(1 if pal else c):
@@ -592,12 +588,9 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
         stop = i + np.uint64(plane)
         head = min(stop, np.uint64(f2.CONTEXT_HISTORY))
         while i < head:  # the first symbols: some context symbols lie before the start
-            parts[i & three, row + np.uint64(_sequence_context(src, i, wide)), np.uint64(src[i])] += 1
+            parts[i & three, row + np.uint64(_sequence_context(src, i)), np.uint64(src[i])] += 1
             i += np.uint64(1)
-        if wide:
-            i = _wide_counts(src, i, stop, row, parts)
-        else:
-            i = _narrow_counts(src, i, stop, row, parts)
+        i = _wide_counts(src, i, stop, row, parts, ctx)
     for r in range(hist.shape[0]):
         into = hist[r]
         for v in range(256):

@@ -385,7 +385,7 @@ def test_streams_with_narrow_contexts_still_decode(kind: str, channels: int | No
     """Streams without FLAG_WIDE_CONTEXT (contexts from the symbol 64 earlier alone, A4)
     decode exactly in every decoder, as do streams with it, on lane counts from 2 (small
     tiles, masks) to 32 and on palette tiles; the two streams differ. The numba encoder
-    writes the kind format_v2.encoder_wide_context names (wide for one channel)."""
+    writes the kind format_v2.encoder_wide_context names (wide, for every channel count)."""
     rng = np.random.default_rng(7)
     if kind == "labels":  # a mask: a few regions with ragged borders (palette and 2-lane tiles)
         yy, xx = np.mgrid[0:150, 0:170]
@@ -403,7 +403,8 @@ def test_streams_with_narrow_contexts_still_decode(kind: str, channels: int | No
         for stream in (old, new):
             np.testing.assert_array_equal(r2.decode(stream), image)
             np.testing.assert_array_equal(lossless.decode(stream), image)
-        assert lossless.encode(image, tile, version=2) == (new if channels is None else old)
+        assert lossless.encode(image, tile, version=2) == (new if f2.encoder_wide_context(channels or 1) else old)
+        assert f2.encoder_wide_context(channels or 1)
         lanes |= {int(v) for v in f2.read_stream(np.frombuffer(old, np.uint8)).lanes_log2}
     if kind in ("smooth", "labels"):  # 2 lanes (the two-lane loop) and 8 or more (the vector steps)
         assert 1 in lanes and (kind == "labels" or max(lanes) >= 3)
@@ -417,6 +418,18 @@ def test_batches_mix_narrow_and_wide_streams() -> None:
     old_b, new_b = _narrow_and_wide(b, 32)
     for got, want in zip(lossless.decode_batch([old_a, new_b, new_a, old_b]), [a, b, a, b], strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_encoder_wide_contexts_by_comparisons_equal_the_reference() -> None:
+    """cpu_v2._wide_contexts (comparisons in a vector loop) against format_v2's contexts, on
+    symbols around every bound (0, 2, 6) and large ones, from position 128 to the end."""
+    rng = np.random.default_rng(34)
+    src = rng.choice(np.array([0, 0, 0, 1, 2, 3, 6, 7, 8, 200, 255], np.uint8), size=3000)
+    want = f2.context_of_value(f2.context_values(src, wide=True), True)
+    out = np.full(src.size, 99, np.uint8)
+    for start, stop in ((128, 3000), (128, 129), (1000, 2048), (2999, 3000)):
+        cpu_v2._wide_contexts(src, np.uint64(start), np.uint64(stop), out)
+        assert out[: stop - start].tolist() == want[start:stop].tolist()
 
 
 def test_wide_context_values_follow_the_text() -> None:

@@ -1653,7 +1653,13 @@ if rans_avx2.AVAILABLE:
                     w = rans_avx2.rans_step8_narrow(row, j0, x, j0, flat, tbase, words, w, permute)
                 i += lanes
         # Wide contexts, blocks of 32 symbols: their table rows at once (their context symbols
-        # are at least 63 back: decoded), then the block's rounds.
+        # are at least 63 back: decoded), then the block's rounds. A 32-lane tile's round keeps
+        # its rows in registers (rans_round32) while 32 words are left.
+        if lanes == 32:
+            while i + 32 <= stop and w + np.uint64(32) <= n_words:
+                w = rans_avx2.rans_round32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], x, flat, tbase, ctx16,
+                                           wmask, words, w, permute)
+                i += 32
         while i + lanes <= stop and w + ulanes <= n_words:
             rans_avx2.table_bases32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], np.uint64(0), tbase, ctx16, wmask,
                                     bases)

@@ -22,6 +22,12 @@ known before the first of them is decoded, whatever the lane count):
              of those 63, 64, 65 and 128 back               8-byte loads, byte shifts, vpmaxub
     ctx    = ctx16[min(u, 15)]                              one vpshufb
 
+A 32-lane tile of a wide stream runs whole rounds as `rans_round32`: the 32 table rows and
+the four steps in one intrinsic, the rows in registers instead of stored to `bases` and
+loaded back by each step. That took the 2.6-6.8% that wide contexts cost colour images'
+decodes back to the speed of narrow ones (docs/BENCHMARKS.md "Wide contexts for colour
+images"). Narrow streams keep `rans_step8_narrow`, which takes its contexts in the step.
+
 The permutation of each of the 256 lane masks is a row of PERMUTE (vpermd's indices). The
 caller guarantees 8 readable words at `w` and 136 bytes of `row` from `at`; the decoded values
 equal the scalar loop's (tests compare both on every lane count and on random tables).
@@ -69,6 +75,64 @@ def _address(builder: ir.IRBuilder, context, aryty, array, index: ir.Value, vect
     return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
 
 
+def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v, ctx16_ty, ctx16_v,
+                   wmask_v) -> list[ir.Value]:
+    """The table rows of the 32 symbols row[at+SYM0 : at+SYM0+32] as four <8 x i32> (tbase +
+    4096 * context, A4): table_bases32's computation, which rans_round32 keeps in registers."""
+    pshufb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32I8, [_V32I8, _V32I8]),
+                                            "llvm.x86.avx2.pshuf.b")
+    data = context.make_array(row_ty)(context, builder, row_v).data
+
+    def back(distance: int) -> ir.Value:
+        """The 32 bytes S(i - distance .. i - distance + 31), distance a multiple of 8,
+        as four 8-byte loads, each exactly one earlier 8-byte store of the vector step:
+        a load spanning several stores still in flight may wait for them to reach the
+        cache. (Measured on the dev VM, 32-byte loads ran as fast: kept for CPUs that
+        forward stores less well, an unconfirmed reason.)"""
+        parts = []
+        for k in range(4):
+            at = builder.add(at_v, ir.Constant(at_v.type, SYM0 - distance + 8 * k))
+            parts.append(builder.load(_address(builder, context, row_ty, row_v, at, _V8I8), align=1))
+        low = builder.shuffle_vector(parts[0], parts[1], ir.Constant(_V16I32, list(range(16))))
+        high = builder.shuffle_vector(parts[2], parts[3], ir.Constant(_V16I32, list(range(16))))
+        return builder.shuffle_vector(low, high, ir.Constant(_V32I32, list(range(32))))
+
+    def byte(distance: int) -> ir.Value:
+        """S(i - distance) as element 0 of a vector (one byte inside an earlier store)."""
+        value = builder.load(builder.gep(data, [builder.add(at_v, ir.Constant(at_v.type, SYM0 - distance))]))
+        return builder.insert_element(ir.Constant(_V32I8, ir.Undefined), value, ir.Constant(_I32, 0))
+
+    def umax(a: ir.Value, b: ir.Value) -> ir.Value:
+        return builder.select(builder.icmp_unsigned(">", a, b), a, b)
+
+    def splat32(value: ir.Value, vector: ir.VectorType) -> ir.Value:
+        one = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(_I32, 0))
+        return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), ir.Constant(_V32I32, [0] * 32))
+
+    # u = max(S(i-64), wmask & max(S(i-63), S(i-65), S(i-128))), ctx = ctx16[min(u, 15)].
+    # S(i-63) and S(i-65) are S(i-64) shifted by one byte either way, with S(i-32) and
+    # S(i-65) brought in as single bytes.
+    above = back(64)
+    above_right = builder.shuffle_vector(above, byte(32), ir.Constant(_V32I32, list(range(1, 33))))
+    above_left = builder.shuffle_vector(byte(65), above, ir.Constant(_V32I32, [0] + list(range(32, 63))))
+    wide = builder.and_(umax(umax(above_right, above_left), back(128)), splat32(wmask_v, _V32I8))
+    u = umax(above, wide)
+    fifteen = ir.Constant(_V32I8, [15] * 32)
+    u = builder.select(builder.icmp_unsigned(">", u, fifteen), fifteen, u)
+    table16 = builder.load(_address(builder, context, ctx16_ty, ctx16_v, ir.Constant(ir.IntType(64), 0), _V16I8),
+                           align=1)
+    table32 = builder.shuffle_vector(table16, table16, ir.Constant(_V32I32, list(range(16)) * 2))
+    ctx = builder.call(pshufb, [table32, u])
+    base = builder.insert_element(ir.Constant(_V8I32, ir.Undefined), builder.trunc(tbase_v, _I32),
+                                  ir.Constant(_I32, 0))
+    base = builder.shuffle_vector(base, ir.Constant(_V8I32, ir.Undefined), ir.Constant(_V8I32, [0] * 8))
+    out = []
+    for k in range(4):
+        part = builder.shuffle_vector(ctx, ctx, ir.Constant(_V8I32, list(range(8 * k, 8 * k + 8))))
+        out.append(builder.add(base, builder.shl(builder.zext(part, _V8I32), _splat(12))))
+    return out
+
+
 @intrinsic
 def table_bases32(typingctx, row, at, tbase, ctx16, wmask, bases):
     """bases[0:32] (int32) = tbase + 4096 * context of the symbols row[at+SYM0 : at+SYM0+32]
@@ -80,61 +144,12 @@ def table_bases32(typingctx, row, at, tbase, ctx16, wmask, bases):
     def codegen(context, builder, signature, args):
         row_v, at_v, tbase_v, ctx16_v, wmask_v, bases_v = args
         tys = signature.args
-        pshufb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32I8, [_V32I8, _V32I8]),
-                                                "llvm.x86.avx2.pshuf.b")
-
-        data = context.make_array(tys[0])(context, builder, row_v).data
-
-        def back(distance: int) -> ir.Value:
-            """The 32 bytes S(i - distance .. i - distance + 31), distance a multiple of 8,
-            as four 8-byte loads, each exactly one earlier 8-byte store of the vector step:
-            a load spanning several stores still in flight may wait for them to reach the
-            cache. (Measured on the dev VM, 32-byte loads ran as fast: kept for CPUs that
-            forward stores less well, an unconfirmed reason.)"""
-            parts = []
-            for k in range(4):
-                at = builder.add(at_v, ir.Constant(at_v.type, SYM0 - distance + 8 * k))
-                parts.append(builder.load(_address(builder, context, tys[0], row_v, at, _V8I8), align=1))
-            low = builder.shuffle_vector(parts[0], parts[1], ir.Constant(_V16I32, list(range(16))))
-            high = builder.shuffle_vector(parts[2], parts[3], ir.Constant(_V16I32, list(range(16))))
-            return builder.shuffle_vector(low, high, ir.Constant(_V32I32, list(range(32))))
-
-        def byte(distance: int) -> ir.Value:
-            """S(i - distance) as element 0 of a vector (one byte inside an earlier store)."""
-            value = builder.load(builder.gep(data, [builder.add(at_v, ir.Constant(at_v.type, SYM0 - distance))]))
-            return builder.insert_element(ir.Constant(_V32I8, ir.Undefined), value, ir.Constant(_I32, 0))
-
-        def umax(a: ir.Value, b: ir.Value) -> ir.Value:
-            return builder.select(builder.icmp_unsigned(">", a, b), a, b)
-
-        def splat32(value: ir.Value, vector: ir.VectorType) -> ir.Value:
-            one = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(_I32, 0))
-            return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), ir.Constant(_V32I32, [0] * 32))
-
-        # u = max(S(i-64), wmask & max(S(i-63), S(i-65), S(i-128))), ctx = ctx16[min(u, 15)].
-        # S(i-63) and S(i-65) are S(i-64) shifted by one byte either way, with S(i-32) and
-        # S(i-65) brought in as single bytes.
-        above = back(64)
-        above_right = builder.shuffle_vector(above, byte(32), ir.Constant(_V32I32, list(range(1, 33))))
-        above_left = builder.shuffle_vector(byte(65), above, ir.Constant(_V32I32, [0] + list(range(32, 63))))
-        wide = builder.and_(umax(umax(above_right, above_left), back(128)), splat32(wmask_v, _V32I8))
-        u = umax(above, wide)
-        fifteen = ir.Constant(_V32I8, [15] * 32)
-        u = builder.select(builder.icmp_unsigned(">", u, fifteen), fifteen, u)
-        table16 = builder.load(_address(builder, context, tys[3], ctx16_v, ir.Constant(ir.IntType(64), 0), _V16I8),
-                               align=1)
-        table32 = builder.shuffle_vector(table16, table16, ir.Constant(_V32I32, list(range(16)) * 2))
-        ctx = builder.call(pshufb, [table32, u])
-        base = builder.insert_element(ir.Constant(_V8I32, ir.Undefined), builder.trunc(tbase_v, _I32),
-                                      ir.Constant(_I32, 0))
-        base = builder.shuffle_vector(base, ir.Constant(_V8I32, ir.Undefined), ir.Constant(_V8I32, [0] * 8))
+        vectors = _bases_vectors(context, builder, tys[0], row_v, at_v, tbase_v, tys[3], ctx16_v, wmask_v)
         # Stored as four 32-byte vectors, the loads rans_step8 makes: a load that takes part
         # of a wider store cannot always be forwarded from it (it waits for the cache).
         for k in range(4):
-            part = builder.shuffle_vector(ctx, ctx, ir.Constant(_V8I32, list(range(8 * k, 8 * k + 8))))
-            result = builder.add(base, builder.shl(builder.zext(part, _V8I32), _splat(12)))
             out_p = _address(builder, context, tys[5], bases_v, ir.Constant(ir.IntType(64), 8 * k), _V8I32)
-            builder.store(result, out_p, align=4)
+            builder.store(vectors[k], out_p, align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -191,6 +206,34 @@ def rans_step8(typingctx, row, at, states, j0, flat, bases, b0, words, w, permut
         x = builder.load(states_p, align=4)
         return _decode_step(context, builder, tys, row_v, at_v, states_p, x, table_base, flat_v, words_v, w_v,
                             permute_v)
+
+    return sig, codegen
+
+
+@intrinsic
+def rans_round32(typingctx, row, states, flat, tbase, ctx16, wmask, words, w, permute):
+    """A whole round of a 32-lane tile: table_bases32, then rans_step8 on lanes 0-7, 8-15,
+    16-23 and 24-31, with the table rows in registers (no bases array). row = symbols[i :
+    i + SYM0 + 32], states the 32 uint32 lane states; the caller guarantees 32 readable words
+    at w. Returns the new w. (Two rounds of a 16-lane tile this way measured 1-2% slower than
+    table_bases32 and two rounds of steps, so 16- and 8-lane tiles keep those.)"""
+    sig = types.uint64(row, states, flat, types.int64, ctx16, types.uint8, words, types.uint64, permute)
+
+    def codegen(context, builder, signature, args):
+        row_v, states_v, flat_v, tbase_v, ctx16_v, wmask_v, words_v, w_v, permute_v = args
+        tys = signature.args
+        i64 = ir.IntType(64)
+        vectors = _bases_vectors(context, builder, tys[0], row_v, ir.Constant(i64, 0), tbase_v, tys[4], ctx16_v,
+                                 wmask_v)
+        # _decode_step reads the types of (row, at, states, j0, flat, _, words, w, permute)
+        step_tys = (tys[0], types.uint64, tys[1], types.uint64, tys[2], None, tys[6], types.uint64, tys[8])
+        for k in range(4):
+            j0 = ir.Constant(i64, 8 * k)
+            states_p = _address(builder, context, tys[1], states_v, j0, _V8I32)
+            x = builder.load(states_p, align=4)
+            w_v = _decode_step(context, builder, step_tys, row_v, j0, states_p, x, vectors[k], flat_v, words_v, w_v,
+                               permute_v)
+        return w_v
 
     return sig, codegen
 

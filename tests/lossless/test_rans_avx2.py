@@ -84,6 +84,36 @@ def test_step_matches_the_numpy_reference(wide: bool, narrow_step: bool) -> None
         np.testing.assert_array_equal(states_v, states_r)
 
 
+@njit
+def _round32(row, states, flat, tbase, ctx16, wmask, words, w):
+    return rans_avx2.rans_round32(row, states, flat, tbase, ctx16, wmask, words, np.uint64(w), rans_avx2.PERMUTE)
+
+
+@needs_avx2
+@pytest.mark.parametrize("wide", [False, True])
+def test_fused_round_matches_four_reference_steps(wide: bool) -> None:
+    """rans_round32 (a 32-lane round with its table rows in registers) against step_reference
+    on lanes 0-7, 8-15, 16-23 and 24-31 in turn."""
+    rng = np.random.default_rng(31 + wide)
+    flat = random_tables(rng, 8)
+    ctx16, wmask = shuffle_table(wide), np.uint8(255 if wide else 0)
+    values = np.array([0, 0, 0, 0, 1, 2, 3, 6, 7, 8, 9, 15, 16, 200, 255], np.uint8)
+    for _ in range(200):
+        row = rng.choice(values, cpu_v2.SYM0 + 40)
+        states = rng.integers(1 << 16, 1 << 32, 32, dtype=np.uint64).astype(np.uint32)
+        words = rng.integers(0, 1 << 16, 80).astype(np.uint16)
+        tbase = int(rng.integers(0, 5)) * 4096
+        w = int(rng.integers(0, 40))
+        row_v, states_v, row_r, states_r = row.copy(), states.copy(), row.copy(), states.copy()
+        w_v = _round32(row_v, states_v, flat, tbase, ctx16, wmask, words, w)
+        w_r = w
+        for j0 in (0, 8, 16, 24):
+            w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, wide, words, w_r)
+        assert w_v == w_r
+        np.testing.assert_array_equal(row_v, row_r)
+        np.testing.assert_array_equal(states_v, states_r)
+
+
 @needs_avx2
 @pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("lanes", [8, 16, 32])

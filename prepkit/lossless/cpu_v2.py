@@ -517,8 +517,9 @@ def _wide_contexts(src, i, stop, out):
     comparisons rather than a WIDE_CONTEXT_OF lookup: one loop over four shifted slices that
     LLVM vectorises (a lookup per symbol is a gather it will not)."""
     n = stop - i
-    right, above, left = src[i - np.uint64(63) : stop - np.uint64(63)], src[i - np.uint64(64) : stop - np.uint64(64)], \
-        src[i - np.uint64(65) : stop - np.uint64(65)]
+    right = src[i - np.uint64(63) : stop - np.uint64(63)]  # (in a 64-wide tile: the residual above-right)
+    above = src[i - np.uint64(64) : stop - np.uint64(64)]
+    left = src[i - np.uint64(65) : stop - np.uint64(65)]
     two_up = src[i - np.uint64(128) : stop - np.uint64(128)]
     for j in range(n):
         u = max(max(right[j], above[j]), max(left[j], two_up[j]))

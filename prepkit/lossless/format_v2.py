@@ -141,8 +141,9 @@ def encoder_wide_context(channels: int) -> bool:
     """Whether the encoders write wide contexts (FLAG_WIDE_CONTEXT) for an image of this many
     channels: always. One-channel images since they came (masks 9.3% smaller, grey scans
     1-3%); colour images since stop 34 (photographs 1.7% smaller, rendered images 2.5%,
-    medical 1.6%, for a decode 1-7% slower: docs/BENCHMARKS.md "Wide contexts for colour
-    images"). The narrow kind stays decodable (and `reference_v2.encode` writes it on request)."""
+    medical 1.6%; with the CPU decoder's fused 32-lane round they decode within 1-2% of narrow
+    streams' time: docs/BENCHMARKS.md "Wide contexts for colour images"). The narrow kind stays
+    decodable (and `reference_v2.encode` writes it on request)."""
     return channels >= 1
 
 

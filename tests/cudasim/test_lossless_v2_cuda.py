@@ -312,7 +312,7 @@ def test_cuda_v2_follows_each_planes_table_set() -> None:
 
 def test_cuda_v2_decodes_narrow_and_wide_contexts_in_one_batch() -> None:
     """Streams without FLAG_WIDE_CONTEXT (the first v2 streams: contexts from the symbol 64
-    back alone) and with it (what the encoder writes for one-channel images) decode exactly
+    back alone) and with it (what the encoders write for every image) decode exactly
     side by side (plan.WIDE per item), on tiles of 2 to 32 lanes and on palette tiles."""
     chosen = (1, 6, 8, 15)  # photo-like colour, YCoCg-correlated colour, a mask (palette), stripes
     images = [_images()[i] for i in chosen] + [_noisy()]

@@ -145,6 +145,8 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
             seeds.append(lossless.encode(noisy.astype(np.uint8), version=version))
         if c > 1 and h > 1:  # colour streams from before 2026-11-27: narrow contexts (A4), still decoded
             seeds.append(reference_v2.encode(noisy.astype(np.uint8), wide_context=False))
+        if c > 1 and h * w >= 64:  # plane contexts (A4), which small images' encodes rarely keep
+            seeds.append(reference_v2.encode(noisy.astype(np.uint8), plane_context=True))
     # v2's cheap modes: constant tiles, few-lane mask tiles, raw (noise) tiles.
     mask = np.zeros((70, 90), np.uint8)
     mask[10:50, 20:80] = 3

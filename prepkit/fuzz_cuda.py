@@ -23,7 +23,7 @@ from prepkit.fuzz import FuzzReport, budget, mutate
 
 def _seeds(seed: int) -> list[bytes]:
     """Small v2 streams covering coded, constant, mask, raw, palette, runs and MED tiles, both
-    tile table forms (and one v1 stream)."""
+    tile table forms, plane contexts (and one v1 stream)."""
     from prepkit import lossless
     from prepkit.lossless import format_v2
 
@@ -46,6 +46,7 @@ def _seeds(seed: int) -> list[bytes]:
     from prepkit.lossless import reference_v2
 
     seeds.extend(reference_v2.runs_stream(image, tile=32) for image in runs_images(rng))  # runs tiles (mode 3)
+    seeds.append(reference_v2.encode(images[0], tile=16, plane_context=True))  # plane contexts (A4)
     return seeds
 
 

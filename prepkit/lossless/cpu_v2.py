@@ -512,25 +512,52 @@ _T0, _T1, _T2 = f2.WIDE_THRESHOLDS
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _wide_contexts(src, i, stop, out):
+def _wide_contexts(src, i, stop, out, back):
     """out[:stop - i] = the wide contexts (A4) of src[i:stop] (i >= 128; unsigned indices), by
     comparisons rather than a WIDE_CONTEXT_OF lookup: one loop over four shifted slices that
-    LLVM vectorises (a lookup per symbol is a gather it will not)."""
+    LLVM vectorises (a lookup per symbol is a gather it will not). back > 0: plus the plane
+    bit, PLANE_CONTEXT where the symbol `back` earlier (the previous plane's) is not 0."""
     n = stop - i
     right = src[i - np.uint64(63) : stop - np.uint64(63)]  # (in a 64-wide tile: the residual above-right)
     above = src[i - np.uint64(64) : stop - np.uint64(64)]
     left = src[i - np.uint64(65) : stop - np.uint64(65)]
     two_up = src[i - np.uint64(128) : stop - np.uint64(128)]
+    if back:
+        before = src[i - np.uint64(back) : stop - np.uint64(back)]
+        for j in range(n):
+            u = max(max(right[j], above[j]), max(left[j], two_up[j]))
+            out[j] = (np.uint8(u > _T0) + np.uint8(u > _T1) + np.uint8(u > _T2)
+                      + np.uint8(f2.PLANE_CONTEXT) * np.uint8(before[j] > 0))
+        return
     for j in range(n):
         u = max(max(right[j], above[j]), max(left[j], two_up[j]))
         out[j] = np.uint8(u > _T0) + np.uint8(u > _T1) + np.uint8(u > _T2)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _plane_bit(src, i, back):
+    """The plane bit's share of symbol i's context (A4): PLANE_CONTEXT when back > 0 and the
+    symbol `back` earlier is not 0."""
+    if back and src[i - np.uint64(back)] > 0:
+        return np.uint64(f2.PLANE_CONTEXT)
+    return np.uint64(0)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _plane_back(i, plane, tshift, pal):
+    """How far back the plane bit looks for a plane starting at sequence position i (A4,
+    FLAG_PLANE_CONTEXT, tshift 3): th*tw past a coded tile's first rANS plane when that is at
+    least PLANE_CONTEXT_MIN_PIXELS; 0 (no plane bits) otherwise."""
+    if tshift == 3 and not pal and i > 0 and plane >= f2.PLANE_CONTEXT_MIN_PIXELS:
+        return np.uint64(plane)
+    return np.uint64(0)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _wide_tables(src, i, stop, s4, tables, ctx):
-    """tables[i:stop] = s4 + wide context (i >= 128; unsigned indices; ctx: scratch of a
-    plane's length). Returns stop."""
-    _wide_contexts(src, i, stop, ctx)
+def _wide_tables(src, i, stop, s4, tables, ctx, back):
+    """tables[i:stop] = s4 + wide context, plus the plane bit when back > 0 (i >= 128;
+    unsigned indices; ctx: scratch of a plane's length). Returns stop."""
+    _wide_contexts(src, i, stop, ctx, back)
     out = tables[i:stop]
     for j in range(stop - i):
         out[j] = s4 + ctx[j]
@@ -538,11 +565,12 @@ def _wide_tables(src, i, stop, s4, tables, ctx):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _wide_counts(src, i, stop, row, parts, ctx):
-    """Count (row + wide context, symbol) of src[i:stop] into parts[i % 4] (i >= 128; ctx:
-    scratch of a plane's length). The contexts first, in a vector loop of their own: 2.3x
-    faster than a context lookup in the counting loop (0.53 against 1.22 ns per symbol)."""
-    _wide_contexts(src, i, stop, ctx)
+def _wide_counts(src, i, stop, row, parts, ctx, back):
+    """Count (row + context, symbol) of src[i:stop] into parts[i % 4] (i >= 128; ctx:
+    scratch of a plane's length; back > 0: with plane bits). The contexts first, in a vector
+    loop of their own: 2.3x faster than a context lookup in the counting loop (0.53 against
+    1.22 ns per symbol)."""
+    _wide_contexts(src, i, stop, ctx, back)
     three = np.uint64(3)
     values = src[i:stop]
     for j in range(stop - i):
@@ -551,30 +579,33 @@ def _wide_counts(src, i, stop, row, parts, ctx):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal):
-    """Table index (A4: set * 4 + context) of the tile's n symbols syms[s0 : s0 + n], into
-    tables[:n]; sets_row: the set of each plane, then of a palette tile's index plane (pal)."""
+def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal, tshift):
+    """Table index (A3, A4: set << tshift + context) of the tile's n symbols syms[s0 : s0 + n],
+    into tables[:n]; sets_row: the set of each plane, then of a palette tile's index plane
+    (pal); tshift 3 (FLAG_PLANE_CONTEXT: eight tables per set, plane bits) or 2."""
     src = syms[s0 : s0 + n]
     ctx = np.empty(plane, np.uint8)
     i = np.uint64(0)
     for k in range(1 if pal else c):
         if not pal and choice_row[5 + k]:
             continue
-        s4 = sets_row[PALETTE_SET if pal else k] * 4
+        s4 = sets_row[PALETTE_SET if pal else k] << tshift
+        back = _plane_back(i, plane, tshift, pal)
         stop = i + np.uint64(plane)
         head = min(stop, np.uint64(f2.CONTEXT_HISTORY))
         while i < head:  # the first symbols: some context symbols lie before the start
-            tables[i] = s4 + _sequence_context(src, i)
+            tables[i] = s4 + _sequence_context(src, i) + _plane_bit(src, i, back)
             i += np.uint64(1)
-        i = _wide_tables(src, i, stop, s4, tables, ctx)
+        i = _wide_tables(src, i, stop, s4, tables, ctx, back)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
+def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist, tshift):
     """Counts of (table row, symbol) of the tile's n symbols syms[s0 : s0 + n] into hist
-    (uint16, zeroed): rows 4k + context for coded plane k, or 0..3 for a palette tile's index
-    plane (pal). With these, every later count and size estimate of the tile is a sum over
-    at most 4C x 256 entries instead of a pass over its symbols (_count_hist, _estimate_hist)."""
+    (uint16, zeroed): rows (k << tshift) + context for coded plane k, or 0..3 for a palette
+    tile's index plane (pal). With these, every later count and size estimate of the tile is
+    a sum over at most 8C x 256 entries instead of a pass over its symbols (_count_hist,
+    _estimate_hist)."""
     # Four interleaved partial histograms, summed at the end: runs of one symbol (flat areas)
     # would otherwise make every increment wait for the previous one's store.
     parts = np.zeros((4, hist.shape[0], 256), np.uint16)
@@ -585,13 +616,14 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist):
     for k in range(1 if pal else c):
         if not pal and choice_row[5 + k]:
             continue
-        row = np.uint64(0 if pal else 4 * k)
+        row = np.uint64(0 if pal else k << tshift)
+        back = _plane_back(i, plane, tshift, pal)
         stop = i + np.uint64(plane)
         head = min(stop, np.uint64(f2.CONTEXT_HISTORY))
         while i < head:  # the first symbols: some context symbols lie before the start
-            parts[i & three, row + np.uint64(_sequence_context(src, i)), np.uint64(src[i])] += 1
+            parts[i & three, row + np.uint64(_sequence_context(src, i)) + _plane_bit(src, i, back), np.uint64(src[i])] += 1
             i += np.uint64(1)
-        i = _wide_counts(src, i, stop, row, parts, ctx)
+        i = _wide_counts(src, i, stop, row, parts, ctx, back)
     for r in range(hist.shape[0]):
         into = hist[r]
         for v in range(256):
@@ -754,13 +786,13 @@ def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, plane
                 _palette_symbols(image, y0, x0, th, tw, choices[i], colours[i], planes[chunk, 0], psyms,
                                  psym_start[i])
                 if hist.shape[0]:
-                    _tile_histogram(psyms, psym_start[i], th * tw, choices[i], c, th * tw, True, hist[i])
+                    _tile_histogram(psyms, psym_start[i], th * tw, choices[i], c, th * tw, True, hist[i], 2)
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _symbols_all(image, tile, choices, sym_start, syms, planes, hist):
+def _symbols_all(image, tile, choices, sym_start, syms, planes, hist, tshift):
     """Every tile's symbols, once: counting, estimating and encoding all read them from syms
-    (or from their histograms, when hist has rows)."""
+    (or from their histograms, when hist has rows; tshift: _tile_histogram's)."""
     h, w = image.shape[0], image.shape[1]
     c = image.shape[2]
     chunks = planes.shape[0]
@@ -771,7 +803,7 @@ def _symbols_all(image, tile, choices, sym_start, syms, planes, hist):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
             n = _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
             if hist.shape[0] and n:
-                _tile_histogram(syms, sym_start[i], n, choices[i], c, th * tw, False, hist[i])
+                _tile_histogram(syms, sym_start[i], n, choices[i], c, th * tw, False, hist[i], tshift)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -783,7 +815,8 @@ def _source(i, pick, sym_start, syms, psym_start, psyms):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, syms, psym_start, psyms, counts, tables):
+def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, syms, psym_start, psyms, counts, tables,
+               tshift):
     """Histograms per (table, symbol), one per chunk (summed by the caller)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
@@ -792,7 +825,7 @@ def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, syms, p
                 continue
             _, _, th, tw = _tile_box(i, tile, h, w)
             src, s0, n = _source(i, pick, sym_start, syms, psym_start, psyms)
-            _tile_tables(src, s0, n, choices[i], c, th * tw, tile_sets[i], tables[chunk], pick[i])
+            _tile_tables(src, s0, n, choices[i], c, th * tw, tile_sets[i], tables[chunk], pick[i], tshift)
             # Four interleaved histograms: runs of one symbol (masks, flat areas) would
             # otherwise make every increment wait for the previous one.
             for j in range(n):
@@ -801,7 +834,7 @@ def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, syms, p
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes, sym_start, syms, psym_start, psyms,
-                  tables):
+                  tables, tshift):
     """Estimated coded size in bytes of every tile's picked choice (reference_v2.estimate)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
@@ -815,7 +848,7 @@ def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes
                 for k in range(c):
                     size += choices[i, 5 + k]
             if n:
-                _tile_tables(src, s0, n, choices[i], c, th * tw, tile_sets[i], tables[chunk], pick[i])
+                _tile_tables(src, s0, n, choices[i], c, th * tw, tile_sets[i], tables[chunk], pick[i], tshift)
                 total = 0
                 for j in range(n):
                     total += cost[tables[chunk, j], src[s0 + j]]
@@ -824,9 +857,9 @@ def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, counts):
+def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, counts, tshift):
     """_count_all from the tiles' histograms: counts[chunk] += each kept tile's picked histogram,
-    plane k's 4 rows into its set's (a constant plane's rows are zero)."""
+    plane k's 1 << tshift rows into its set's (a constant plane's rows are zero)."""
     chunks = counts.shape[0]
     for chunk in prange(chunks):
         total = counts[chunk]
@@ -835,39 +868,40 @@ def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, counts):
                 continue
             tile_hist = phist[i] if pick[i] else hist[i]
             for r in range(tile_hist.shape[0]):
-                k = r >> 2
-                into = total[4 * tile_sets[i, PALETTE_SET if pick[i] else k] + (r & 3)]
+                k = r >> tshift
+                into = total[(tile_sets[i, PALETTE_SET if pick[i] else k] << tshift) + (r & ((1 << tshift) - 1))]
                 counts_r = tile_hist[r]
                 for v in range(256):
                     into[v] += counts_r[v]
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _dot_cost(hist, cost, sets_row, pal):
-    """Sum over hist's rows r (plane r // 4, context r % 4) and symbols v of hist[r, v] times
-    the cost of v in that context of the plane's set (sets_row[PALETTE_SET] for pal)."""
+def _dot_cost(hist, cost, sets_row, pal, tshift):
+    """Sum over hist's rows r (plane r >> tshift, context r % (1 << tshift)) and symbols v of
+    hist[r, v] times the cost of v in that context of the plane's set (sets_row[PALETTE_SET]
+    for pal)."""
     total = 0
     for r in range(hist.shape[0]):
         counts = hist[r]
-        bits = cost[4 * sets_row[PALETTE_SET if pal else r >> 2] + (r & 3)]
+        bits = cost[(sets_row[PALETTE_SET if pal else r >> tshift] << tshift) + (r & ((1 << tshift) - 1))]
         for v in range(256):
             total += np.int64(counts[v]) * bits[v]
     return total
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_hist(c, choices, pick, tile_sets, min_log2, cost, sizes, totals, hist, phist):
+def _estimate_hist(c, choices, pick, tile_sets, min_log2, cost, sizes, totals, hist, phist, tshift):
     """_estimate_all from the tiles' histograms; totals[i]: the symbols' summed cost (what
     _rans_body would add up again to pick the lane count)."""
     for i in prange(choices.shape[0]):
         if pick[i]:
             size = 4 + choices[i, COL_PAL_SIZE] * c
-            total = _dot_cost(phist[i], cost, tile_sets[i], True)
+            total = _dot_cost(phist[i], cost, tile_sets[i], True, tshift)
         else:
             size = 2 + c
             for k in range(c):
                 size += choices[i, 5 + k]
-            total = _dot_cost(hist[i], cost, tile_sets[i], False)
+            total = _dot_cost(hist[i], cost, tile_sets[i], False, tshift)
         coded = 0
         for k in range(c):
             coded += 1 - choices[i, 5 + k]
@@ -952,7 +986,7 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _encode_tile(image, y0, x0, th, tw, choice, const_vals, sets_row, min_log2, coder, cost, out, base,
-                 syms, s0, n, tables, words, total):
+                 syms, s0, n, tables, words, total, tshift):
     """Write one tile's payload at out[base:]; return its length (raw when not smaller).
 
     coder: _coder_table's [f | cum << 16, reciprocal] per (table, symbol)."""
@@ -971,7 +1005,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, sets_row, min_log2, 
             pos += 1
     log2 = 0
     if n:
-        _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, False)
+        _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, False, tshift)
         pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
         if pos < 0:
             return _raw_tile(image, y0, x0, th, tw, out, base)
@@ -995,7 +1029,7 @@ def _write_palette(colours, n_colours, c, out, pos):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, sets_row, min_log2, coder, cost, out, base,
-                         syms, s0, n, tables, words, total):
+                         syms, s0, n, tables, words, total, tshift):
     """Write one palette tile (A2 mode 2) at out[base:]; return its length (raw when not smaller)."""
     c = image.shape[2]
     raw_len = 1 + th * tw * c
@@ -1005,7 +1039,7 @@ def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, sets_row, min_l
     out[base + 2] = n_colours - 1
     out[base + 3] = _channel_byte(choice[COL_PAL_PRED], sets_row[PALETTE_SET])
     pos = _write_palette(colours, n_colours, c, out, base + 4)
-    _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, True)
+    _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, True, tshift)
     pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
     if pos < 0:
         return _raw_tile(image, y0, x0, th, tw, out, base)
@@ -1029,9 +1063,9 @@ def _raw_tile(image, y0, x0, th, tw, out, base):
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _encode_all(image, tile, choices, const_vals, colours, keep, pick, tile_sets, min_log2, coder, cost, totals, out,
-                starts, lengths, sym_start, syms, psym_start, psyms, tables, words, skip):
+                starts, lengths, sym_start, syms, psym_start, psyms, tables, words, skip, tshift):
     """Every tile's payload at out[starts[i]:], except the skipped tiles' (length 0); totals[i]:
-    its symbols' summed cost, or -1."""
+    its symbols' summed cost, or -1; tshift: 3 with plane contexts, else 2 (_tile_tables)."""
     h, w = image.shape[0], image.shape[1]
     chunks = tables.shape[0]
     for chunk in prange(chunks):
@@ -1043,12 +1077,12 @@ def _encode_all(image, tile, choices, const_vals, colours, keep, pick, tile_sets
                 s0 = psym_start[i]
                 lengths[i] = _encode_palette_tile(image, y0, x0, th, tw, choices[i], colours[i], tile_sets[i], min_log2, coder,
                                                   cost, out, starts[i], psyms, s0, psym_start[i + 1] - s0,
-                                                  tables[chunk], words[chunk], totals[i])
+                                                  tables[chunk], words[chunk], totals[i], tshift)
             elif keep[i]:
                 s0 = sym_start[i]
                 lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], tile_sets[i], min_log2, coder, cost,
                                           out, starts[i], syms, s0, sym_start[i + 1] - s0, tables[chunk],
-                                          words[chunk], totals[i])
+                                          words[chunk], totals[i], tshift)
             else:
                 lengths[i] = _raw_tile(image, y0, x0, th, tw, out, starts[i])
 
@@ -1128,8 +1162,11 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     from prepkit.lossless import cpu
 
     h, w, c = image.shape
-    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c)), f2.VERSION)
-    n = header.n_tiles
+    n = fmt.Header(h, w, c, tile, 0).n_tiles
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c),
+                                                        f2.encoder_plane_context(c, n, fast_decode)), f2.VERSION)
+    # Tables per set, as a shift: 8 (plane contexts tried) or 4 (A3).
+    tshift = 3 if header.flags & f2.FLAG_PLANE_CONTEXT else 2
     chunks = numba.get_num_threads() if cpu.use_parallel(n) else 1
     scr = _encode_scratch(chunks)
     choices = np.zeros((n, N_CHOICE), np.int64)
@@ -1158,13 +1195,13 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     sym_start = np.zeros(n + 1, np.int64)
     np.cumsum(n_coded * th * tw, out=sym_start[1:])
     syms = array("syms", (int(sym_start[-1]),), np.uint8)
-    # Per-tile histograms (uint16, 4C x 256 per tile) replace the passes over the symbols of
+    # Per-tile histograms (uint16, 8C or 4C x 256 per tile) replace the passes over the symbols of
     # every count and estimate below, where they take less memory than a few times the symbols.
     # Table sets per tile class (table_sets) need them as well.
-    with_table_sets = table_sets.applies(n, c, fast_decode)
-    use_hist = with_table_sets or n * 4 * c * 256 * 2 <= max(HISTOGRAM_BUDGET, 2 * syms.size)
-    hist = array("hist", (n if use_hist else 0, 4 * c, 256), np.uint16, zero=True)
-    _symbols_all(image, tile, choices, sym_start, syms, scr.planes, hist)
+    with_table_sets = table_sets.applies(n, c, fast_decode, 1 << tshift)
+    use_hist = with_table_sets or n * (c << tshift) * 256 * 2 <= max(HISTOGRAM_BUDGET, 2 * syms.size)
+    hist = array("hist", (n if use_hist else 0, c << tshift, 256), np.uint16, zero=True)
+    _symbols_all(image, tile, choices, sym_start, syms, scr.planes, hist, tshift)
     n_colours = choices[:, COL_PAL_SIZE]
     first = (n_colours > 0) & (choices[:, COL_PAL_COST] + 8 * n_colours * c < choices[:, COL_COST])
     psym_start = np.zeros(n + 1, np.int64)
@@ -1173,16 +1210,20 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     psyms = array("psyms", (int(psym_start[-1]),), np.uint8)
     phist = array("phist", (n if use_hist and first.any() else 0, 4, 256), np.uint16, zero=True)
     counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, syms, psym_start, psyms), hist, phist,
-                       scr.tables)
+                       scr.tables, tshift)
     if first.any():
         _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes, phist)
 
     one_set_alike = False  # finish() sets it where finish(True) would write the same stream
 
-    def finish(one_set: bool) -> bytes:
+    def finish(one_set: bool, counted: _Counted) -> bytes:
         """The stream from the tile analysis above: tables, payloads, runs tiles (with
-        one_set, every plane in table set 0). Reads the analysis, never changes it."""
+        one_set, every plane in table set 0), with 1 << counted.tshift tables per set (plane
+        contexts with eight, where they pay). Reads the analysis, never changes it."""
         nonlocal one_set_alike
+        shift = counted.tshift
+        stream_header = header if shift == tshift else fmt.Header(h, w, c, tile, header.flags & ~f2.FLAG_PLANE_CONTEXT,
+                                                                  f2.VERSION)
         keep = ~sure  # sure tiles are counted in no table (and get no payload below)
         pick = np.zeros(n, np.bool_)
         n_sets = 1 if one_set else c  # default_sets clips every plane to set n_sets - 1
@@ -1198,17 +1239,24 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
             if not pick.any():
                 n_sets = 1 if one_set else c
         sets = default_sets(n, c, n_sets)
-        freq = counted.tables(keep, pick, sets, n_sets)
+        counts = counted.counts(keep, pick, sets, n_sets)
+        freq = frequencies.normalize_rows(counts)
         sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
         raw_len = 1 + th * tw * c
         keep = (sizes < raw_len) & ~sure
         if not keep.all():
-            freq = counted.tables(keep, pick, sets, n_sets)
+            counts = counted.counts(keep, pick, sets, n_sets)
+            freq = frequencies.normalize_rows(counts)
             sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
             if not use_hist:
                 totals = np.full(n, -1, np.int64)
         if with_table_sets and not one_set:
-            sets, n_sets, freq, totals = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes, totals)
+            sets, n_sets, freq, totals, counts = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes,
+                                                                  totals, counts)
+        if shift == 3 and not table_sets.plane_contexts_pay(counts, freq):
+            # Every choice again with four tables per set (the tables steer them), from the
+            # same histograms folded (reference_v2 encodes again without plane contexts).
+            return finish(one_set, counted.folded())
         # finish(True) writes this stream again: one channel, no palette first guess (whose
         # index set it would not have), and one table set after the table-set proposal.
         one_set_alike = c == 1 and not first.any() and n_sets == 1
@@ -1224,20 +1272,20 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
         lengths = np.zeros(n, np.int64)
         cost = frequencies.cost_table(freq)
         _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
-                    starts, lengths, *counted.symbols, scr.tables, scr.words, sure)
+                    starts, lengths, *counted.symbols, scr.tables, scr.words, sure, shift)
         runs_parts = None
         if found is not None:
             current = np.where(sure, raw_len, lengths)  # a sure tile weighs against its raw payload
-            runs_parts, freq = _with_runs(c, pal_sizes, colours, found, th * tw, current, freq, chunks)
+            runs_parts, freq = _with_runs(c, pal_sizes, colours, found, th * tw, current, freq, chunks, shift)
             became_runs = runs_parts.lengths > 0 if runs_parts is not None else np.zeros(n, np.bool_)
             if (sure & ~became_runs).any():
                 # A sure tile that did not become a runs tile (rare: the runs tables did not pay
                 # for themselves): the image again, every candidate weighed against its coded payload.
                 one_set_alike = False
                 return _encode(image, flags, tile, fast_decode, runs_tiles, False, one_set, nested=True)
-        stream = _assemble(header, freq, scratch, starts, lengths, runs_parts)
-        n_tables = c * f2.CONTEXTS
-        all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, header.flags) + int(raw_len.sum())
+        stream = _assemble(stream_header, freq, scratch, starts, lengths, runs_parts)
+        n_tables = c << shift
+        all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_len, stream_header.flags) + int(raw_len.sum())
         if len(stream) <= all_raw:
             return stream
         keep[:] = False
@@ -1245,13 +1293,13 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
         starts = np.concatenate([[0], np.cumsum(room)]).astype(np.int64)
         scratch = array("scratch", (int(starts[-1]),), np.uint8)
         _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
-                    starts, lengths, *counted.symbols, scr.tables, scr.words, no_sure)
-        return _assemble(header, np.zeros((n_tables, 256), np.int32), scratch, starts, lengths, None)
+                    starts, lengths, *counted.symbols, scr.tables, scr.words, no_sure, shift)
+        return _assemble(stream_header, np.zeros((n_tables, 256), np.int32), scratch, starts, lengths, None)
 
-    stream = finish(one_set)
+    stream = finish(one_set, counted)
     if try_one_set and not one_set and f2.encoder_tries_one_set(n) and not one_set_alike:
         # the smaller of the two (reference_v2.encode)
-        other = finish(True)
+        other = finish(True, counted)
         if len(other) < len(stream):
             return other
     return stream
@@ -1279,11 +1327,11 @@ def _rans_one_lane(syms, ctxs, n, table_base, coder, words, out, pos, limit):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, coder, out,
+def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, tshift, coder, out,
                      starts, lengths, limits, words):
     """Runs payloads (A2 mode 3) of tiles i = cands[kept[k]] at out[starts[k]:] from their
     kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes
-    (the tile keeps its payload)."""
+    (the tile keeps its payload). table_set << tshift: the row of the runs set's first table."""
     chunks = words.shape[0]
     for chunk in prange(chunks):
         for k in range(chunk, kept.shape[0], chunks):
@@ -1299,7 +1347,7 @@ def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept
             out[base + 1] = table_set
             out[base + 2] = n_colours - 1
             _write_palette(colours[i], n_colours, c, out, base + f2.RUNS_HEADER)
-            end = _rans_one_lane(kept_syms[i], kept_ctxs[i], counts[q], table_set * f2.CONTEXTS, coder, words[chunk],
+            end = _rans_one_lane(kept_syms[i], kept_ctxs[i], counts[q], table_set << tshift, coder, words[chunk],
                                  out, pos, base + limits[k])
             if end > 0:
                 lengths[k] = end - base
@@ -1332,11 +1380,20 @@ class _RunsParts(NamedTuple):
     lengths: np.ndarray  # int64 (n tiles,): 0 where the tile keeps its other payload
 
 
+def runs_set(freq: np.ndarray, tshift: int) -> np.ndarray:
+    """A runs tiles' table set (f2.CONTEXTS tables, RUN_CTX_*) as 1 << tshift tables: with
+    plane contexts, four empty tables after them (reference_v2.runs_set)."""
+    out = np.zeros((1 << tshift, 256), freq.dtype)
+    out[: f2.CONTEXTS] = freq
+    return out
+
+
 def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsFound, pixels: np.ndarray,
-               current_all: np.ndarray, freq: np.ndarray, chunks: int) -> tuple[_RunsParts | None, np.ndarray]:
+               current_all: np.ndarray, freq: np.ndarray, chunks: int, tshift: int
+               ) -> tuple[_RunsParts | None, np.ndarray]:
     """(runs payloads, freq with the runs table set) as reference_v2.with_runs, or (None, freq)
     where no tile becomes a runs tile; pixels: every tile's pixel count (fmt.tile_geometry);
-    current_all: every tile's payload length otherwise."""
+    current_all: every tile's payload length otherwise; tshift: 3 for eight tables per set."""
     cands = found.cands
     current = current_all[cands]
     fixed = f2.RUNS_HEADER + pal_sizes[cands] * c + 4
@@ -1344,8 +1401,8 @@ def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsF
     if picked is None:
         return None, freq
     chosen, runs_freq = picked
-    table_set = freq.shape[0] // f2.CONTEXTS
-    all_freq = np.concatenate([freq, runs_freq])
+    table_set = freq.shape[0] >> tshift
+    all_freq = np.concatenate([freq, runs_set(runs_freq, tshift)])
     kept = np.flatnonzero(chosen)  # (runs.choose keeps only tiles of at most RUNS_CAP symbols)
     limits = current[kept]
     # A symbol emits at most one 16-bit word: room for that many, not for the payload each
@@ -1356,7 +1413,7 @@ def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsF
     lengths = np.zeros(kept.size, np.int64)
     words = np.empty((chunks, RUNS_CAP), np.int64)
     _encode_runs_all(c, pal_sizes, colours, cands, kept, found.counts, found.kept_syms, found.kept_ctxs, table_set,
-                     _coder_table(all_freq), out, starts, lengths, limits, words)
+                     tshift, _coder_table(all_freq), out, starts, lengths, limits, words)
     if not lengths.any():
         return None, freq
     tile_starts = np.zeros(pixels.size, np.int64)
@@ -1427,10 +1484,22 @@ class _Counted:
     them (hist has rows), else by passes over the symbols (_count_all, _estimate_all)."""
 
     def __init__(self, h: int, w: int, c: int, tile: int, choices: np.ndarray, min_log2: int,
-                 symbols: tuple[np.ndarray, ...], hist: np.ndarray, phist: np.ndarray, tables: np.ndarray) -> None:
+                 symbols: tuple[np.ndarray, ...], hist: np.ndarray, phist: np.ndarray, tables: np.ndarray,
+                 tshift: int) -> None:
         self.h, self.w, self.c, self.tile = h, w, c, tile
         self.choices, self.min_log2, self.symbols = choices, min_log2, symbols
         self.hist, self.phist, self.scratch = hist, phist, tables
+        self.tshift = tshift  # tables per set: 1 << tshift
+
+    def folded(self) -> _Counted:
+        """The same analysis with four tables per set (no plane bits): each plane's eight
+        histogram rows added in pairs (table_sets.fold_plane_contexts)."""
+        hist = self.hist
+        if hist.shape[0]:
+            n = hist.shape[0]
+            hist = hist.reshape(n, self.c, 2, f2.CONTEXTS, 256).sum(axis=2, dtype=np.uint16).reshape(n, -1, 256)
+        return _Counted(self.h, self.w, self.c, self.tile, self.choices, self.min_log2, self.symbols, hist, self.phist,
+                        self.scratch, 2)
 
     def tables(self, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int) -> np.ndarray:
         """Normalised frequency tables of the kept tiles' picked choices (planes in the sets of
@@ -1438,16 +1507,16 @@ class _Counted:
         return frequencies.normalize_rows(self.counts(keep, pick, sets, n_sets))
 
     def counts(self, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int) -> np.ndarray:
-        """(4 n_sets, 256) counts of (table, symbol) of the kept tiles' picked choices."""
+        """(n_sets << tshift, 256) counts of (table, symbol) of the kept tiles' picked choices."""
         chunks = self.scratch.shape[0]
         if self.hist.shape[0]:
-            counts = np.zeros((chunks, n_sets * f2.CONTEXTS, 256), np.int64)
-            _count_hist(self.c, self.choices, keep, pick, sets, self.hist, self.phist, counts)
+            counts = np.zeros((chunks, n_sets << self.tshift, 256), np.int64)
+            _count_hist(self.c, self.choices, keep, pick, sets, self.hist, self.phist, counts, self.tshift)
             totals = counts.sum(axis=0)
         else:
-            counts = np.zeros((chunks, 4, n_sets * f2.CONTEXTS, 256), np.int64)
+            counts = np.zeros((chunks, 4, n_sets << self.tshift, 256), np.int64)
             _count_all(self.h, self.w, self.c, self.tile, self.choices, keep, pick, sets, *self.symbols, counts,
-                       self.scratch)
+                       self.scratch, self.tshift)
             totals = counts.sum(axis=(0, 1))
         return totals
 
@@ -1459,10 +1528,10 @@ class _Counted:
         totals = np.full(n, -1, np.int64)
         if self.hist.shape[0]:
             _estimate_hist(self.c, self.choices, pick, sets, self.min_log2, cost, sizes, totals, self.hist,
-                           self.phist)
+                           self.phist, self.tshift)
         else:
             _estimate_all(self.h, self.w, self.c, self.tile, self.choices, pick, sets, self.min_log2, cost, sizes,
-                          *self.symbols, self.scratch)
+                          *self.symbols, self.scratch, self.tshift)
         return sizes, totals
 
 
@@ -1474,25 +1543,26 @@ def default_sets(n: int, c: int, n_sets: int) -> np.ndarray:
 
 
 def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int,
-                     freq: np.ndarray, sizes: np.ndarray, totals: np.ndarray
-                     ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
-    """(sets, n_sets, freq, totals) with table sets per tile class (table_sets.propose) when
-    the stream's measure (table_sets.stream_bytes) is smaller; else those given (as
-    reference_v2.with_table_sets). sizes, totals: the estimates under freq."""
+                     freq: np.ndarray, sizes: np.ndarray, totals: np.ndarray, counts: np.ndarray
+                     ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    """(sets, n_sets, freq, totals, counts) with table sets per tile class (table_sets.propose)
+    when the stream's measure (table_sets.stream_bytes) is smaller; else those given (as
+    reference_v2.with_table_sets). sizes, totals: the estimates under freq; counts: freq's."""
     c, choices = counted.c, counted.choices
     n = choices.shape[0]
     planes = np.zeros((n, 5), np.bool_)  # the items: coded planes of kept tiles, index planes of palette tiles
     planes[:, :c] = (keep & ~pick)[:, None] & (choices[:, 5 : 5 + c] == 0)
     planes[:, PALETTE_SET] = keep & pick
     tile_of, plane_of = np.nonzero(planes)  # tile order, then plane order
-    items = np.empty((tile_of.size, f2.CONTEXTS, 256), np.uint16)
+    per_set = 1 << counted.tshift
+    items = np.zeros((tile_of.size, per_set, 256), np.uint16)
     index_plane = plane_of == PALETTE_SET
-    items[~index_plane] = counted.hist.reshape(n, c, f2.CONTEXTS, 256)[tile_of[~index_plane], plane_of[~index_plane]]
-    items[index_plane] = counted.phist[tile_of[index_plane]]
+    items[~index_plane] = counted.hist.reshape(n, c, per_set, 256)[tile_of[~index_plane], plane_of[~index_plane]]
+    items[index_plane, : f2.CONTEXTS] = counted.phist[tile_of[index_plane]]  # (no plane bits)
     now = sets[tile_of, plane_of]
     proposal, n_proposed = table_sets.propose(items, now, n_sets, f2.MAX_SETS_PER_CHANNEL * c)
     if n_proposed == n_sets and (proposal == now).all():
-        return sets, n_sets, freq, totals
+        return sets, n_sets, freq, totals, counts
     proposed = np.zeros_like(sets)  # planes that are not items name no set: 0 is always valid
     proposed[tile_of, plane_of] = proposal
     proposed_counts = counted.counts(keep, pick, proposed, n_proposed)
@@ -1501,11 +1571,11 @@ def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets
     # Tiles' bytes besides their symbols, from the estimates (which add the symbols' costs // 128).
     overhead = int((sizes - totals // 128)[keep].sum())
     proposed_overhead = int((proposed_sizes - proposed_totals // 128)[keep].sum())
-    before = table_sets.stream_bytes(overhead, counted.counts(keep, pick, sets, n_sets), freq)
+    before = table_sets.stream_bytes(overhead, counts, freq)
     after = table_sets.stream_bytes(proposed_overhead, proposed_counts, proposed_freq)
     if after < before:
-        return proposed, n_proposed, proposed_freq, proposed_totals
-    return sets, n_sets, freq, totals
+        return proposed, n_proposed, proposed_freq, proposed_totals, proposed_counts
+    return sets, n_sets, freq, totals, counts
 
 
 # ----------------------------------------------------------------------------- decoder
@@ -1545,10 +1615,10 @@ def _context_value(symbols, i, wmask):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, symbols, states):
+def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, back, symbols, states):
     """One symbol (A6), renormalisation branch-free with the word read clamped inside the
-    payload: (new pos, error bits: 1 empty table, 2 words overrun)."""
-    t = tset + ctx_of[_context_value(symbols, i, wmask)]
+    payload: (new pos, error bits: 1 empty table, 2 words overrun). back: _plane_back's."""
+    t = tset + ctx_of[_context_value(symbols, i, wmask)] + _plane_bit(symbols, np.uint64(i + SYM0), back)
     j = i & mask
     x = states[j]
     e = np.int64(dec[t, x & 4095])
@@ -1565,18 +1635,36 @@ def _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, symbols
 if rans_avx2.AVAILABLE:
 
     @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-    def _table_bases32(symbols, i, table_of, ctx16, wmask, bases):
-        """bases[k] = table_of[context value of symbol i + k] for k < 32 (rans_avx2)."""
+    def _table_bases32(symbols, i, table_of, ctx16, wmask, back, bases):
+        """bases[k] = table_of[context value of symbol i + k] (+ the plane bit's rows, back:
+        _plane_back's) for k < 32 (rans_avx2)."""
         row = symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)]
-        rans_avx2.table_bases32(row, np.uint64(0), table_of[0], ctx16, wmask, bases)
+        rans_avx2.table_bases32(row, np.uint64(0), table_of[0], ctx16, wmask, _prev32(symbols, i, back),
+                                _plane_bit32(back), bases)
 
 else:
 
     @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-    def _table_bases32(symbols, i, table_of, ctx16, wmask, bases):
-        """bases[k] = table_of[context value of symbol i + k] for k < 32."""
+    def _table_bases32(symbols, i, table_of, ctx16, wmask, back, bases):
+        """bases[k] = table_of[context value of symbol i + k] (+ the plane bit's rows, back:
+        _plane_back's) for k < 32."""
         for k in range(32):
-            bases[k] = table_of[_context_value(symbols, i + k, wmask)]
+            bit = _plane_bit(symbols, np.uint64(i + k + SYM0), back)
+            bases[k] = table_of[_context_value(symbols, i + k, wmask)] + np.int64(bit << np.uint64(12))
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _prev32(symbols, i, back):
+    """The 32 symbols one plane back of symbols i .. i + 31 (plane bits, back > 0; with back
+    0 any 32 readable symbols, which _plane_bit32 then ignores)."""
+    at = np.uint64(i + SYM0) - np.uint64(back) if back else np.uint64(i)
+    return symbols[at : at + np.uint64(32)]
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _plane_bit32(back):
+    """rans_avx2's pbit: what a plane bit adds to a context (PLANE_CONTEXT), 0 without plane bits."""
+    return np.uint8(f2.PLANE_CONTEXT) if back else np.uint8(0)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -1600,21 +1688,21 @@ def _two_symbols(words, last_word, w, i, row0, row1, x0, x1, flat, symbols):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _rans_two_lanes(words, last_word, w, i, stop, table_of, ctx16, wmask, bases, flat, symbols, states):
+def _rans_two_lanes(words, last_word, w, i, stop, table_of, ctx16, wmask, back, bases, flat, symbols, states):
     """_rans's whole rounds for 2 lanes, the states in local variables: each symbol's state
     update waits on the previous one of its lane, and a round trip through the states array
     would add a store-to-load forward to that chain. Narrow contexts take the table row from
     the symbol 64 back; wide ones get the rows of 32 symbols at a time (_table_bases32), off
-    that chain. Returns (i, w)."""
+    that chain (and so do plane bits, back > 0). Returns (i, w)."""
     x0 = states[0]
     x1 = states[1]
-    while wmask == 0 and i + 2 <= stop:
+    while wmask == 0 and back == 0 and i + 2 <= stop:
         row0 = table_of[symbols[np.uint64(i + SYM0 - 64)]]
         row1 = table_of[symbols[np.uint64(i + SYM0 - 63)]]
         x0, x1, w = _two_symbols(words, last_word, w, i, row0, row1, x0, x1, flat, symbols)
         i += 2
     while i + 2 <= stop:
-        _table_bases32(symbols, i, table_of, ctx16, wmask, bases)
+        _table_bases32(symbols, i, table_of, ctx16, wmask, back, bases)
         block_end = min(stop, i + 32)
         i0 = i
         while i + 2 <= block_end:
@@ -1639,15 +1727,15 @@ def _lane_symbol(row, j, x, base, flat):
 if rans_avx2.AVAILABLE:
 
     @njit(nogil=True, cache=True, boundscheck=False)
-    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, ctx16, wmask, bases, x, flat, symbols, states):
+    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, ctx16, wmask, back, bases, x, flat, symbols, states):
         """Whole rounds of `lanes` (8, 16 or 32) symbols, eight lanes per AVX2 step
         (rans_avx2), while a whole round of words is left; x: scratch for the uint32
-        states. Returns (i, w)."""
+        states; back: _plane_back's. Returns (i, w)."""
         ulanes = np.uint64(lanes)
         for j in range(lanes):
             x[j] = states[j]
         permute = rans_avx2.PERMUTE
-        if wmask == 0:  # narrow contexts: each step takes its contexts itself
+        if wmask == 0 and back == 0:  # narrow contexts: each step takes its contexts itself
             while i + lanes <= stop and w + ulanes <= n_words:
                 row = symbols[np.uint64(i) : np.uint64(i + SYM0 + lanes)]
                 for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
@@ -1659,11 +1747,11 @@ if rans_avx2.AVAILABLE:
         if lanes == 32:
             while i + 32 <= stop and w + np.uint64(32) <= n_words:
                 w = rans_avx2.rans_round32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], x, flat, tbase, ctx16,
-                                           wmask, words, w, permute)
+                                           wmask, _prev32(symbols, i, back), _plane_bit32(back), words, w, permute)
                 i += 32
         while i + lanes <= stop and w + ulanes <= n_words:
             rans_avx2.table_bases32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], np.uint64(0), tbase, ctx16, wmask,
-                                    bases)
+                                    _prev32(symbols, i, back), _plane_bit32(back), bases)
             for b0 in range(np.uint64(0), np.uint64(32), ulanes):
                 if i + lanes > stop or w + ulanes > n_words:
                     break
@@ -1678,14 +1766,14 @@ if rans_avx2.AVAILABLE:
 else:
 
     @njit(nogil=True, cache=True, boundscheck=False)
-    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, ctx16, wmask, bases, x, flat, symbols, states):
+    def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, ctx16, wmask, back, bases, x, flat, symbols, states):
         """No AVX2: the scalar rounds of _rans_rounds do all the work."""
         return i, w
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, bases, xstates, flat, symbols,
-                 states, vector=True):
+def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, back, bases, xstates, flat,
+                 symbols, states, vector=True):
     """_rans's whole rounds of `lanes` symbols (lanes >= 4). With AVX2 (and `vector`, which
     tests turn off to compare), tiles of 8 or more lanes go eight lanes at a time
     (_vector_rounds) while a whole round of words is left; otherwise, and for the rounds
@@ -1697,12 +1785,12 @@ def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, 
     if vector and lanes >= 8:
         # table_of[0] is the plane's context-0 table (context value 0 is context 0) times
         # 4096: the base to which the vector step adds context * 4096 + slot.
-        i, w = _vector_rounds(words, n_words, w, i, stop, lanes, table_of[0], ctx16, wmask, bases, xstates, flat,
-                              symbols, states)
+        i, w = _vector_rounds(words, n_words, w, i, stop, lanes, table_of[0], ctx16, wmask, back, bases, xstates,
+                              flat, symbols, states)
     b = np.uint64(32)  # bases: the table rows of the next symbols, 32 at a time
     while i + lanes <= stop and w + ulanes <= n_words:
         if b == np.uint64(32):
-            _table_bases32(symbols, i, table_of, ctx16, wmask, bases)
+            _table_bases32(symbols, i, table_of, ctx16, wmask, back, bases)
             b = np.uint64(0)
         row = symbols[np.uint64(i) : np.uint64(i + SYM0 + lanes)]
         for j in range(ulanes):
@@ -1715,7 +1803,7 @@ def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, 
         i += lanes
     while i + lanes <= stop:
         if b == np.uint64(32):
-            _table_bases32(symbols, i, table_of, ctx16, wmask, bases)
+            _table_bases32(symbols, i, table_of, ctx16, wmask, back, bases)
             b = np.uint64(0)
         row = symbols[np.uint64(i) : np.uint64(i + SYM0 + lanes)]
         for j in range(ulanes):
@@ -1748,9 +1836,19 @@ def _table_rows(tset, ctx_of, table_of):
         table_of[v] = (tset + ctx_of[v]) * 4096
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _any_empty(empty, tset, tshift):
+    """Whether any of the 1 << tshift tables of the set starting at row tset is empty."""
+    found = np.int64(0)
+    for t in range(tset, tset + (np.int64(1) << tshift)):
+        found |= empty[t]
+    return found != 0
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16, wmask, symbols, scratch):
+def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16, wmask, tshift, symbols, scratch):
     """Decode the tile's n_rans * plane symbols into symbols[SYM0:]; return an error code.
+    tshift: 3 for a stream with plane contexts (eight tables per set, plane bits), else 2.
 
     symbols[0:SYM0] is zero (the context symbols before the first, A4) and symbol i lands at
     symbols[SYM0 + i], so its context symbols are read without a branch (_context_value;
@@ -1773,12 +1871,13 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
         chb = np.int64(src[start + 2 + k])
         if chb == 0:
             continue
-        tset = base + (chb >> 4) * 4
+        tset = base + ((chb >> 4) << tshift)
         _table_rows(tset, ctx_of, table_of)
         first = i
+        back = _plane_back(np.uint64(first), plane, tshift, False)
         stop = i + plane
         while i < stop and (i & mask) != 0:
-            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, symbols, states)
+            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, back, symbols, states)
             flags |= f
             i += 1
         if i + lanes <= stop:
@@ -1787,18 +1886,19 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
             last_word = n_words - np.uint64(1) if n_words > 0 else np.uint64(0)
             w = np.uint64(0)
             if lanes == 2:  # tiny tiles (masks): the two states in registers, not memory
-                i, w = _rans_two_lanes(words, last_word, w, i, stop, table_of, ctx16, wmask, bases, flat, symbols,
-                                       states)
-            i, w = _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, bases, xstates,
-                                flat, symbols, states)
-            if empty[tset] | empty[tset + 1] | empty[tset + 2] | empty[tset + 3]:
+                i, w = _rans_two_lanes(words, last_word, w, i, stop, table_of, ctx16, wmask, back, bases, flat,
+                                       symbols, states)
+            i, w = _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, back, bases,
+                                xstates, flat, symbols, states)
+            if _any_empty(empty, tset, tshift if back else 2):  # (the plane-bit tables only with plane bits)
                 for q in range(first, i):  # (an empty table's slots are undefined: bounded garbage)
-                    flags |= empty[tset + ctx_of[_context_value(symbols, q, wmask)]]
+                    flags |= empty[tset + ctx_of[_context_value(symbols, q, wmask)]
+                                   + _plane_bit(symbols, np.uint64(q + SYM0), back)]
             if w > n_words:
                 return plan_mod.ERR_TABLE if flags & 1 else plan_mod.ERR_WORDS
             pos += 2 * np.int64(w)
         while i < stop:
-            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, symbols, states)
+            pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, back, symbols, states)
             flags |= f
             i += 1
     if flags & 1:
@@ -1840,7 +1940,7 @@ def _pair_setup(src, item, base, ctx_of, table_of):
     else:
         pos = start + 3
         chb = np.int64(src[start + 2])
-    tset = base + (chb >> 4) * 4
+    tset = base + ((chb >> 4) << (2 + item[plan_mod.PLANE]))
     _table_rows(tset, ctx_of[wide], table_of)
     return pos, end, tset, np.uint8(255) if wide else np.uint8(0), wide
 
@@ -1885,8 +1985,8 @@ def _pair_symbols(src, item_a, base_a, item_b, base_b, plane, dec, empty, ctx_of
     wa = wb = np.uint64(0)
     flat = dec.reshape(-1)
     for i0 in range(0, plane, 32):
-        _table_bases32(sym_a, i0, table_a, CONTEXT16[wide_a], wmask_a, bases_a)
-        _table_bases32(sym_b, i0, table_b, CONTEXT16[wide_b], wmask_b, bases_b)
+        _table_bases32(sym_a, i0, table_a, CONTEXT16[wide_a], wmask_a, 0, bases_a)  # (one plane: no plane bits)
+        _table_bases32(sym_b, i0, table_b, CONTEXT16[wide_b], wmask_b, 0, bases_b)
         for i in range(i0, min(plane, i0 + 32), 2):
             b = np.uint64(i - i0)
             xa0, xa1, wa = _two_symbols(words_a, last_a, wa, i, bases_a[b], bases_a[b + np.uint64(1)], xa0, xa1,
@@ -1934,7 +2034,7 @@ def _lane_states(src, pos, lanes, states):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
-                    dec, empty, ctx_of, ctx16, wmask, symbols, scratch, index, decoded):
+                    dec, empty, ctx_of, ctx16, wmask, tshift, symbols, scratch, index, decoded):
     """A palette tile (A2 mode 2): the index plane is a one-plane rANS decode whose channel
     byte sits at start + 3 (so _rans reads it as plane 0 of a tile starting at start + 1);
     every index must lie below P, then each pixel is its palette colour. `decoded`: the
@@ -1947,7 +2047,7 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
         if not _lane_states(src, pos, lanes, scratch[0]):
             return plan_mod.ERR_STATE
         err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, ctx16, wmask,
-                    symbols, scratch)
+                    tshift, symbols, scratch)
         if err:
             return err
     _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw, scratch[4])
@@ -2095,6 +2195,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
     ctx = ctx_of[wide]  # the stream's contexts: CONTEXT_OF row 0 or 1
     ctx16 = CONTEXT16[wide]
     wmask = np.uint8(255) if wide else np.uint8(0)
+    tshift = 2 + item[plan_mod.PLANE]  # eight tables per set with plane contexts, else four
     plane = th * tw
     ya, yb = max(0, -oy), min(th, out_h - oy)
     xa, xb = max(0, -ox), min(tw, out_w - ox)
@@ -2106,7 +2207,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         return 0
     if src[start] == f2.TILE_RUNS:
         # planes (4 planes back to back) leaves the 64 bytes after plane 0 that the fills need.
-        err = runs.decode_tile(src, start, end, th, tw, c, base, dec.reshape(-1), empty, planes.reshape(-1),
+        err = runs.decode_tile(src, start, end, th, tw, c, base, tshift, dec.reshape(-1), empty, planes.reshape(-1),
                                scratch[6], scratch[5][:64], scratch[5][64:])
         if err:
             return err
@@ -2118,7 +2219,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         return 0
     if src[start] == f2.TILE_PALETTE:
         return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
-                               dec, empty, ctx, ctx16, wmask, symbols, scratch, planes[0, :plane], decoded)
+                               dec, empty, ctx, ctx16, wmask, tshift, symbols, scratch, planes[0, :plane], decoded)
     colour = np.int64(src[start + 1]) & 15
     n_rans = 0
     for k in range(c):
@@ -2143,7 +2244,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         if not _lane_states(src, pos, lanes, scratch[0]):
             return plan_mod.ERR_STATE
         err = _rans(src, pos + 4 * lanes, end, start, c, plane, base, lanes, dec, empty, ctx, ctx16, wmask,
-                    symbols, scratch)
+                    tshift, symbols, scratch)
         if err:
             return err
     # The MED planes' diagonal steps run side by side (med_simd.med_steps), the others
@@ -2173,9 +2274,9 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
     return 0
 
 
-# The most tables one image has (format_v2.max_sets for 4 channels, 4 contexts each): a
+# The most tables one image has (format_v2.max_sets for 4 channels, 8 tables each): a
 # window slot's rows.
-WINDOW_TABLES = f2.max_sets(4) * f2.CONTEXTS
+WINDOW_TABLES = f2.max_sets(4) * f2.MAX_SET_TABLES
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

@@ -190,10 +190,15 @@ def _unzigzag8(w):
 
 
 @cuda.jit(device=True, inline=True)
-def _empty_mask(empty, tbase):
-    """Bit x set when context x of the table set starting at row tbase is an empty table."""
-    return i32(empty[u32(tbase)] | (empty[u32(tbase + 1)] << 1) | (empty[u32(tbase + 2)] << 2)
+def _empty_mask(empty, tbase, tshift):
+    """Bit x set when context x of the table set starting at row tbase is an empty table
+    (1 << tshift tables: 8 with plane contexts, else 4)."""
+    mask = i32(empty[u32(tbase)] | (empty[u32(tbase + 1)] << 1) | (empty[u32(tbase + 2)] << 2)
                | (empty[u32(tbase + 3)] << 3))
+    if tshift == i32(3):
+        mask = i32(mask | (empty[u32(tbase + 4)] << 4) | (empty[u32(tbase + 5)] << 5) | (empty[u32(tbase + 6)] << 6)
+                   | (empty[u32(tbase + 7)] << 7))
+    return mask
 
 
 @cuda.jit(device=True, inline=True)
@@ -251,12 +256,12 @@ def _palette_pixels(src, pal_at, c, smem, th, tw, out, out_base, out_w, oy, ox, 
 
 
 @cuda.jit(device=True)
-def _runs_tile(src, start, end, th, tw, c, base, dec, empty, smem, bounds):
+def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bounds):
     """A runs tile (A2 mode 3) on one thread: its index plane into smem (row pitch 64);
     returns an error code (the checks of runs.decode_tile). bounds: 128 bytes of shared
     memory for the run boundaries (columns < 64) of the row above and of this row (not a
     local array: that would put a stack frame on every tile of the kernel)."""
-    tset = i32(base + i32(i32(src[start + u64(1)]) << i32(2)))
+    tset = i32(base + i32(i32(src[start + u64(1)]) << tshift))
     if empty[u32(tset + i32(f2.RUN_CTX_LABEL))] != 0:
         return i32(plan_mod.ERR_TABLE)
     n_colours = i32(i32(src[start + u64(2)]) + i32(1))
@@ -378,6 +383,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
     ox = i32(work[item, plan_mod.OX])
     base = i32(work[item, plan_mod.TABLE_BASE])
     wide = work[item, plan_mod.WIDE] != 0
+    tshift = i32(i32(2) + i32(work[item, plan_mod.PLANE]))  # eight tables per set with plane contexts
     ya = i32(max(i32(0), i32(-oy)))
     yb = i32(min(th, i32(out_h - oy)))
     xa = i32(max(i32(0), i32(-ox)))
@@ -399,7 +405,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
         # warp then checks and writes the index plane as a palette tile's.
         code = i32(0)
         if lane == 0:
-            code = _runs_tile(src, start, end, th, tw, c, base, dec, empty, smem, ring)  # (no ring here)
+            code = _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, ring)  # (no ring here)
         code = _warp_max(scratch, code)
         if code != 0:
             if lane == 0:
@@ -492,9 +498,25 @@ def decode_kernel(src, work, dec, empty, out, errors):
         while yy >= plane_end:
             plane = i32(plane + i32(1))
             plane_end = i32(plane_end + th)
-        tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
-        emask = _empty_mask(empty, tbase)
+        # Each rANS plane's empty-table mask, 8 bits per plane, made once: the plane change in
+        # the loop below then only shifts registers.
+        emasks = u32(0)
+        for r in range(n_rans):
+            tb = i32(base + i32(((r_sets >> i32(4 * r)) & i32(15)) << tshift))
+            emasks = u32(emasks | (u32(_empty_mask(empty, tb, tshift)) << u32(8 * r)))
+        tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << tshift))
+        emask = i32((emasks >> u32(8 * plane)) & u32(255))
         empty_hit = i32(0)
+        # Plane bits (A4, FLAG_PLANE_CONTEXT): past the first rANS plane of a tile of at least
+        # PLANE_CONTEXT_MIN_PIXELS pixels, context | PLANE_CONTEXT when the symbol one plane
+        # back (th rows up in shared memory, decoded steps ago) is not 0. Branch-free in the
+        # loop: in the first plane, or without plane bits, pback is 0 (a load of the lane's
+        # own slot) and pmask 0.
+        plane_bits = tshift == i32(3) and i32(th * tw) >= i32(f2.PLANE_CONTEXT_MIN_PIXELS)
+        pback_on = i32(th << i32(PITCH_LOG2)) if plane_bits else i32(0)
+        pmask_on = i32(f2.PLANE_CONTEXT) if plane_bits else i32(0)
+        pback = pback_on if plane > i32(0) else i32(0)
+        pmask = pmask_on if plane > i32(0) else i32(0)
         lane_below = u32((u32(1) << u32(lane)) - u32(1))
         ptr = i32(0)
         steps = i32(i32(n + lanes - i32(1)) >> lanes_log2)
@@ -509,6 +531,8 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 u = i32(max(i32(ring[q - u32(64)]), i32(far & wmask)))
                 # ctx: 2-bit fields of context_bits for u <= 8, 3 above
                 ctx = i32(3) if u > i32(8) else i32((context_bits >> i32(u << i32(1))) & i32(3))
+                # (-S >> 31) & pmask: pmask when the symbol one plane back is not 0, no branch
+                ctx = i32(ctx | (i32(i32(-i32(smem[u32(addr - pback)])) >> i32(31)) & pmask))
                 empty_hit = i32(empty_hit | (emask >> ctx))
                 e = dec[u32(i32(i32(tbase + ctx) << i32(12)) | i32(x & u32(4095)))]
                 x = u32(u32(u32((e >> u32(8)) & u32(4095)) + u32(1)) * (x >> u32(12)) + (e >> u32(20)))
@@ -536,14 +560,18 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 plane = i32(plane + i32(1))
                 plane_end = i32(plane_end + th)
                 if plane < n_rans:
-                    tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << i32(2)))
-                    emask = _empty_mask(empty, tbase)
-        if empty_hit & i32(1):
-            code = i32(plan_mod.ERR_TABLE)
+                    tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << tshift))
+                    emask = i32((emasks >> u32(8 * plane)) & u32(255))
+                    pback = pback_on
+                    pmask = pmask_on
         if active and x != u32(f2.STATE_LOW):
             code = i32(plan_mod.ERR_STATE)
         if ptr != nw and code == 0:
             code = i32(plan_mod.ERR_WORDS)
+        # Last: a symbol from an empty table is the cause the CPU decoder names too (its
+        # garbage symbols then leave states and words wrong as well).
+        if empty_hit & i32(1):
+            code = i32(plan_mod.ERR_TABLE)
     # One code for the tile: the largest of the lanes' (any non-zero one rejects the tile).
     code = _warp_max(scratch, code)
     if code != 0:

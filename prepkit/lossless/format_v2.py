@@ -34,7 +34,16 @@ FLAG_WIDE_CONTEXT = 4  # not bit 1: that is v1's FLAG_COLOUR (fmt.Header.colour)
 # instead of N + 1 u32 offsets (masks, whose tiles are mostly a few dozen bytes, 6.5% smaller).
 # Streams without it (every stream written before) keep the u32 offsets.
 FLAG_SHORT_TILE_TABLE = 8
-KNOWN_FLAGS = FLAG_2D | FLAG_WIDE_CONTEXT | FLAG_SHORT_TILE_TABLE
+# Bit 4, plane contexts (A4): eight tables per set instead of four. A symbol of a coded tile
+# of at least PLANE_CONTEXT_MIN_PIXELS pixels that lies past the tile's first rANS plane adds
+# 4 to its context when the symbol th*tw earlier (the same pixel of the plane coded before it)
+# is not 0: rendered images' flat areas, where one plane's residual is zero, are mostly zero
+# in the next. Decoders that predate it refuse the flag as unknown.
+FLAG_PLANE_CONTEXT = 16
+KNOWN_FLAGS = FLAG_2D | FLAG_WIDE_CONTEXT | FLAG_SHORT_TILE_TABLE | FLAG_PLANE_CONTEXT
+# The fewest pixels a tile's plane has for plane contexts: the symbol th*tw back must lie in
+# an earlier round of every lane count (<= 32), as the other context symbols (>= 63 back) do.
+PLANE_CONTEXT_MIN_PIXELS = 64
 SHORT_ONE_BYTE = 128  # lengths below this take one byte in a short tile table
 # The largest tile (raw, 64 x 64 x 4 plus its mode byte) fits a short table's two bytes.
 assert 1 + 64 * 64 * 4 < SHORT_ONE_BYTE << 8
@@ -42,7 +51,9 @@ assert 1 + 64 * 64 * 4 < SHORT_ONE_BYTE << 8
 PROB_BITS = 12
 PROB_SCALE = 1 << PROB_BITS  # frequencies of a table sum to this
 STATE_LOW = 1 << 16  # rANS states live in [STATE_LOW, 2^32); also every lane's initial state
-CONTEXTS = 4  # tables per set: chosen by earlier symbols of the same lane (see context())
+CONTEXTS = 4  # contexts from the earlier symbols of the same plane (see contexts())
+PLANE_CONTEXT = 4  # added to a symbol's context by the plane bit (FLAG_PLANE_CONTEXT)
+MAX_SET_TABLES = 8  # tables per set with FLAG_PLANE_CONTEXT (set_tables)
 CONTEXT_DISTANCE = 64  # the one context symbol of a stream without FLAG_WIDE_CONTEXT
 WIDE_DISTANCES = (63, 64, 65, 128)  # the context symbols of a stream with it
 CONTEXT_HISTORY = 128  # the farthest back a context looks (decoders keep 128 zeros before symbol 0)
@@ -119,7 +130,7 @@ ENCODER_COLOURS = (0, 1, 3)
 
 @dataclass(frozen=True)
 class TablesV2:
-    """The frequency tables of one stream, (n_sets * CONTEXTS) tables of 256 symbols."""
+    """The frequency tables of one stream, (n_sets * set_tables(flags)) tables of 256 symbols."""
 
     freq: np.ndarray  # int32 (n_tables, 256); a row of zeros is an empty (unusable) table
     cum: np.ndarray  # int32 (n_tables, 257): exclusive prefix sums of freq
@@ -147,6 +158,27 @@ def encoder_wide_context(channels: int) -> bool:
     return channels >= 1
 
 
+def set_tables(flags: int) -> int:
+    """Tables per table set of a stream with these flags: 8 with FLAG_PLANE_CONTEXT, else 4.
+    Table set s's tables are rows s * set_tables .. of the table section (A3)."""
+    return MAX_SET_TABLES if flags & FLAG_PLANE_CONTEXT else CONTEXTS
+
+
+# The encoders try plane contexts on images of at most this many (tile, plane) pairs: their
+# per-tile histograms, 8 tables x 256 uint16 per pair, stay within 64 MiB (the table-set
+# proposal's budget, table_sets.ITEMS_BUDGET): a 22-megapixel RGB image.
+PLANE_CONTEXT_MAX_TILE_PLANES = (64 << 20) // (MAX_SET_TABLES * 256 * 2)
+
+
+def encoder_plane_context(channels: int, n_tiles: int = 1, fast_decode: bool = False) -> bool:
+    """Whether the encoders try plane contexts (FLAG_PLANE_CONTEXT; A9: they keep them where
+    they save enough, table_sets.plane_contexts_pay) on an image of this many channels and
+    tiles: images of two channels or more (a one-channel image has one plane per tile: the
+    four extra tables per set would all be empty), not with fast_decode (eight tables per
+    set make a decode slower), and within PLANE_CONTEXT_MAX_TILE_PLANES."""
+    return channels > 1 and not fast_decode and n_tiles * channels <= PLANE_CONTEXT_MAX_TILE_PLANES
+
+
 def context_of_value(u: np.ndarray, wide: bool) -> np.ndarray:
     """Context (0..3) from the context value u (A4)."""
     t = WIDE_THRESHOLDS if wide else NARROW_THRESHOLDS
@@ -165,15 +197,34 @@ def context_values(symbols: np.ndarray, wide: bool) -> np.ndarray:
     return u
 
 
-def contexts(symbols: np.ndarray, wide: bool) -> np.ndarray:
-    """Context (0..3) of every symbol of a tile's sequence."""
-    return context_of_value(context_values(symbols, wide), wide)
+def plane_bits(symbols: np.ndarray, plane: int) -> np.ndarray:
+    """The plane bit (A4, FLAG_PLANE_CONTEXT) of every symbol of a coded tile's sequence whose
+    planes have `plane` = th*tw symbols each: 1 where the symbol `plane` earlier (the same
+    pixel of the plane coded before) is not 0, for tiles of at least PLANE_CONTEXT_MIN_PIXELS
+    pixels; 0 for the first plane's symbols and for smaller tiles."""
+    s = np.asarray(symbols, np.int64)
+    p = np.zeros(s.size, np.int64)
+    if plane >= PLANE_CONTEXT_MIN_PIXELS and plane < s.size:
+        p[plane:] = s[:-plane] > 0
+    return p
 
 
-def encoder_flags(flags: int, wide: bool) -> int:
+def contexts(symbols: np.ndarray, wide: bool, plane: int = 0) -> np.ndarray:
+    """Context of every symbol of a tile's sequence: 0..3 from the same plane's earlier
+    symbols, plus PLANE_CONTEXT for a plane bit (plane: th*tw of a coded tile of a stream
+    with FLAG_PLANE_CONTEXT, 0 otherwise: no plane bits)."""
+    ctx = context_of_value(context_values(symbols, wide), wide)
+    if plane:
+        ctx = ctx + PLANE_CONTEXT * plane_bits(symbols, plane)
+    return ctx
+
+
+def encoder_flags(flags: int, wide: bool, plane_context: bool = False) -> int:
     """The flags both encoders write: FLAG_2D kept from `flags`, FLAG_WIDE_CONTEXT when
-    `wide` (encoder_wide_context), and always the short tile table."""
-    return (flags & FLAG_2D) | (FLAG_WIDE_CONTEXT if wide else 0) | FLAG_SHORT_TILE_TABLE
+    `wide` (encoder_wide_context), FLAG_PLANE_CONTEXT when `plane_context`
+    (encoder_plane_context), and always the short tile table."""
+    return ((flags & FLAG_2D) | (FLAG_WIDE_CONTEXT if wide else 0) | (FLAG_PLANE_CONTEXT if plane_context else 0)
+            | FLAG_SHORT_TILE_TABLE)
 
 
 def tile_table(lengths: np.ndarray, short: bool, at: int) -> bytes:
@@ -325,9 +376,10 @@ def max_sets(channels: int) -> int:
     return MAX_SETS_PER_CHANNEL * channels + 1
 
 
-def max_tables_size(channels: int) -> int:
-    """Largest table section: max_sets tables of 4 contexts, bitmap, 2 bytes per symbol."""
-    return max_sets(channels) * CONTEXTS * (1 + 32 + 2 * 256)
+def max_tables_size(channels: int, tables_per_set: int = MAX_SET_TABLES) -> int:
+    """Largest table section: max_sets sets of tables_per_set tables (the most a stream can
+    have by default), bitmap, 2 bytes per symbol."""
+    return max_sets(channels) * tables_per_set * (1 + 32 + 2 * 256)
 
 
 def max_encoded_size(height: int, width: int, channels: int, tile: int = 64) -> int:
@@ -383,8 +435,9 @@ def read_header(buf: np.ndarray) -> tuple[fmt.Header, int, int]:
         raise CodecError(f"2-D flag set with {channels} channels (expected 1)")
     if not 1 <= n_sets <= max_sets(channels):
         raise CodecError(f"table sets: expected 1..{max_sets(channels)}. Got {n_sets}.")
-    if tables_size > max_tables_size(channels):
-        raise CodecError(f"table section: expected at most {max_tables_size(channels)} bytes. Got {tables_size}.")
+    largest = max_tables_size(channels, set_tables(flags))
+    if tables_size > largest:
+        raise CodecError(f"table section: expected at most {largest} bytes. Got {tables_size}.")
     return fmt.Header(height, width, channels, tile, flags, VERSION), n_sets, tables_size
 
 
@@ -396,7 +449,7 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     table_at = HEADER_SIZE + tables_size
     if buf.size < table_at:
         raise CodecError(f"stream too short for its tables: need {table_at} bytes, got {buf.size}")
-    tables = parse_tables(buf[HEADER_SIZE:table_at], n_sets * CONTEXTS)
+    tables = parse_tables(buf[HEADER_SIZE:table_at], n_sets * set_tables(header.flags))
     offsets = read_tile_table(buf, table_at, n, bool(header.flags & FLAG_SHORT_TILE_TABLE))
     lengths = np.diff(offsets)
     if (lengths < 1).any():
@@ -504,7 +557,7 @@ def stream_head(header: fmt.Header, freq: np.ndarray, lengths: np.ndarray) -> by
     from prepkit.lossless import frequencies  # compiled pack_tables (it imports this module)
 
     tables = frequencies.pack_tables(freq)
-    n_sets = freq.shape[0] // CONTEXTS
+    n_sets = freq.shape[0] // set_tables(header.flags)
     head = pack_header(header.height, header.width, header.channels, header.tile, header.flags,
                           n_sets, len(tables))
     table = tile_table(lengths, bool(header.flags & FLAG_SHORT_TILE_TABLE), HEADER_SIZE + len(tables))

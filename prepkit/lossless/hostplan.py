@@ -53,6 +53,12 @@ SEPARATE_BYTES = 1 << 16  # plan_buffers reads buffers of this average size or m
 MIN_SAMPLES_PER_THREAD = 4  # build_plan's validation: fewer samples per thread cost more than they save
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _set_tables(flags):
+    """format_v2.set_tables: tables per set of a v2 stream with these flags."""
+    return f2.MAX_SET_TABLES if flags & f2.FLAG_PLANE_CONTEXT else f2.CONTEXTS
+
+
 @njit(nogil=True, cache=True)
 def _u16(src, at):
     return np.int64(src[at]) | (np.int64(src[at + 1]) << 8)
@@ -115,7 +121,7 @@ def _read_headers(src, starts, stops, rows, info):
                 continue
             if not 1 <= n_sets <= f2.MAX_SETS_PER_CHANNEL * c + 1:  # f2.max_sets
                 continue
-            if z > (f2.MAX_SETS_PER_CHANNEL * c + 1) * f2.CONTEXTS * (1 + 32 + 2 * 256):  # f2.max_tables_size
+            if z > (f2.MAX_SETS_PER_CHANNEL * c + 1) * _set_tables(flags) * (1 + 32 + 2 * 256):  # f2.max_tables_size
                 continue
         else:
             continue
@@ -375,7 +381,7 @@ def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner,
             at = f2.HEADER_SIZE + info[r, I_ZSIZE]
             if size < at:
                 continue
-            n_tables = info[r, I_SETS] * f2.CONTEXTS
+            n_tables = info[r, I_SETS] * _set_tables(info[r, I_FLAGS])
             if not _parse_tables(src, s + f2.HEADER_SIZE, s + at, n_tables, freq, cum, dec, lay[r, L_TABLE], pack):
                 continue
             if info[r, I_FLAGS] & f2.FLAG_SHORT_TILE_TABLE:
@@ -391,6 +397,7 @@ def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner,
         ty0, ty1, tx0, tx1 = y0 // t, (y1 - 1) // t, x0 // t, (x1 - 1) // t
         colour = 1 if (version == 1 and info[r, I_FLAGS] & fmt.FLAG_COLOUR) else 0
         wide = 1 if (version == 2 and info[r, I_FLAGS] & f2.FLAG_WIDE_CONTEXT) else 0
+        plane_context = 1 if (version == 2 and info[r, I_FLAGS] & f2.FLAG_PLANE_CONTEXT) else 0
         k = lay[r, L_ITEM]
         placed = 0
         dst_base = lay[r, L_DST]
@@ -427,6 +434,7 @@ def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner,
                 work[k, plan_mod.VERSION] = version
                 work[k, plan_mod.TABLE_BASE] = lay[r, L_TABLE] if version == 2 else 0
                 work[k, plan_mod.WIDE] = wide
+                work[k, plan_mod.PLANE] = plane_context
                 owner[k] = r
                 k += 1
             if crop:
@@ -448,7 +456,7 @@ def _layout(info, regions, crop, starts, stops, lay, totals):
         y0, x0, y1, x1 = regions[r, 0], regions[r, 1], regions[r, 2], regions[r, 3]
         rows_touched = (y1 - 1) // t - y0 // t + 1
         sizes = (rows_touched * ((x1 - 1) // t - x0 // t + 1), rows_touched if crop else 1,
-                 info[r, I_SETS] * f2.CONTEXTS if info[r, I_VERSION] == f2.VERSION else 0,
+                 info[r, I_SETS] * _set_tables(info[r, I_FLAGS]) if info[r, I_VERSION] == f2.VERSION else 0,
                  (y1 - y0) * (x1 - x0) * info[r, I_C], 0 if crop else stops[r] - starts[r])
         for col in range(5):
             lay[r, col] = totals[col]

@@ -18,9 +18,10 @@ from prepkit.lossless import format_v2
 
 # Columns of a work item (int64). VERSION is the stream's bitstream version; TABLE_BASE
 # (version 2 only) is the row of the image's first frequency table in Plan.freq/cum/lut;
-# WIDE (version 2 only) is 1 when the stream has wide contexts (format_v2.FLAG_WIDE_CONTEXT).
-SRC_START, SRC_END, TH, TW, CH, COLOUR, OUT_BASE, OUT_H, OUT_W, OY, OX, VERSION, TABLE_BASE, WIDE = range(14)
-N_COLS = 14
+# WIDE (version 2 only) is 1 when the stream has wide contexts (format_v2.FLAG_WIDE_CONTEXT),
+# PLANE 1 when it has plane contexts (FLAG_PLANE_CONTEXT: eight tables per set, plane bits).
+SRC_START, SRC_END, TH, TW, CH, COLOUR, OUT_BASE, OUT_H, OUT_W, OY, OX, VERSION, TABLE_BASE, WIDE, PLANE = range(15)
+N_COLS = 15
 
 Roi = tuple[int, int, int, int]
 
@@ -111,6 +112,7 @@ def build(buffers: Sequence[object], rois: Sequence[Roi | None] | None = None) -
         block[:, VERSION] = header.version
         block[:, TABLE_BASE] = n_tables if header.version == format_v2.VERSION else 0
         block[:, WIDE] = int(header.version == format_v2.VERSION and bool(header.flags & format_v2.FLAG_WIDE_CONTEXT))
+        block[:, PLANE] = int(header.version == format_v2.VERSION and bool(header.flags & format_v2.FLAG_PLANE_CONTEXT))
         if header.version == format_v2.VERSION:
             block[:, COLOUR] = 0
             n_tables += tables[-1].n_tables

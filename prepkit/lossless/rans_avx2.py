@@ -76,9 +76,11 @@ def _address(builder: ir.IRBuilder, context, aryty, array, index: ir.Value, vect
 
 
 def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v, ctx16_ty, ctx16_v,
-                   wmask_v) -> list[ir.Value]:
+                   wmask_v, prev_ty, prev_v, pbit_v) -> list[ir.Value]:
     """The table rows of the 32 symbols row[at+SYM0 : at+SYM0+32] as four <8 x i32> (tbase +
-    4096 * context, A4): table_bases32's computation, which rans_round32 keeps in registers."""
+    4096 * context, A4), plus pbit (uint8: PLANE_CONTEXT or 0) where prev[0:32] (the symbols
+    one plane back) is not 0: table_bases32's computation, which rans_round32 keeps in
+    registers."""
     pshufb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32I8, [_V32I8, _V32I8]),
                                             "llvm.x86.avx2.pshuf.b")
     data = context.make_array(row_ty)(context, builder, row_v).data
@@ -123,6 +125,10 @@ def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v,
                            align=1)
     table32 = builder.shuffle_vector(table16, table16, ir.Constant(_V32I32, list(range(16)) * 2))
     ctx = builder.call(pshufb, [table32, u])
+    # The plane bit (FLAG_PLANE_CONTEXT): + pbit where the symbol one plane back is not 0.
+    prev = builder.load(_address(builder, context, prev_ty, prev_v, ir.Constant(ir.IntType(64), 0), _V32I8), align=1)
+    zero = ir.Constant(_V32I8, [0] * 32)
+    ctx = builder.add(ctx, builder.select(builder.icmp_unsigned("!=", prev, zero), splat32(pbit_v, _V32I8), zero))
     base = builder.insert_element(ir.Constant(_V8I32, ir.Undefined), builder.trunc(tbase_v, _I32),
                                   ir.Constant(_I32, 0))
     base = builder.shuffle_vector(base, ir.Constant(_V8I32, ir.Undefined), ir.Constant(_V8I32, [0] * 8))
@@ -134,21 +140,24 @@ def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v,
 
 
 @intrinsic
-def table_bases32(typingctx, row, at, tbase, ctx16, wmask, bases):
+def table_bases32(typingctx, row, at, tbase, ctx16, wmask, prev, pbit, bases):
     """bases[0:32] (int32) = tbase + 4096 * context of the symbols row[at+SYM0 : at+SYM0+32]
     (A4), from the context symbols before them in row; ctx16 (16 uint8) is the context of
     each value below 16 (15: every larger one), wmask (uint8) 255 for wide contexts and 0
-    otherwise. The caller guarantees that those 32 symbols' context symbols are decoded."""
-    sig = types.void(row, types.uint64, types.int64, ctx16, types.uint8, bases)
+    otherwise; plane bits (FLAG_PLANE_CONTEXT): the context + pbit (uint8, PLANE_CONTEXT or
+    0) where prev[0:32], the symbols one plane back, is not 0. The caller guarantees that
+    those 32 symbols' context symbols are decoded."""
+    sig = types.void(row, types.uint64, types.int64, ctx16, types.uint8, prev, types.uint8, bases)
 
     def codegen(context, builder, signature, args):
-        row_v, at_v, tbase_v, ctx16_v, wmask_v, bases_v = args
+        row_v, at_v, tbase_v, ctx16_v, wmask_v, prev_v, pbit_v, bases_v = args
         tys = signature.args
-        vectors = _bases_vectors(context, builder, tys[0], row_v, at_v, tbase_v, tys[3], ctx16_v, wmask_v)
+        vectors = _bases_vectors(context, builder, tys[0], row_v, at_v, tbase_v, tys[3], ctx16_v, wmask_v, tys[5],
+                                 prev_v, pbit_v)
         # Stored as four 32-byte vectors, the loads rans_step8 makes: a load that takes part
         # of a wider store cannot always be forwarded from it (it waits for the cache).
         for k in range(4):
-            out_p = _address(builder, context, tys[5], bases_v, ir.Constant(ir.IntType(64), 8 * k), _V8I32)
+            out_p = _address(builder, context, tys[7], bases_v, ir.Constant(ir.IntType(64), 8 * k), _V8I32)
             builder.store(vectors[k], out_p, align=4)
         return context.get_dummy_value()
 
@@ -211,22 +220,24 @@ def rans_step8(typingctx, row, at, states, j0, flat, bases, b0, words, w, permut
 
 
 @intrinsic
-def rans_round32(typingctx, row, states, flat, tbase, ctx16, wmask, words, w, permute):
+def rans_round32(typingctx, row, states, flat, tbase, ctx16, wmask, prev, pbit, words, w, permute):
     """A whole round of a 32-lane tile: table_bases32, then rans_step8 on lanes 0-7, 8-15,
     16-23 and 24-31, with the table rows in registers (no bases array). row = symbols[i :
-    i + SYM0 + 32], states the 32 uint32 lane states; the caller guarantees 32 readable words
-    at w. Returns the new w. (Two rounds of a 16-lane tile this way measured 1-2% slower than
-    table_bases32 and two rounds of steps, so 16- and 8-lane tiles keep those.)"""
-    sig = types.uint64(row, states, flat, types.int64, ctx16, types.uint8, words, types.uint64, permute)
+    i + SYM0 + 32], states the 32 uint32 lane states, prev and pbit as table_bases32's; the caller
+    guarantees 32 readable words at w. Returns the new w. (Two rounds of a 16-lane tile this
+    way measured 1-2% slower than table_bases32 and two rounds of steps, so 16- and 8-lane
+    tiles keep those.)"""
+    sig = types.uint64(row, states, flat, types.int64, ctx16, types.uint8, prev, types.uint8, words, types.uint64,
+                       permute)
 
     def codegen(context, builder, signature, args):
-        row_v, states_v, flat_v, tbase_v, ctx16_v, wmask_v, words_v, w_v, permute_v = args
+        row_v, states_v, flat_v, tbase_v, ctx16_v, wmask_v, prev_v, pbit_v, words_v, w_v, permute_v = args
         tys = signature.args
         i64 = ir.IntType(64)
         vectors = _bases_vectors(context, builder, tys[0], row_v, ir.Constant(i64, 0), tbase_v, tys[4], ctx16_v,
-                                 wmask_v)
+                                 wmask_v, tys[6], prev_v, pbit_v)
         # _decode_step reads the types of (row, at, states, j0, flat, _, words, w, permute)
-        step_tys = (tys[0], types.uint64, tys[1], types.uint64, tys[2], None, tys[6], types.uint64, tys[8])
+        step_tys = (tys[0], types.uint64, tys[1], types.uint64, tys[2], None, tys[8], types.uint64, tys[10])
         for k in range(4):
             j0 = ir.Constant(i64, 8 * k)
             states_p = _address(builder, context, tys[1], states_v, j0, _V8I32)
@@ -272,14 +283,17 @@ def rans_step8_narrow(typingctx, row, at, states, j0, flat, tbase, words, w, per
 
 
 def step_reference(row: np.ndarray, at: int, states: np.ndarray, j0: int, flat: np.ndarray, tbase: int,
-                   wide: bool, words: np.ndarray, w: int) -> int:
+                   wide: bool, words: np.ndarray, w: int, prev: np.ndarray | None = None) -> int:
     """Plain numpy version of table_bases32 then rans_step8 on the first 8 of the 32 bases
-    (ctx16 and wmask from `wide`; returns the new w)."""
+    (ctx16 and wmask from `wide`; prev[k]: the symbol one plane back of row[SYM0 + k] for
+    plane bits, or None; returns the new w)."""
     distances = f2.WIDE_DISTANCES if wide else (f2.CONTEXT_DISTANCE,)
     for j in range(j0, j0 + 8):
         i = at + j - j0 + SYM0  # where this lane's symbol goes
         u = max(int(row[i - d]) for d in distances)
         ctx = int(f2.context_of_value(np.array(u), wide))
+        if prev is not None and prev[at + j - j0] > 0:
+            ctx += f2.PLANE_CONTEXT
         x = int(states[j])
         e = int(flat[tbase + ctx * 4096 + (x & 4095)])
         row[i] = e & 255

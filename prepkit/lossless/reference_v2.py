@@ -371,10 +371,21 @@ def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: 
     return index
 
 
-def table_index(symbols: np.ndarray, channel_set: np.ndarray, wide: bool) -> np.ndarray:
-    """Table of each symbol of a tile's sequence: set * CONTEXTS + its context (A4; wide:
-    the stream's FLAG_WIDE_CONTEXT)."""
-    return channel_set * f2.CONTEXTS + f2.contexts(symbols, wide)
+def table_index(symbols: np.ndarray, channel_set: np.ndarray, flags: int, plane: int = 0) -> np.ndarray:
+    """Table of each symbol of a tile's sequence: set * set_tables + its context (A3, A4;
+    flags: the stream's; plane: th*tw of a coded tile, whose planes take plane bits when the
+    flags have FLAG_PLANE_CONTEXT, 0 for a palette tile's one plane)."""
+    wide = bool(flags & f2.FLAG_WIDE_CONTEXT)
+    bits = plane if flags & f2.FLAG_PLANE_CONTEXT else 0
+    return channel_set * f2.set_tables(flags) + f2.contexts(symbols, wide, bits)
+
+
+def choice_tables(choice: Choice, sets_row: np.ndarray, flags: int) -> np.ndarray:
+    """table_index of every symbol of a tile choice (choice.symbols()); sets_row: the set of
+    each plane key (one_set_per_plane)."""
+    symbols, chans = choice.symbols()
+    plane = choice.planes[0].size if isinstance(choice, TileChoice) else 0
+    return table_index(symbols, sets_row[chans], flags, plane)
 
 
 def lanes_log2(estimate_16ths: int, min_log2: int) -> int:
@@ -404,7 +415,7 @@ def rans_encode(symbols: np.ndarray, tables: np.ndarray, freq: np.ndarray, cum: 
 
 
 def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.ndarray, sets: np.ndarray,
-                min_log2: int, wide: bool) -> bytes:
+                min_log2: int, flags: int) -> bytes:
     """A coded tile (mode 1), or the raw tile when that is not smaller; sets[k]: plane k's set."""
     c = tile.shape[2]
     symbols, chans = choice.symbols()
@@ -418,7 +429,7 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
     out += bytes(int(choice.planes[k].flat[0]) for k in range(c) if choice.const[k])
     log2 = 0
     if symbols.size:
-        tables = table_index(symbols, sets[chans], wide)
+        tables = choice_tables(choice, sets, flags)
         log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
         body = rans_encode(symbols, tables, freq, cum, 1 << log2)
     out[1] = choice.colour | log2 << 4
@@ -429,11 +440,11 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
 
 
 def encode_palette_tile(tile: np.ndarray, pal: PaletteChoice, freq: np.ndarray, cum: np.ndarray,
-                        sets: np.ndarray, min_log2: int, wide: bool) -> bytes:
+                        sets: np.ndarray, min_log2: int, flags: int) -> bytes:
     """A palette tile (mode 2), or the raw tile when that is not smaller; sets[C]: the index
     plane's set."""
     symbols, chans = pal.symbols()
-    tables = table_index(symbols, sets[chans], wide)
+    tables = choice_tables(pal, sets, flags)
     log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
     c = tile.shape[2]
     head = bytes([f2.TILE_PALETTE, log2 << 4, pal.palette.shape[0] - 1,
@@ -452,38 +463,38 @@ def raw_tile(tile: np.ndarray) -> bytes:
 Choice = TileChoice | PaletteChoice
 
 
-def estimate(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int, wide: bool) -> int:
+def estimate(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int, flags: int) -> int:
     """Estimated coded tile size in bytes: header, constants or palette, states and the
     symbols' costs; sets: the tile's set row (one_set_per_plane)."""
-    overhead, cost = estimate_parts(choice, freq, sets, min_log2, wide)
+    overhead, cost = estimate_parts(choice, freq, sets, min_log2, flags)
     return overhead + cost // 128
 
 
-def estimate_parts(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int, wide: bool) -> tuple[int, int]:
+def estimate_parts(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2: int, flags: int) -> tuple[int, int]:
     """(bytes besides the symbols: header, constants or palette, lane states; the symbols'
     cost in 1/16 bits)."""
     symbols, chans = choice.symbols()
     overhead, cost = choice.header_bytes(), 0
     if symbols.size:
-        tables = table_index(symbols, sets[chans], wide)
+        tables = choice_tables(choice, sets, flags)
         cost = int(cost_table(freq)[tables, symbols].sum())
         overhead += 4 << lanes_log2(cost, min_log2)
     return overhead, cost
 
 
-def build_tables(choices: list[Choice], sets: list[np.ndarray], n_sets: int, wide: bool) -> np.ndarray:
-    """Frequencies (n_sets * CONTEXTS, 256) from every coded symbol of the choices (their set
+def build_tables(choices: list[Choice], sets: list[np.ndarray], n_sets: int, flags: int) -> np.ndarray:
+    """Frequencies (n_sets * set_tables(flags), 256) from every coded symbol of the choices (their set
     rows in sets)."""
-    return np.stack([normalize(row) for row in count_symbols(choices, sets, n_sets, wide)])
+    return np.stack([normalize(row) for row in count_symbols(choices, sets, n_sets, flags)])
 
 
-def count_symbols(choices: list[Choice], sets: list[np.ndarray], n_sets: int, wide: bool) -> np.ndarray:
-    """Counts (n_sets * CONTEXTS, 256) of (table, symbol) of every coded symbol of the choices."""
-    counts = np.zeros((n_sets * f2.CONTEXTS, 256), np.int64)
+def count_symbols(choices: list[Choice], sets: list[np.ndarray], n_sets: int, flags: int) -> np.ndarray:
+    """Counts (n_sets * set_tables(flags), 256) of (table, symbol) of every coded symbol of the choices."""
+    counts = np.zeros((n_sets * f2.set_tables(flags), 256), np.int64)
     for choice, sets_row in zip(choices, sets, strict=True):
-        symbols, chans = choice.symbols()
+        symbols, _ = choice.symbols()
         if symbols.size:
-            np.add.at(counts, (table_index(symbols, sets_row[chans], wide), symbols), 1)
+            np.add.at(counts, (choice_tables(choice, sets_row, flags), symbols), 1)
     return counts
 
 
@@ -493,30 +504,40 @@ def tiles_of(image: np.ndarray, tile: int) -> list[np.ndarray]:
 
 
 def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, wide_context: bool | None = None,
-           runs_tiles: bool = True, runs_first: bool = True, colours: tuple[int, ...] = f2.ENCODER_COLOURS) -> bytes:
+           runs_tiles: bool = True, runs_first: bool = True, colours: tuple[int, ...] = f2.ENCODER_COLOURS,
+           plane_context: bool | None = None) -> bytes:
     """Encode an HxW or HxWxC uint8 image as a v2 stream (reference implementation);
-    fast_decode leaves MED out (format_v2.encoder_predictors); wide_context (A4) defaults
-    to format_v2.encoder_wide_context (tests ask for either kind on any image); runs_tiles=False
+    fast_decode leaves MED out (format_v2.encoder_predictors); wide_context and
+    plane_context (A4) default to format_v2.encoder_wide_context and to plane contexts where
+    format_v2.encoder_plane_context tries them and table_sets.plane_contexts_pay keeps them
+    (tests and fuzz seeds ask for either kind on any image: True keeps them whatever they
+    cost); runs_tiles=False
     writes no runs tiles (A2 mode 3); runs_first=False weighs every runs candidate against its
     coded payload instead of taking the sure ones (runs.sure) first; colours: the colour
     transforms to try (tests ask for those the encoders leave out, for the decoders)."""
     image, flags = prepare(image, tile)
-    stream = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours)
+    stream = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours,
+                     plane_context=plane_context)
     if f2.encoder_tries_one_set(len(tiles_of(image, tile))):
         # Small images: also with one table set for every plane; the smaller stream wins.
-        one_set = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours, one_set=True)
+        one_set = _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours, one_set=True,
+                          plane_context=plane_context)
         if len(one_set) < len(stream):
             return one_set
     return stream
 
 
 def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_context: bool | None,
-            runs_tiles: bool, runs_first: bool, colours: tuple[int, ...], one_set: bool = False) -> bytes:
+            runs_tiles: bool, runs_first: bool, colours: tuple[int, ...], one_set: bool = False,
+            plane_context: bool | None = None) -> bytes:
     """encode() of a prepared image (format.prepare) and its flags; one_set: every plane
     (palette index planes too) codes with table set 0."""
     h, w, c = image.shape
     wide = f2.encoder_wide_context(c) if wide_context is None else wide_context
-    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, wide), f2.VERSION)
+    tries = f2.encoder_plane_context(c, len(tiles_of(image, tile)), fast_decode)
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(
+        flags, wide, tries if plane_context is None else plane_context), f2.VERSION)
+    sflags = header.flags  # the stream's: how symbols pick their tables (A3, A4)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     n_predictors = f2.encoder_predictors(fast_decode)
     min_log2 = f2.min_lanes_log2(fast_decode)
@@ -541,22 +562,28 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
         n_sets = 1 if one_set else c + 1
         row = one_set_per_plane(c, n_sets)
         first: list[Choice] = [pals[i] if i in candidates else coded[i] for i in active]  # type: ignore[misc]
-        freq = build_tables(first, [row] * len(active), n_sets, wide)
+        freq = build_tables(first, [row] * len(active), n_sets, sflags)
         for i in active:
             pal = pals[i]
-            if pal is not None and estimate(pal, freq, row, min_log2, wide) < estimate(coded[i], freq, row, min_log2, wide):
+            if pal is not None and estimate(pal, freq, row, min_log2, sflags) < estimate(coded[i], freq, row, min_log2, sflags):
                 choices[i] = pal
         if not any(isinstance(choices[i], PaletteChoice) for i in active):
             n_sets = 1 if one_set else c
     sets = [one_set_per_plane(c, n_sets)] * len(tiles)
-    freq = build_tables([choices[i] for i in active], [sets[i] for i in active], n_sets, wide)
+    freq = build_tables([choices[i] for i in active], [sets[i] for i in active], n_sets, sflags)
     # Tiles whose estimated coded size reaches their raw size leave the tables: noise
     # should not pay for tables no tile uses (one re-count, integer estimates: deterministic).
-    keep = [i for i in active if estimate(choices[i], freq, sets[i], min_log2, wide) < 1 + tiles[i].size]
+    keep = [i for i in active if estimate(choices[i], freq, sets[i], min_log2, sflags) < 1 + tiles[i].size]
     if len(keep) < len(choices):
-        freq = build_tables([choices[i] for i in keep], [sets[i] for i in keep], n_sets, wide)
-    if table_sets.applies(len(tiles), c, fast_decode) and not one_set:
-        sets, n_sets, freq = with_table_sets(choices, keep, sets, n_sets, freq, min_log2, wide)
+        freq = build_tables([choices[i] for i in keep], [sets[i] for i in keep], n_sets, sflags)
+    if table_sets.applies(len(tiles), c, fast_decode, f2.set_tables(sflags)) and not one_set:
+        sets, n_sets, freq = with_table_sets(choices, keep, sets, n_sets, freq, min_log2, sflags)
+    if sflags & f2.FLAG_PLANE_CONTEXT and plane_context is None:  # (True: kept whatever they cost)
+        counts = count_symbols([choices[i] for i in keep], [sets[i] for i in keep], n_sets, sflags)
+        if not table_sets.plane_contexts_pay(counts, freq):
+            # Every choice again with four tables per set (the tables steer them).
+            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours, one_set,
+                           plane_context=False)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     kept = set(keep)
@@ -565,21 +592,22 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
         if i not in kept:
             payloads.append(raw_tile(t))
         elif isinstance(ch, PaletteChoice):
-            payloads.append(encode_palette_tile(t, ch, freq, cum, sets[i], min_log2, wide))
+            payloads.append(encode_palette_tile(t, ch, freq, cum, sets[i], min_log2, sflags))
         else:
-            payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2, wide))
+            payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2, sflags))
     if runs_choices:
-        payloads, freq = with_runs(runs_choices, payloads, freq)
+        payloads, freq = with_runs(runs_choices, payloads, freq, sflags)
         if any(payloads[i][0] != f2.TILE_RUNS for i in sure):
             # A sure tile that did not become a runs tile: the image again, every candidate
             # weighed against its coded payload.
-            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False, colours, one_set)
+            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False, colours, one_set, plane_context)
     return smaller_of(assemble(header, freq, payloads), header, tiles)
 
 
-def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: np.ndarray
+def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: np.ndarray, flags: int
               ) -> tuple[list[bytes], np.ndarray]:
-    """(payloads, freq) with runs tiles (A2 mode 3, their table set appended) where
+    """(payloads, freq) with runs tiles (A2 mode 3, their table set appended; flags: the
+    stream's) where
     runs.choose picks them among the candidates {tile: RunsChoice} and the runs payload is
     smaller than the one it replaces."""
     cands = sorted(runs_choices)
@@ -597,14 +625,15 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     if picked is None:
         return payloads, freq
     chosen, runs_freq = picked
-    s = freq.shape[0] // f2.CONTEXTS
-    all_freq = np.concatenate([freq, runs_freq])
+    stride = f2.set_tables(flags)
+    s = freq.shape[0] // stride
+    all_freq = np.concatenate([freq, runs_set(runs_freq, flags)])
     cum = np.zeros((all_freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(all_freq, axis=1)
     out = list(payloads)
     for i, ch, take in zip(cands, choices, chosen, strict=True):
         if take:
-            body = rans_encode(ch.symbols, s * f2.CONTEXTS + ch.contexts, all_freq, cum, 1)
+            body = rans_encode(ch.symbols, s * stride + ch.contexts, all_freq, cum, 1)
             head = bytes([f2.TILE_RUNS, s, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
             if len(head) + len(body) < len(out[i]):
                 out[i] = head + body
@@ -613,19 +642,28 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     return out, all_freq
 
 
+def runs_set(freq: np.ndarray, flags: int) -> np.ndarray:
+    """A runs tiles' table set (CONTEXTS tables, RUN_CTX_*) as a set of a stream with these
+    flags: with FLAG_PLANE_CONTEXT, four empty tables after them."""
+    out = np.zeros((f2.set_tables(flags), 256), freq.dtype)
+    out[: f2.CONTEXTS] = freq
+    return out
+
+
 def runs_stream(image: np.ndarray, tile: int = 64) -> bytes:
     """A stream whose every tile of 2 .. max_palette(C) colours is a runs tile, however small
     the image (the encoders keep a runs table set only where it pays): one table set, the
     other tiles constant or raw. Tests and fuzz seeds of images the simulator can decode."""
     image, flags = prepare(image, tile)
     h, w, c = image.shape
-    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c)), f2.VERSION)
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c), f2.encoder_plane_context(c)),
+                        f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     pals = [choose_palette(t) for t in tiles]
     choices = {i: RunsChoice(pal.palette, pal.index) for i, pal in enumerate(pals) if pal is not None and len(pal.palette) > 1}
     counts = sum((ch.histogram() for ch in choices.values()), np.zeros((f2.CONTEXTS, 256), np.int64))
-    freq = np.stack([normalize(row) for row in counts])
-    cum = np.zeros((f2.CONTEXTS, 257), np.int64)
+    freq = runs_set(np.stack([normalize(row) for row in counts]), header.flags)
+    cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     payloads = []
     for i, t in enumerate(tiles):
@@ -646,30 +684,30 @@ def one_set_per_plane(c: int, n_sets: int) -> np.ndarray:
     return np.minimum(np.arange(c + 1), n_sets - 1)
 
 
-def plane_histograms(choice: Choice, c: int, wide: bool) -> list[tuple[int, np.ndarray]]:
-    """(plane key, (CONTEXTS, 256) counts of (context, symbol)) of each rANS-coded plane of a
-    choice in coded order; a palette tile's index plane has key C."""
+def plane_histograms(choice: Choice, c: int, flags: int) -> list[tuple[int, np.ndarray]]:
+    """(plane key, (set_tables(flags), 256) counts of (context, symbol)) of each rANS-coded
+    plane of a choice in coded order; a palette tile's index plane has key C."""
     symbols, chans = choice.symbols()
-    contexts = table_index(symbols, np.zeros(symbols.size, np.int64), wide)
+    contexts = choice_tables(choice, np.zeros(c + 1, np.int64), flags)
     out = []
     for key in range(c + 1):
         mine = chans == key
         if mine.any():
-            counts = np.zeros((f2.CONTEXTS, 256), np.int64)
+            counts = np.zeros((f2.set_tables(flags), 256), np.int64)
             np.add.at(counts, (contexts[mine], symbols[mine]), 1)
             out.append((key, counts))
     return out
 
 
 def with_table_sets(choices: list[Choice], keep: list[int], sets: list[np.ndarray], n_sets: int, freq: np.ndarray,
-                    min_log2: int, wide: bool) -> tuple[list[np.ndarray], int, np.ndarray]:
+                    min_log2: int, flags: int) -> tuple[list[np.ndarray], int, np.ndarray]:
     """(sets, n_sets, freq) with up to 2C table sets per tile class (table_sets.propose), kept
     only when the stream's measure (table_sets.stream_bytes) shrinks."""
     c = len(sets[0]) - 1
     owners: list[tuple[int, int]] = []  # (tile, plane key) of each item
     items = []
     for i in keep:
-        for key, counts in plane_histograms(choices[i], c, wide):
+        for key, counts in plane_histograms(choices[i], c, flags):
             owners.append((i, key))
             items.append(counts)
     if not items:
@@ -682,12 +720,12 @@ def with_table_sets(choices: list[Choice], keep: list[int], sets: list[np.ndarra
     for (i, key), s in zip(owners, proposal, strict=True):
         proposed[i][key] = s
     kept_choices = [choices[i] for i in keep]
-    proposed_counts = count_symbols(kept_choices, [proposed[i] for i in keep], n_proposed, wide)
+    proposed_counts = count_symbols(kept_choices, [proposed[i] for i in keep], n_proposed, flags)
     proposed_freq = np.stack([normalize(row) for row in proposed_counts])
-    before = table_sets.stream_bytes(sum(estimate_parts(choices[i], freq, sets[i], min_log2, wide)[0] for i in keep),
-                                     count_symbols(kept_choices, [sets[i] for i in keep], n_sets, wide), freq)
+    before = table_sets.stream_bytes(sum(estimate_parts(choices[i], freq, sets[i], min_log2, flags)[0] for i in keep),
+                                     count_symbols(kept_choices, [sets[i] for i in keep], n_sets, flags), freq)
     after = table_sets.stream_bytes(
-        sum(estimate_parts(choices[i], proposed_freq, proposed[i], min_log2, wide)[0] for i in keep), proposed_counts,
+        sum(estimate_parts(choices[i], proposed_freq, proposed[i], min_log2, flags)[0] for i in keep), proposed_counts,
         proposed_freq)
     if after < before:
         return proposed, n_proposed, proposed_freq
@@ -697,7 +735,7 @@ def with_table_sets(choices: list[Choice], keep: list[int], sets: list[np.ndarra
 def smaller_of(stream: bytes, header: fmt.Header, tiles: list[np.ndarray]) -> bytes:
     """The stream, or every tile raw with empty tables when that is smaller (noise: tables
     that fit it cost more than they save)."""
-    n_tables = header.channels * f2.CONTEXTS
+    n_tables = header.channels * f2.set_tables(header.flags)
     raw_lengths = np.array([1 + t.size for t in tiles], np.int64)
     all_raw = f2.HEADER_SIZE + n_tables + f2.tile_table_size(raw_lengths, header.flags) + int(raw_lengths.sum())
     if len(stream) <= all_raw:
@@ -710,10 +748,14 @@ def smaller_of(stream: bytes, header: fmt.Header, tiles: list[np.ndarray]) -> by
 
 def rans_decode(
     buf: np.ndarray, start: int, end: int, n: int, lanes: int, set_of: np.ndarray, tables: f2.TablesV2,
-    lut: np.ndarray, wide: bool,
+    lut: np.ndarray, flags: int, plane: int = 0,
 ) -> np.ndarray:
     """Decode n symbols from buf[start:end] (states then words); set_of[i] is symbol i's set,
-    wide: the stream's FLAG_WIDE_CONTEXT."""
+    flags: the stream's (contexts, A4), plane: th*tw of a coded tile (plane bits with
+    FLAG_PLANE_CONTEXT), 0 for a palette tile."""
+    wide = bool(flags & f2.FLAG_WIDE_CONTEXT)
+    stride = f2.set_tables(flags)
+    plane = plane if flags & f2.FLAG_PLANE_CONTEXT and plane >= f2.PLANE_CONTEXT_MIN_PIXELS else 0
     distances = np.array(f2.WIDE_DISTANCES if wide else (f2.CONTEXT_DISTANCE,))
     states = buf[start : start + 4 * lanes].view("<u4").astype(np.int64)
     if (states < f2.STATE_LOW).any():
@@ -724,11 +766,13 @@ def rans_decode(
     for step in range(-(-n // lanes)):
         i = np.arange(step * lanes, min(n, step * lanes + lanes))
         x = states[: i.size]
-        # Every context symbol is at least 63 back, so with lanes <= 32 it was decoded in an
-        # earlier step (by any lane): out already holds it.
+        # Every context symbol is at least 63 back (the plane bit's 64), so with lanes <= 32
+        # it was decoded in an earlier step (by any lane): out already holds it.
         back = i[:, None] - distances[None, :]
         u = np.where(back >= 0, out[np.maximum(back, 0)], 0).max(axis=1)
-        t = set_of[i] * f2.CONTEXTS + f2.context_of_value(u, wide)
+        t = set_of[i] * stride + f2.context_of_value(u, wide)
+        if plane:
+            t += f2.PLANE_CONTEXT * ((i >= plane) & (out[np.maximum(i - plane, 0)] > 0))
         slot = x & (f2.PROB_SCALE - 1)
         s = lut[t, slot].astype(np.int64)
         f = tables.freq[t, s].astype(np.int64)
@@ -752,13 +796,13 @@ class OneLane:
     symbols before it)."""
 
     def __init__(self, buf: np.ndarray, start: int, end: int, tables: f2.TablesV2, lut: np.ndarray,
-                 table_set: int) -> None:
+                 table_set: int, stride: int) -> None:
         self.x = int(buf[start : start + 4].view("<u4")[0])
         if self.x < f2.STATE_LOW:
             raise CodecError(f"rANS state below {f2.STATE_LOW}")
         self.words = buf[start + 4 : end].view("<u2")
         self.ptr = 0
-        self.tables, self.lut, self.first = tables, lut, table_set * f2.CONTEXTS
+        self.tables, self.lut, self.first = tables, lut, table_set * stride
 
     def symbol(self, context: int) -> int:
         t = self.first + context
@@ -782,7 +826,7 @@ class OneLane:
 
 def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: np.ndarray) -> np.ndarray:
     c = s.header.channels
-    wide = bool(s.header.flags & f2.FLAG_WIDE_CONTEXT)
+    flags = s.header.flags
     start, end = int(s.offsets[i]), int(s.offsets[i + 1])
     if s.mode[i] == f2.TILE_RAW:
         return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
@@ -792,7 +836,8 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
         packed = pack_colours(palette[None].astype(np.int64))[0]
         if (np.diff(packed) <= 0).any():
             raise CodecError("runs tile: palette colours not in increasing order")
-        lane = OneLane(buf, int(s.words_start[i]) - 4, end, s.tables, lut, int(s.table_set[i, 0]))
+        lane = OneLane(buf, int(s.words_start[i]) - 4, end, s.tables, lut, int(s.table_set[i, 0]),
+                       f2.set_tables(flags))
         index = runs_decode(lane.symbol, th, tw, n_colours)
         lane.finish()
         return palette[index].astype(np.int64)
@@ -801,7 +846,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
         palette = buf[start + 4 : start + 4 + n_colours * c].reshape(n_colours, c).astype(np.int64)
         lanes = 1 << int(s.lanes_log2[i])
         set_of = np.full(th * tw, s.table_set[i, 0], np.int64)
-        symbols = rans_decode(buf, int(s.words_start[i]) - 4 * lanes, end, th * tw, lanes, set_of, s.tables, lut, wide)
+        symbols = rans_decode(buf, int(s.words_start[i]) - 4 * lanes, end, th * tw, lanes, set_of, s.tables, lut, flags)
         index = unpredict(unzigzag(symbols.reshape(th, tw)), int(s.predictor[i, 0]))
         if (index >= n_colours).any():
             raise CodecError(f"palette index {int(index.max())} at or above the palette size {n_colours}")
@@ -815,7 +860,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
         set_of = np.repeat(s.table_set[i, rans], th * tw)
         lanes = 1 << int(s.lanes_log2[i])
         state_at = int(s.words_start[i]) - 4 * lanes
-        symbols = rans_decode(buf, state_at, end, set_of.size, lanes, set_of, s.tables, lut, wide)
+        symbols = rans_decode(buf, state_at, end, set_of.size, lanes, set_of, s.tables, lut, flags, th * tw)
         for j, k in enumerate(rans):
             res = unzigzag(symbols[j * th * tw : (j + 1) * th * tw].reshape(th, tw))
             planes[k] = unpredict(res, int(s.predictor[i, k]))

@@ -200,11 +200,11 @@ def _fill(plane, at, v):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, above, starts):
+def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, maps, above, starts):
     """Decode runs tile src[start:end] (validated by format_v2.read_stream or hostplan) into
     plane (uint8, row-major th x tw, then at least 64 bytes of slack): the palette colours
     themselves when C = 1, else the palette indices; return an error code. base: the
-    stream's first table row; flat: the packed decode tables (cpu_v2.decode_table,
+    stream's first table row; tshift: log2 of the tables per set (3 with plane contexts, 2); flat: the packed decode tables (cpu_v2.decode_table,
     flattened); empty[t]: 1 for an empty table; maps: uint8 scratch of 512 entries; above,
     starts: int64 scratch of 64 entries.
 
@@ -214,7 +214,7 @@ def decode_tile(src, start, end, th, tw, c, base, flat, empty, plane, maps, abov
     where it is used: a run symbol past RUN_SYMBOLS, a pass or a boundary move without a
     boundary above, a boundary outside (a0, tw), a label rank past the order. The loop ends:
     each symbol moves a0 or j right, or ends the row."""
-    tset = base + np.int64(src[start + 1]) * f2.CONTEXTS
+    tset = base + (np.int64(src[start + 1]) << tshift)
     if empty[tset + f2.RUN_CTX_LABEL]:  # every tile decodes a label first
         return plan_mod.ERR_TABLE
     n_colours = np.int64(src[start + 2]) + 1

@@ -1,7 +1,7 @@
 """Table sets per tile class (docs/LOSSLESS.md A9): which of up to 2C table sets codes each
 (tile, plane) of a v2 stream.
 
-A stream may hold up to 2C sets of 4 context tables, and every plane of every tile names its
+A stream may hold up to 2C sets of 4 or 8 context tables (format_v2.set_tables), and every plane of every tile names its
 own set (A2). One set per plane leaves bytes on the table where an image mixes regions of
 different statistics: the busy tiles flatten the smooth tiles' tables. `propose` groups the
 planes' symbol histograms into more sets (the costliest set split at its median bits per
@@ -24,23 +24,21 @@ from numba import njit, prange
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import frequencies
 
-CONTEXTS = f2.CONTEXTS
-
 SAMPLE = 1024  # items the Lloyd rounds look at: a 2560x2560 RGB photograph has 4,800
 LLOYD_ROUNDS = 1  # per split; 3 saved 0.02% more bytes (first 12 images per set) in 2x the time
-# Images whose per-tile histograms (4C x 256 uint16 per tile) exceed this are left with one set
+# Images whose per-tile histograms (4C or 8C x 256 uint16 per tile) exceed this are left with one set
 # per plane: the numba encoder keeps such histograms only up to its HISTOGRAM_BUDGET.
 ITEMS_BUDGET = 64 << 20
 
 
-def applies(n_tiles: int, c: int, fast_decode: bool) -> bool:
+def applies(n_tiles: int, c: int, fast_decode: bool, tables_per_set: int = f2.CONTEXTS) -> bool:
     """Whether the encoders look for table sets per tile class in an image of n_tiles tiles
     and c channels (both must decide alike). Not for fast_decode streams: more tables cost
     the CPU decoder 1.5-4.4% (docs/BENCHMARKS.md), and fast_decode trades size for speed.
     Not for one tile: its planes' own sets and the one-set trial (format_v2.encoder_tries_one_set)
     are the classes there are; on 192 one-tile crops (16-64 pixels) it never won a byte
     and took a tenth of a 32x32 colour image's encode time."""
-    return not fast_decode and n_tiles > 1 and n_tiles * c * f2.CONTEXTS * 256 * 2 <= ITEMS_BUDGET
+    return not fast_decode and n_tiles > 1 and n_tiles * c * tables_per_set * 256 * 2 <= ITEMS_BUDGET
 
 
 # Cost in 1/16 bits of a symbol of frequency f (format_v2.cost_table), by f; -1 for f = 0.
@@ -49,9 +47,9 @@ _COST_OF_FREQ = np.concatenate([[-1], f2.cost_table(np.arange(1, f2.PROB_SCALE +
 
 @njit(parallel=True, cache=True, nogil=True)
 def _sparse(values):
-    """The items (m, 1024 counts) as compressed rows: (start of each item's entries (m + 1),
-    their (context, symbol) columns, their counts). A plane of 4096 symbols has 60-150 nonzero
-    entries on average in the photographs measured, of 1024."""
+    """The items (m, contexts x 256 counts) as compressed rows: (start of each item's entries
+    (m + 1), their (context, symbol) columns, their counts). A plane of 4096 symbols has 60-150
+    nonzero entries on average in the photographs measured, of 1024 (four contexts)."""
     m, width = values.shape
     starts = np.zeros(m + 1, np.int64)
     for i in prange(m):
@@ -73,9 +71,9 @@ def _sparse(values):
 
 
 @njit(cache=True, nogil=True)
-def _set_counts(starts, columns, counts, sets, n_sets):
-    """(n_sets, 1024) int64 sums of the items' counts in each set."""
-    out = np.zeros((n_sets, CONTEXTS * 256), np.int64)
+def _set_counts(starts, columns, counts, sets, n_sets, width):
+    """(n_sets, width) int64 sums of the items' counts in each set (width: contexts x 256)."""
+    out = np.zeros((n_sets, width), np.int64)
     for i in range(starts.size - 1):
         row = out[sets[i]]
         for e in range(starts[i], starts[i + 1]):
@@ -83,11 +81,12 @@ def _set_counts(starts, columns, counts, sets, n_sets):
     return out
 
 
-def _tables(items: tuple[np.ndarray, np.ndarray, np.ndarray], sets: np.ndarray, n_sets: int) -> np.ndarray:
-    """Cost tables (n_sets, 1024: 4 contexts x 256 symbols; -1: absent symbol) of the items
+def _tables(items: tuple[np.ndarray, np.ndarray, np.ndarray], sets: np.ndarray, n_sets: int, width: int
+            ) -> np.ndarray:
+    """Cost tables (n_sets, width: contexts x 256 symbols; -1: absent symbol) of the items
     (_sparse) in each set, from frequencies floor(count * 4096 / total) raised to 1: a guide
     for the choice only (the encoders count the real tables of the sets chosen)."""
-    counts = _set_counts(*items, sets, n_sets).reshape(n_sets * CONTEXTS, 256)
+    counts = _set_counts(*items, sets, n_sets, width).reshape(-1, 256)
     total = np.maximum(counts.sum(axis=1, keepdims=True), 1)
     freq = np.where(counts > 0, np.maximum(1, counts * f2.PROB_SCALE // total), 0)
     return _COST_OF_FREQ[freq].reshape(n_sets, -1)
@@ -130,24 +129,50 @@ def stream_bytes(overhead: int, counts: np.ndarray, freq: np.ndarray) -> int:
     return overhead + -(-bits // (8 * 4096)) + frequencies.packed_size(freq)
 
 
+def fold_plane_contexts(counts: np.ndarray) -> np.ndarray:
+    """Counts of (table, symbol) in eight tables per set (FLAG_PLANE_CONTEXT) as four per
+    set: each context's two rows (plane bit 0 and 1) added together."""
+    by_set = counts.reshape(-1, 2, f2.CONTEXTS, counts.shape[-1])
+    return by_set.sum(axis=1).reshape(-1, counts.shape[-1])
+
+
+# Plane contexts are kept when they save at least this share of the symbols' and tables'
+# bytes: eight tables per set spread a plane's symbols over twice the decode tables, which
+# cost the CPU decoder 6-13% of its time on the evaluation sets (docs/BENCHMARKS.md "Plane
+# contexts"), so photographs (0-1.5% smaller) keep four and rendered images (2-9%) take eight.
+PLANE_CONTEXT_MIN_SAVING_PERCENT = 2
+
+
+def plane_contexts_pay(counts: np.ndarray, freq: np.ndarray) -> bool:
+    """Whether a stream keeps its plane contexts (A9): its symbols' entropy and packed
+    tables (stream_bytes) under its eight tables per set, counts and freq, at least
+    PLANE_CONTEXT_MIN_SAVING_PERCENT below those of the same counts folded into four tables per set
+    (integer arithmetic: the same decision in both encoders)."""
+    folded = fold_plane_contexts(counts)
+    eight = stream_bytes(0, counts, freq)
+    four = stream_bytes(0, folded, frequencies.normalize_rows(folded))
+    return eight * 100 <= four * (100 - PLANE_CONTEXT_MIN_SAVING_PERCENT)
+
+
 def propose(items: np.ndarray, sets: np.ndarray, n_sets: int, max_sets: int) -> tuple[np.ndarray, int]:
     """A set for each item and the set count, or (sets, n_sets) unchanged when there is
     nothing to split.
 
-    items: (m, 4, 256) counts of (context, symbol) of each coded plane of the kept tiles, in
+    items: (m, set_tables, 256) counts of (context, symbol) of each coded plane of the kept tiles, in
     tile order then plane order (a palette tile's index plane is one item); sets: their sets
     now (0..n_sets-1)."""
     m = items.shape[0]
     if m < 2 or n_sets >= max_sets:
         return sets, n_sets
     flat = items.reshape(m, -1)
+    width = flat.shape[1]
     sample = np.unique(np.linspace(0, m - 1, min(m, SAMPLE)).astype(np.int64))
     part = _sparse(np.ascontiguousarray(flat[sample]))
     symbols = np.maximum(flat[sample].sum(axis=1, dtype=np.int64), 1)
     cur = sets[sample].copy()
     k = n_sets
     while k < max_sets:
-        own = _costs(*part, _tables(part, cur, k))[np.arange(cur.size), cur]  # every symbol present
+        own = _costs(*part, _tables(part, cur, k, width))[np.arange(cur.size), cur]  # every symbol present
         load = np.bincount(cur, weights=own.astype(np.float64), minlength=k)
         split = int(np.argmax(load))
         members = np.flatnonzero(cur == split)
@@ -158,13 +183,13 @@ def propose(items: np.ndarray, sets: np.ndarray, n_sets: int, max_sets: int) -> 
         cur[busy] = k
         k += 1
         for _ in range(LLOYD_ROUNDS):
-            best = np.argmin(_costs(*part, _tables(part, cur, k)), axis=1)
+            best = np.argmin(_costs(*part, _tables(part, cur, k, width)), axis=1)
             if (best == cur).all():
                 break
             cur = best
     if k == n_sets:
         return sets, n_sets
-    proposal = np.argmin(_costs(*_sparse(np.ascontiguousarray(flat)), _tables(part, cur, k)), axis=1)
+    proposal = np.argmin(_costs(*_sparse(np.ascontiguousarray(flat)), _tables(part, cur, k, width)), axis=1)
     used = np.unique(proposal)  # number the sets that kept items 0.. in order
     renumber = np.zeros(k, np.int64)
     renumber[used] = np.arange(used.size)

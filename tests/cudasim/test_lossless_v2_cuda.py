@@ -300,7 +300,7 @@ def test_cuda_v2_follows_each_planes_table_set() -> None:
     from prepkit.lossless import cpu_v2
     from prepkit.lossless import format as fmt
 
-    image = _two_textures(3, step=40, fine=1, seed=5)  # a seed whose two tiles take two sets each
+    image = _two_textures(3, step=40, fine=2, seed=0)  # a seed whose two tiles take two sets each
     # The per-plane encoding itself: a 2-tile image is also tried with one table set for every
     # plane, which wins here (format_v2.encoder_tries_one_set).
     stream = cpu_v2._encode(*fmt.prepare(image, 16), 16, False, True, True)
@@ -324,6 +324,31 @@ def test_cuda_v2_decodes_narrow_and_wide_contexts_in_one_batch() -> None:
     got = lossless.decode_batch(old + new, device="cuda")
     for arr, img in zip(got, images + images, strict=True):
         np.testing.assert_array_equal(arr.copy_to_host(), img)
+
+
+def test_cuda_v2_decodes_plane_contexts() -> None:
+    """Streams with plane contexts (FLAG_PLANE_CONTEXT: eight tables per set, a plane bit
+    from the symbol one plane back in shared memory) decode exactly beside streams without,
+    on 16x16 tiles and their 1-pixel-wide edge tiles (under 64 pixels: no plane bits), RGBA
+    and narrow contexts; a plane-bit table the payload needs, stored empty, is refused."""
+    photo, rgba = _images()[1][:17, :17], _images()[9][:17, :17]
+    streams = [reference_v2.encode(photo, 16, plane_context=True),
+               reference_v2.encode(rgba, 16, plane_context=True),
+               reference_v2.encode(photo, 16, wide_context=False, plane_context=True),
+               reference_v2.encode(photo, 16, plane_context=False)]
+    assert [bool(s[5] & f2.FLAG_PLANE_CONTEXT) for s in streams] == [True, True, True, False]
+    got = lossless.decode_batch(streams, device="cuda")
+    for arr, img in zip(got, [photo, rgba, photo, photo], strict=True):
+        np.testing.assert_array_equal(arr.copy_to_host(), img)
+    s = f2.read_stream(np.frombuffer(streams[0], np.uint8))
+    freq = s.tables.freq.copy()
+    used = [t for t in range(freq.shape[0]) if t % 8 >= 4 and freq[t].any()]
+    assert used
+    freq[used] = 0
+    bad = f2.stream_head(s.header, freq, np.diff(s.offsets)) + streams[0][int(s.offsets[0]) :]
+    for device in ("cpu", "cuda"):
+        with pytest.raises(CodecError, match="empty frequency table"):
+            lossless.decode_batch([bad], device=device)
 
 
 def test_public_api_stages_in_a_growing_pinned_buffer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,10 +31,11 @@ def random_tables(rng: np.random.Generator, n_tables: int) -> np.ndarray:
 
 
 @njit
-def _step(row, at, states, j0, flat, tbase, ctx16, wmask, words, w):
-    """table_bases32 for the 32 symbols from row[at + SYM0], then the step on the first 8."""
+def _step(row, at, states, j0, flat, tbase, ctx16, wmask, prev, pbit, words, w):
+    """table_bases32 for the 32 symbols from row[at + SYM0] (prev: their symbols one plane
+    back, pbit: what a plane bit adds), then the step on the first 8."""
     bases = np.empty(32, np.int32)
-    rans_avx2.table_bases32(row, np.uint64(at), tbase, ctx16, wmask, bases)
+    rans_avx2.table_bases32(row, np.uint64(at), tbase, ctx16, wmask, prev, pbit, bases)
     return rans_avx2.rans_step8(row, np.uint64(at), states, np.uint64(j0), flat, bases, np.uint64(0), words,
                                 np.uint64(w), rans_avx2.PERMUTE)
 
@@ -57,12 +58,15 @@ def test_permute_rows_send_the_kth_needing_lane_to_word_k() -> None:
 
 
 @needs_avx2
-@pytest.mark.parametrize(("wide", "narrow_step"), [(False, False), (True, False), (False, True)])
-def test_step_matches_the_numpy_reference(wide: bool, narrow_step: bool) -> None:
-    """table_bases32 + rans_step8 on narrow and wide contexts, and rans_step8_narrow (what
-    narrow streams run), against one numpy reference."""
-    rng = np.random.default_rng(5 + wide + 2 * narrow_step)
-    flat = random_tables(rng, 8)
+@pytest.mark.parametrize(("wide", "narrow_step", "plane_bits"),
+                         [(False, False, False), (True, False, False), (False, True, False), (True, False, True),
+                          (False, False, True)])
+def test_step_matches_the_numpy_reference(wide: bool, narrow_step: bool, plane_bits: bool) -> None:
+    """table_bases32 + rans_step8 on narrow and wide contexts, with and without plane bits
+    (FLAG_PLANE_CONTEXT), and rans_step8_narrow (what narrow streams without plane bits
+    run), against one numpy reference."""
+    rng = np.random.default_rng(5 + wide + 2 * narrow_step + 4 * plane_bits)
+    flat = random_tables(rng, 12)
     ctx16, wmask = shuffle_table(wide), np.uint8(255 if wide else 0)
     for _ in range(300):
         # context symbols around the context bounds 0, 2, 6, 8 and above 15 (the shuffle's
@@ -73,29 +77,34 @@ def test_step_matches_the_numpy_reference(wide: bool, narrow_step: bool) -> None
         words = rng.integers(0, 1 << 16, 48).astype(np.uint16)
         tbase = int(rng.integers(0, 5)) * 4096
         j0, w = int(rng.choice([0, 8, 16, 24])), int(rng.integers(0, 40))
+        prev = rng.choice(values, 64)  # (ignored without plane bits: pbit 0)
+        pbit = np.uint8(4 if plane_bits else 0)
         row_v, states_v, row_r, states_r = row.copy(), states.copy(), row.copy(), states.copy()
         if narrow_step:
             w_v = _narrow_step(row_v, j0, states_v, j0, flat, tbase, words, w)
         else:
-            w_v = _step(row_v, j0, states_v, j0, flat, tbase, ctx16, wmask, words, w)
-        w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, wide, words, w)
+            w_v = _step(row_v, j0, states_v, j0, flat, tbase, ctx16, wmask, prev[j0 : j0 + 32], pbit, words, w)
+        w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, wide, words, w,
+                                       prev if plane_bits else None)
         assert w_v == w_r
         np.testing.assert_array_equal(row_v, row_r)
         np.testing.assert_array_equal(states_v, states_r)
 
 
 @njit
-def _round32(row, states, flat, tbase, ctx16, wmask, words, w):
-    return rans_avx2.rans_round32(row, states, flat, tbase, ctx16, wmask, words, np.uint64(w), rans_avx2.PERMUTE)
+def _round32(row, states, flat, tbase, ctx16, wmask, prev, pbit, words, w):
+    return rans_avx2.rans_round32(row, states, flat, tbase, ctx16, wmask, prev, pbit, words, np.uint64(w),
+                                  rans_avx2.PERMUTE)
 
 
 @needs_avx2
+@pytest.mark.parametrize("plane_bits", [False, True])
 @pytest.mark.parametrize("wide", [False, True])
-def test_fused_round_matches_four_reference_steps(wide: bool) -> None:
+def test_fused_round_matches_four_reference_steps(wide: bool, plane_bits: bool) -> None:
     """rans_round32 (a 32-lane round with its table rows in registers) against step_reference
-    on lanes 0-7, 8-15, 16-23 and 24-31 in turn."""
-    rng = np.random.default_rng(31 + wide)
-    flat = random_tables(rng, 8)
+    on lanes 0-7, 8-15, 16-23 and 24-31 in turn, with and without plane bits."""
+    rng = np.random.default_rng(31 + wide + 2 * plane_bits)
+    flat = random_tables(rng, 12)
     ctx16, wmask = shuffle_table(wide), np.uint8(255 if wide else 0)
     values = np.array([0, 0, 0, 0, 1, 2, 3, 6, 7, 8, 9, 15, 16, 200, 255], np.uint8)
     for _ in range(200):
@@ -104,25 +113,29 @@ def test_fused_round_matches_four_reference_steps(wide: bool) -> None:
         words = rng.integers(0, 1 << 16, 80).astype(np.uint16)
         tbase = int(rng.integers(0, 5)) * 4096
         w = int(rng.integers(0, 40))
+        prev = rng.choice(values, 32)  # (ignored without plane bits: pbit 0)
         row_v, states_v, row_r, states_r = row.copy(), states.copy(), row.copy(), states.copy()
-        w_v = _round32(row_v, states_v, flat, tbase, ctx16, wmask, words, w)
+        w_v = _round32(row_v, states_v, flat, tbase, ctx16, wmask, prev, np.uint8(4 if plane_bits else 0), words, w)
         w_r = w
         for j0 in (0, 8, 16, 24):
-            w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, wide, words, w_r)
+            w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, wide, words, w_r,
+                                           prev if plane_bits else None)
         assert w_v == w_r
         np.testing.assert_array_equal(row_v, row_r)
         np.testing.assert_array_equal(states_v, states_r)
 
 
 @needs_avx2
+@pytest.mark.parametrize("back", [0, 100])
 @pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("lanes", [8, 16, 32])
-def test_vector_rounds_equal_the_scalar_rounds(lanes: int, wide: bool) -> None:
+def test_vector_rounds_equal_the_scalar_rounds(lanes: int, wide: bool, back: int) -> None:
     """_rans_rounds with and without the AVX2 steps, from the same states, words and tables
     (any inputs: both are the same function of them), stop inside and at a plane's end, and
-    word areas that run out mid-plane (the scalar rounds then finish with clamped reads)."""
-    rng = np.random.default_rng(lanes + 100 * wide)
-    flat = random_tables(rng, 8)
+    word areas that run out mid-plane (the scalar rounds then finish with clamped reads);
+    back > 0: with plane bits from the symbols that far back."""
+    rng = np.random.default_rng(lanes + 100 * wide + back)
+    flat = random_tables(rng, 12 if back else 8)  # set 1's four tables, and four more for plane bits
     sym0 = cpu_v2.SYM0
     ctx_of = cpu_v2.CONTEXT_OF[int(wide)]
     ctx16, wmask = shuffle_table(wide), np.uint8(255 if wide else 0)
@@ -136,7 +149,7 @@ def test_vector_rounds_equal_the_scalar_rounds(lanes: int, wide: bool) -> None:
         for vector in (True, False):
             states, out = start_states.copy(), symbols.copy()
             i, w = cpu_v2._rans_rounds(words, np.uint64(n_words), np.uint64(n_words - 1), np.uint64(0), 0, stop,
-                                       lanes, table_of, ctx16, wmask, np.empty(32, np.int32),
+                                       lanes, table_of, ctx16, wmask, back, np.empty(32, np.int32),
                                        np.empty(cpu_v2.MAX_LANES, np.uint32), flat, out, states, vector)
             results.append((i, w, states, out))
         (i_v, w_v, states_v, out_v), (i_s, w_s, states_s, out_s) = results

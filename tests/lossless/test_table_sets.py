@@ -35,7 +35,7 @@ def _n_sets(stream: bytes) -> int:
 
 
 def _one_set_per_plane(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(table_sets, "applies", lambda n_tiles, c, fast_decode: False)
+    monkeypatch.setattr(table_sets, "applies", lambda n_tiles, c, fast_decode, tables_per_set=4: False)
 
 
 @pytest.mark.parametrize("c", [None, 3])

@@ -217,11 +217,11 @@ def _one_tile_stream(freq_of_stream: np.ndarray | None = None) -> tuple[bytes, n
     plane = np.random.default_rng(4).integers(0, 4, (64, 64))
     plane[0] = 9
     choice = r2.TileChoice(0, [0], plane[None].astype(np.int64), [False])
-    freq = r2.build_tables([choice], [r2.one_set_per_plane(1, 1)], 1, wide=True)
+    freq = r2.build_tables([choice], [r2.one_set_per_plane(1, 1)], 1, flags=f2.FLAG_WIDE_CONTEXT)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     payload = r2.encode_tile(plane[:, :, None], choice, freq, cum, r2.one_set_per_plane(1, 1), f2.MAX_LANES_LOG2,
-                             wide=True)
+                             flags=f2.FLAG_WIDE_CONTEXT)
     assert payload[0] == f2.TILE_CODED and payload[1] >> 4 == f2.MAX_LANES_LOG2
     header = r2.fmt.Header(64, 64, 1, 64, f2.FLAG_WIDE_CONTEXT, f2.VERSION)
     stored = freq if freq_of_stream is None else freq_of_stream(freq)
@@ -318,9 +318,8 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
             budget.setattr(table_sets, "ITEMS_BUDGET", 0)  # table sets need the histograms
             used.clear()
             assert lossless.encode(image, tile, version=2) == expected
-            # (64-pixel tiles keep their histograms where the symbols take more memory; the
-            # label images' tiles are all runs tiles, chosen first, and have no coded symbols)
-            assert set(used) == ({"_count_hist"} if tile == 64 and image is smooth else {"_count_all"})
+            # (the label images' tiles are all runs tiles, chosen first, and have no coded symbols)
+            assert set(used) == {"_count_all"}
 
 
 @pytest.mark.parametrize(("c", "n_values"), [(1, n) for n in (1, 2, 63, 64, 65, 200)]
@@ -422,14 +421,19 @@ def test_batches_mix_narrow_and_wide_streams() -> None:
 
 def test_encoder_wide_contexts_by_comparisons_equal_the_reference() -> None:
     """cpu_v2._wide_contexts (comparisons in a vector loop) against format_v2's contexts, on
-    symbols around every bound (0, 2, 6) and large ones, from position 128 to the end."""
+    symbols around every bound (0, 2, 6) and large ones, from position 128 to the end; with
+    plane bits (back = a plane of 1000 symbols) from the second plane on."""
     rng = np.random.default_rng(34)
     src = rng.choice(np.array([0, 0, 0, 1, 2, 3, 6, 7, 8, 200, 255], np.uint8), size=3000)
-    want = f2.context_of_value(f2.context_values(src, wide=True), True)
     out = np.full(src.size, 99, np.uint8)
-    for start, stop in ((128, 3000), (128, 129), (1000, 2048), (2999, 3000)):
-        cpu_v2._wide_contexts(src, np.uint64(start), np.uint64(stop), out)
-        assert out[: stop - start].tolist() == want[start:stop].tolist()
+    for back in (0, 1000):
+        want = f2.contexts(src, True, back)
+        for start, stop in ((128, 3000), (128, 129), (1000, 2048), (2999, 3000)):
+            if start < back:
+                continue
+            cpu_v2._wide_contexts(src, np.uint64(start), np.uint64(stop), out, np.uint64(back))
+            assert out[: stop - start].tolist() == want[start:stop].tolist()
+    assert (f2.contexts(src, True, 1000)[1000:] >= f2.PLANE_CONTEXT).any()
 
 
 def test_wide_context_values_follow_the_text() -> None:

@@ -29,19 +29,19 @@ def forced_palette_stream(image: np.ndarray, tile: int, max_colours: int = 256) 
     """Every tile a palette tile (reference pieces), whatever its size: P = 1 and 256 included."""
     image3, flags = fmt.prepare(image, tile)
     h, w, c = image3.shape
-    wide = f2.encoder_wide_context(c)
-    header = fmt.Header(h, w, c, tile, (flags & f2.FLAG_2D) | (f2.FLAG_WIDE_CONTEXT if wide else 0), f2.VERSION)
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c), f2.encoder_plane_context(c)),
+                        f2.VERSION)
     tiles = [t.astype(np.int64) for t in r2.tiles_of(image3, tile)]
     pals = [r2.choose_palette(t, max_colours) for t in tiles]
     assert all(p is not None for p in pals)
     row = r2.one_set_per_plane(c, c + 1)
-    freq = r2.build_tables(pals, [row] * len(pals), c + 1, wide)
+    freq = r2.build_tables(pals, [row] * len(pals), c + 1, header.flags)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     payloads = []
     for t, p in zip(tiles, pals, strict=True):
         assert p is not None
-        payload = r2.encode_palette_tile(t, p, freq, cum, row, f2.min_lanes_log2(False), wide)
+        payload = r2.encode_palette_tile(t, p, freq, cum, row, f2.min_lanes_log2(False), header.flags)
         payloads.append(payload)
     return f2.assemble(header, freq, payloads)
 

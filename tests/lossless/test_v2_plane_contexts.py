@@ -1,0 +1,132 @@
+"""Plane contexts (docs/LOSSLESS.md A4, FLAG_PLANE_CONTEXT): eight tables per set, the four
+more chosen where the same pixel's symbol in the tile's previous rANS plane is not 0. Both
+encoders write them where they pay, byte-identical; every decoder reads them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prepkit import lossless
+from prepkit.errors import CodecError
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import reference_v2 as r2
+
+from .images import make_image
+
+
+def rendered(h: int, w: int, seed: int) -> np.ndarray:
+    """Rendered-looking RGB: flat panels with sharp edges, a band of soft gradients (each
+    channel its own slope) and a few pixels off by 1-3 in one channel (anti-aliasing)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.zeros((h, w, 3), np.int64)
+    img[:] = rng.integers(0, 256, 3)
+    for _ in range(12):
+        y0, x0 = rng.integers(0, h - 8), rng.integers(0, w - 8)
+        img[y0 : y0 + rng.integers(8, h // 2), x0 : x0 + rng.integers(8, w // 2)] = rng.integers(0, 256, 3)
+    band = (yy > h // 3) & (yy < h // 2)
+    img[band] = ((xx[band, None] * np.array([1, 2, 3])) // 3 + yy[band, None]) % 256
+    speck = rng.random((h, w)) < 0.02
+    img[speck, rng.integers(0, 3)] += rng.integers(1, 4)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def test_plane_bits_follow_the_text() -> None:
+    """A4 written out: bit i is S(i - P) > 0 for i >= P (the tile's later planes), 0 in the
+    first plane and in tiles under PLANE_CONTEXT_MIN_PIXELS pixels; a bit adds PLANE_CONTEXT."""
+    s = np.array([0, 5, 0, 2] * 48)  # three planes of 64 symbols
+    bits = f2.plane_bits(s, 64)
+    assert bits[:64].tolist() == [0] * 64
+    assert bits[64:].tolist() == [int(v > 0) for v in s[:-64]]
+    assert not f2.plane_bits(s[:96], 32).any()  # a 32-pixel tile: no plane bits
+    assert (f2.contexts(s, True, 64) - f2.contexts(s, True) == f2.PLANE_CONTEXT * bits).all()
+    assert f2.set_tables(f2.FLAG_PLANE_CONTEXT) == 8 and f2.set_tables(f2.FLAG_WIDE_CONTEXT) == 4
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_encoders_keep_plane_contexts_where_they_pay_and_agree(seed: int) -> None:
+    image = rendered(192, 256, seed)
+    data = lossless.encode(image, version=2)
+    assert data == r2.encode(image)
+    assert data[5] & f2.FLAG_PLANE_CONTEXT
+    stream = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert stream.tables.n_tables == 8 * data[7]
+    without = r2.encode(image, plane_context=False)
+    assert not without[5] & f2.FLAG_PLANE_CONTEXT
+    assert len(data) < len(without)
+    np.testing.assert_array_equal(r2.decode(data), image)
+    np.testing.assert_array_equal(lossless.decode(data), image)
+    np.testing.assert_array_equal(lossless.decode(data, roi=(5, 70, 150, 200)), image[5:150, 70:200])
+    for got in lossless.decode_batch([without, data, without]):  # both kinds in one batch
+        np.testing.assert_array_equal(got, image)
+
+
+def test_images_where_they_do_not_pay_are_written_with_four_tables_per_set() -> None:
+    """A small image's extra tables cost more than its plane bits save: the encoders fold
+    them away (table_sets.plane_contexts_pay) and write the stream without the flag."""
+    for image in (np.full((64, 64, 3), 9, np.uint8), make_image("smooth", 40, 50, 3, seed=1)):
+        data = lossless.encode(image, version=2)
+        assert data == r2.encode(image)
+        assert not data[5] & f2.FLAG_PLANE_CONTEXT
+        assert data == r2.encode(image, plane_context=False)
+    grey = make_image("smooth", 200, 150, None, seed=2)  # one plane per tile: never written
+    assert not lossless.encode(grey, version=2)[5] & f2.FLAG_PLANE_CONTEXT
+
+
+@pytest.mark.parametrize(("shape", "tile", "wide", "fast"), [
+    ((70, 90, 3), 16, True, False),  # 16 x 16 tiles, 8 x 16 and 6 x 10 edge tiles
+    ((67, 70, 4), 64, True, False),  # RGBA; 3 x 64 and 64 x 6 edge tiles (under 64 pixels: no bits)
+    ((60, 61, 3), 32, False, False),  # narrow contexts with plane bits
+    ((96, 100, 3), 64, True, True),  # fast_decode: 4 lanes or more, no MED
+])
+def test_forced_plane_contexts_decode_everywhere(shape: tuple[int, ...], tile: int, wide: bool, fast: bool) -> None:
+    """Streams with plane contexts kept whatever they cost: tiles of every lane count and
+    size (edge tiles under 64 pixels take no plane bits), narrow and wide contexts; the
+    numba decoder and the reference agree with the image."""
+    image = make_image("smooth", *shape, seed=3) // 16 * 16  # coarse steps: many zero residuals
+    image[::7, ::5] += 3
+    data = r2.encode(image, tile, fast_decode=fast, wide_context=wide, plane_context=True)
+    assert data[5] & f2.FLAG_PLANE_CONTEXT
+    stream = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert (stream.mode == f2.TILE_CODED).any()
+    np.testing.assert_array_equal(r2.decode(data), image)
+    np.testing.assert_array_equal(lossless.decode(data), image)
+    np.testing.assert_array_equal(lossless.decode_batch([data, data])[1], image)
+
+
+def _with_tables(data: bytes, freq: np.ndarray) -> bytes:
+    """The same stream (header, tile payloads) with other frequency tables."""
+    stream = f2.read_stream(np.frombuffer(data, np.uint8))
+    payloads = data[int(stream.offsets[0]) :]
+    return f2.stream_head(stream.header, freq, np.diff(stream.offsets)) + payloads
+
+
+def test_a_symbol_from_an_empty_plane_bit_table_is_refused() -> None:
+    """A plane-bit table (context 4-7) the payloads draw from, stored empty: every decoder
+    refuses the stream; emptying an unused one changes nothing."""
+    image = rendered(128, 128, 4)
+    data = r2.encode(image, plane_context=True)
+    freq = f2.read_stream(np.frombuffer(data, np.uint8)).tables.freq
+    used = [t for t in range(freq.shape[0]) if t % 8 >= 4 and freq[t].any()]
+    assert used
+    bad = freq.copy()
+    bad[used[0]] = 0
+    stream = _with_tables(data, bad)
+    with pytest.raises(CodecError, match="empty frequency table"):
+        r2.decode(stream)
+    with pytest.raises(CodecError, match="empty frequency table"):
+        lossless.decode(stream)
+    assert _with_tables(data, freq) == data
+
+
+def test_the_table_section_bound_follows_the_tables_per_set() -> None:
+    """A stream may have a table section up to max_sets * 8 tables with plane contexts, and
+    up to max_sets * 4 without: a larger Z is refused before the tables are parsed."""
+    image = rendered(64, 64, 5)
+    data = bytearray(r2.encode(image, plane_context=False))
+    data[20:24] = (f2.max_tables_size(3, 4) + 1).to_bytes(4, "little")
+    with pytest.raises(CodecError, match="table section: expected at most"):
+        f2.read_header(np.frombuffer(bytes(data), np.uint8))
+    data[5] |= f2.FLAG_PLANE_CONTEXT
+    assert f2.read_header(np.frombuffer(bytes(data), np.uint8))[2] == f2.max_tables_size(3, 4) + 1

@@ -170,13 +170,16 @@ def set_tables(flags: int) -> int:
 PLANE_CONTEXT_MAX_TILE_PLANES = (64 << 20) // (MAX_SET_TABLES * 256 * 2)
 
 
-def encoder_plane_context(channels: int, n_tiles: int = 1, fast_decode: bool = False) -> bool:
+def encoder_plane_context(channels: int, n_tiles: int, fast_decode: bool = False) -> bool:
     """Whether the encoders try plane contexts (FLAG_PLANE_CONTEXT; A9: they keep them where
     they save enough, table_sets.plane_contexts_pay) on an image of this many channels and
     tiles: images of two channels or more (a one-channel image has one plane per tile: the
     four extra tables per set would all be empty), not with fast_decode (eight tables per
-    set make a decode slower), and within PLANE_CONTEXT_MAX_TILE_PLANES."""
-    return channels > 1 and not fast_decode and n_tiles * channels <= PLANE_CONTEXT_MAX_TILE_PLANES
+    set make a decode slower), not for small images (encoder_tries_one_set: their tables
+    cost more than plane bits save, and the try cost a 32x32 image's encode 40%), and within
+    PLANE_CONTEXT_MAX_TILE_PLANES."""
+    return (channels > 1 and not fast_decode and not encoder_tries_one_set(n_tiles)
+            and n_tiles * channels <= PLANE_CONTEXT_MAX_TILE_PLANES)
 
 
 def context_of_value(u: np.ndarray, wide: bool) -> np.ndarray:

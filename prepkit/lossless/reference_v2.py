@@ -656,9 +656,9 @@ def runs_stream(image: np.ndarray, tile: int = 64) -> bytes:
     other tiles constant or raw. Tests and fuzz seeds of images the simulator can decode."""
     image, flags = prepare(image, tile)
     h, w, c = image.shape
-    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c), f2.encoder_plane_context(c)),
-                        f2.VERSION)
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c),
+                                                        f2.encoder_plane_context(c, len(tiles))), f2.VERSION)
     pals = [choose_palette(t) for t in tiles]
     choices = {i: RunsChoice(pal.palette, pal.index) for i, pal in enumerate(pals) if pal is not None and len(pal.palette) > 1}
     counts = sum((ch.histogram() for ch in choices.values()), np.zeros((f2.CONTEXTS, 256), np.int64))

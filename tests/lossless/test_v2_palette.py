@@ -29,9 +29,9 @@ def forced_palette_stream(image: np.ndarray, tile: int, max_colours: int = 256) 
     """Every tile a palette tile (reference pieces), whatever its size: P = 1 and 256 included."""
     image3, flags = fmt.prepare(image, tile)
     h, w, c = image3.shape
-    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c), f2.encoder_plane_context(c)),
-                        f2.VERSION)
     tiles = [t.astype(np.int64) for t in r2.tiles_of(image3, tile)]
+    header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c),
+                                                        f2.encoder_plane_context(c, len(tiles))), f2.VERSION)
     pals = [r2.choose_palette(t, max_colours) for t in tiles]
     assert all(p is not None for p in pals)
     row = r2.one_set_per_plane(c, c + 1)

@@ -138,7 +138,7 @@ def fold_plane_contexts(counts: np.ndarray) -> np.ndarray:
 
 # Plane contexts are kept when they save at least this share of the symbols' and tables'
 # bytes: eight tables per set spread a plane's symbols over twice the decode tables, which
-# cost the CPU decoder 6-13% of its time on the evaluation sets (docs/BENCHMARKS.md "Plane
+# cost the CPU decoder 9-11% of its time on the rendered evaluation set (docs/BENCHMARKS.md "Plane
 # contexts"), so photographs (0-1.5% smaller) keep four and rendered images (2-9%) take eight.
 PLANE_CONTEXT_MIN_SAVING_PERCENT = 2
 

@@ -8,6 +8,7 @@ import pytest
 from numba import njit
 
 from prepkit.lossless import cpu_v2, rans_avx2
+from prepkit.lossless import format_v2 as f2
 
 needs_avx2 = pytest.mark.skipif(not rans_avx2.AVAILABLE, reason="this CPU has no AVX2 (the scalar loop runs)")
 
@@ -46,6 +47,13 @@ def _narrow_step(row, at, states, j0, flat, tbase, words, w):
     return rans_avx2.rans_step8_narrow(row, np.uint64(at), states, np.uint64(j0), flat, tbase, words, np.uint64(w),
                                        rans_avx2.PERMUTE)
 
+def _assert_same(vector: tuple, reference: tuple) -> None:
+    """The vector code's (word index, symbol row, lane states) equal the reference's."""
+    assert vector[0] == reference[0]
+    np.testing.assert_array_equal(vector[1], reference[1])
+    np.testing.assert_array_equal(vector[2], reference[2])
+
+
 def shuffle_table(wide: bool) -> np.ndarray:
     """The vector step's ctx16 for narrow or wide contexts."""
     return cpu_v2.CONTEXT16[int(wide)]
@@ -78,7 +86,7 @@ def test_step_matches_the_numpy_reference(wide: bool, narrow_step: bool, plane_b
         tbase = int(rng.integers(0, 5)) * 4096
         j0, w = int(rng.choice([0, 8, 16, 24])), int(rng.integers(0, 40))
         prev = rng.choice(values, 64)  # (ignored without plane bits: pbit 0)
-        pbit = np.uint8(4 if plane_bits else 0)
+        pbit = np.uint8(f2.PLANE_CONTEXT if plane_bits else 0)
         row_v, states_v, row_r, states_r = row.copy(), states.copy(), row.copy(), states.copy()
         if narrow_step:
             w_v = _narrow_step(row_v, j0, states_v, j0, flat, tbase, words, w)
@@ -86,9 +94,7 @@ def test_step_matches_the_numpy_reference(wide: bool, narrow_step: bool, plane_b
             w_v = _step(row_v, j0, states_v, j0, flat, tbase, ctx16, wmask, prev[j0 : j0 + 32], pbit, words, w)
         w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, wide, words, w,
                                        prev if plane_bits else None)
-        assert w_v == w_r
-        np.testing.assert_array_equal(row_v, row_r)
-        np.testing.assert_array_equal(states_v, states_r)
+        _assert_same((w_v, row_v, states_v), (w_r, row_r, states_r))
 
 
 @njit
@@ -115,14 +121,12 @@ def test_fused_round_matches_four_reference_steps(wide: bool, plane_bits: bool) 
         w = int(rng.integers(0, 40))
         prev = rng.choice(values, 32)  # (ignored without plane bits: pbit 0)
         row_v, states_v, row_r, states_r = row.copy(), states.copy(), row.copy(), states.copy()
-        w_v = _round32(row_v, states_v, flat, tbase, ctx16, wmask, prev, np.uint8(4 if plane_bits else 0), words, w)
+        w_v = _round32(row_v, states_v, flat, tbase, ctx16, wmask, prev, np.uint8(f2.PLANE_CONTEXT if plane_bits else 0), words, w)
         w_r = w
         for j0 in (0, 8, 16, 24):
             w_r = rans_avx2.step_reference(row_r, j0, states_r, j0, flat, tbase, wide, words, w_r,
                                            prev if plane_bits else None)
-        assert w_v == w_r
-        np.testing.assert_array_equal(row_v, row_r)
-        np.testing.assert_array_equal(states_v, states_r)
+        _assert_same((w_v, row_v, states_v), (w_r, row_r, states_r))
 
 
 @needs_avx2

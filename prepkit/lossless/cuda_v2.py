@@ -15,14 +15,15 @@ Inside a tile:
 2. Symbols land in shared memory at a fixed row pitch of 64 bytes (the largest tile side),
    the rANS planes first (back to back, so symbol i is at row i // tw), then the constant
    planes. Rows are word aligned, so the passes below work on 32-bit words of 4 columns.
-3. Row pass: each lane owns one word (4 columns) of a row: zig-zag undone on the 4 bytes at
-   once, a running sum inside the word, then a segmented warp scan (16 lanes per row) of the
-   word totals for the left and gradient predictors.
+3. Row pass (every plane but MED ones): each lane owns one word (4 columns) of a row:
+   zig-zag undone on the 4 bytes at once, a running sum inside the word, then a segmented
+   warp scan (16 lanes per row) of the word totals for the left and gradient predictors.
 4. Column pass (up and gradient): a lane owns a word column and walks down it, adding with a
    carry-free byte-wise add (no bank conflicts: consecutive lanes, consecutive words).
    MED planes (predictor 4, not a prefix sum) go as a wavefront instead: lane j decodes
    columns 2(t - j) and 2(t - j) + 1 of row j at step t, and later row j + 32 the same way;
-   the pixels above come from lane j - 1 by a shuffle.
+   the pixels above come from lane j - 1 by a shuffle, and the lane undoes the zig-zag of
+   the two residuals it reads.
 5. Colour inverse on 4 pixels at once (byte-wise add/sub/half on words) and the interleaved
    write of the part of the tile inside the requested region.
 
@@ -58,10 +59,10 @@ WORDS_PER_ROW = 16
 LOW7 = 0x7F7F7F7F
 HIGH1 = 0x80808080
 ONES = 0x01010101
-# Context of a symbol from its context value u, for u <= 8 (3 above): 2 bits each, narrow
-# and wide contexts (format_v2.context_of_value).
-CONTEXT_BITS_NARROW = sum(int(f2.context_of_value(np.array(u), False)) << (2 * u) for u in range(9))
-CONTEXT_BITS_WIDE = sum(int(f2.context_of_value(np.array(u), True)) << (2 * u) for u in range(9))
+# Context of a symbol from its context value u clamped to 9 (every u > 8 is context 3): 2 bits
+# each, narrow and wide contexts (format_v2.context_of_value).
+CONTEXT_BITS_NARROW = sum(int(f2.context_of_value(np.array(u), False)) << (2 * u) for u in range(10))
+CONTEXT_BITS_WIDE = sum(int(f2.context_of_value(np.array(u), True)) << (2 * u) for u in range(10))
 assert f2.NARROW_THRESHOLDS[2] == 8 and f2.WIDE_THRESHOLDS[2] <= 8  # u > 8 is context 3 in both
 RING = 256  # context ring: the last 256 symbols (the farthest context is 128 back)
 RING_BYTES = 2 * RING  # each symbol stored twice (see the rANS pass)
@@ -504,24 +505,26 @@ def decode_kernel(src, work, dec, empty, out, errors):
         for r in range(n_rans):
             tb = i32(base + i32(((r_sets >> i32(4 * r)) & i32(15)) << tshift))
             emasks = u32(emasks | (u32(_empty_mask(empty, tb, tshift)) << u32(8 * r)))
-        tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << tshift))
+        # the plane's first decode-table entry: (table row) << 12, so that the loop adds ctx << 12
+        tbase = i32(i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << tshift)) << i32(12))
         emask = i32((emasks >> u32(8 * plane)) & u32(255))
         empty_hit = i32(0)
         # Plane bits (A4, FLAG_PLANE_CONTEXT): past the first rANS plane of a tile of at least
         # PLANE_CONTEXT_MIN_PIXELS pixels, context | PLANE_CONTEXT when the symbol one plane
         # back (th rows up in shared memory, decoded steps ago) is not 0. Branch-free in the
         # loop: in the first plane, or without plane bits, pback is 0 (a load of the lane's
-        # own slot) and pmask 0.
+        # own slot) and pone 0.
         plane_bits = tshift == i32(3) and i32(th * tw) >= i32(f2.PLANE_CONTEXT_MIN_PIXELS)
         pback_on = i32(th << i32(PITCH_LOG2)) if plane_bits else i32(0)
-        pmask_on = i32(f2.PLANE_CONTEXT) if plane_bits else i32(0)
+        pone_on = i32(1) if plane_bits else i32(0)  # 4 * pone is PLANE_CONTEXT or 0
         pback = pback_on if plane > i32(0) else i32(0)
-        pmask = pmask_on if plane > i32(0) else i32(0)
+        pone = pone_on if plane > i32(0) else i32(0)
         lane_below = u32((u32(1) << u32(lane)) - u32(1))
         ptr = i32(0)
         steps = i32(i32(n + lanes - i32(1)) >> lanes_log2)
         i = lane
-        for _ in range(steps):  # sass: rans (one symbol per lane per step)
+        i_end = i32(lane + i32(steps << lanes_log2))  # every lane runs the same steps
+        while i < i_end:  # sass: rans (one symbol per lane per step)
             live = active and i < n
             need = False
             if live:
@@ -529,12 +532,13 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 q = u32(i32(i & i32(RING - 1)) + i32(RING))
                 far = i32(max(max(i32(ring[q - u32(63)]), i32(ring[q - u32(65)])), i32(ring[q - u32(128)])))
                 u = i32(max(i32(ring[q - u32(64)]), i32(far & wmask)))
-                # ctx: 2-bit fields of context_bits for u <= 8, 3 above
-                ctx = i32(3) if u > i32(8) else i32((context_bits >> i32(u << i32(1))) & i32(3))
-                # (-S >> 31) & pmask: pmask when the symbol one plane back is not 0, no branch
-                ctx = i32(ctx | (i32(i32(-i32(smem[u32(addr - pback)])) >> i32(31)) & pmask))
-                empty_hit = i32(empty_hit | (emask >> ctx))
-                e = dec[u32(i32(i32(tbase + ctx) << i32(12)) | i32(x & u32(4095)))]
+                # ctx: the 2-bit field of context_bits for min(u, 9), 3 from 9 up
+                ctx = i32((context_bits >> i32(i32(min(u, i32(9))) << i32(1))) & i32(3))
+                # + 4 * min(S, pone): 4 when plane bits are on and the symbol one plane back is
+                # not 0, no branch (ctx < 4, so + is |)
+                ctx = i32(ctx + i32(i32(min(i32(smem[u32(addr - pback)]), pone)) << i32(2)))
+                empty_hit = i32(empty_hit | i32(u32(emask) >> u32(ctx)))
+                e = dec[u32(i32(tbase + i32(ctx << i32(12))) | i32(x & u32(4095)))]
                 x = u32(u32(u32((e >> u32(8)) & u32(4095)) + u32(1)) * (x >> u32(12)) + (e >> u32(20)))
                 sym = u8(e & u32(255))
                 smem[u32(addr)] = sym
@@ -560,10 +564,10 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 plane = i32(plane + i32(1))
                 plane_end = i32(plane_end + th)
                 if plane < n_rans:
-                    tbase = i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << tshift))
+                    tbase = i32(i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << tshift)) << i32(12))
                     emask = i32((emasks >> u32(8 * plane)) & u32(255))
                     pback = pback_on
-                    pmask = pmask_on
+                    pone = pone_on
         if active and x != u32(f2.STATE_LOW):
             code = i32(plan_mod.ERR_STATE)
         if ptr != nw and code == 0:
@@ -581,11 +585,15 @@ def decode_kernel(src, work, dec, empty, out, errors):
     cuda.syncthreads()
 
     # Row pass: zig-zag inverse and, for left/gradient, the prefix sum along each row.
-    # Lanes 0-15 take one row and lanes 16-31 the next; lane & 15 is the word column.
+    # Lanes 0-15 take one row and lanes 16-31 the next; lane & 15 is the word column. MED
+    # planes skip it: the MED pass undoes the zig-zag of the two pixels it reads, which
+    # saves them a pass over shared memory.
     half = i32(lane >> i32(4))
     col = i32(lane & i32(15))
     for r in range(n_rans):
         pred = i32((r_preds >> i32(3 * r)) & i32(7))
+        if pred == i32(f2.PRED_MED):
+            continue
         for y0 in range(0, th, 2):  # sass: rows (4 pixel-channels per lane)
             y = i32(y0 + half)
             a = u32(i32(i32(i32(r * th) + y) << i32(4)) + col)
@@ -661,7 +669,9 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 up1 = i32(up >> i32(8))
                 if live != i32(0):
                     a = u32(at + b)
-                    residuals = i32(pairs[a])
+                    # the row pass left MED planes zig-zagged: undo it for both bytes at once
+                    z = i32(pairs[a])
+                    residuals = i32(i32(i32(z >> i32(1)) & i32(0x7F7F)) ^ i32(i32(z & i32(0x0101)) * i32(255)))
                     v0 = i32(i32(residuals + _median_of(i32(left & ~edge), up0, i32(upleft & ~edge))) & i32(255))
                     v1 = i32(i32(i32(residuals >> i32(8)) + _median_of(v0, up1, up0)) & i32(255))
                     cur = i32(v0 | i32(v1 << i32(8)))

@@ -1250,7 +1250,12 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
             sizes, totals = counted.estimates(pick, sets, frequencies.cost_table(freq))
             if not use_hist:
                 totals = np.full(n, -1, np.int64)
-        if with_table_sets and not one_set:
+        splits = with_table_sets and not one_set
+        # Plane contexts are weighed before the table-set proposal too (as reference_v2), which
+        # saves the proposal with eight tables where they do not pay even with one set per plane.
+        if shift == 3 and splits and not table_sets.plane_contexts_pay(counts, freq):
+            return finish(one_set, counted.folded())
+        if splits:
             sets, n_sets, freq, totals, counts = _with_table_sets(counted, keep, pick, sets, n_sets, freq, sizes,
                                                                   totals, counts)
         if shift == 3 and not table_sets.plane_contexts_pay(counts, freq):

@@ -576,14 +576,24 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
     keep = [i for i in active if estimate(choices[i], freq, sets[i], min_log2, sflags) < 1 + tiles[i].size]
     if len(keep) < len(choices):
         freq = build_tables([choices[i] for i in keep], [sets[i] for i in keep], n_sets, sflags)
-    if table_sets.applies(len(tiles), c, fast_decode, f2.set_tables(sflags)) and not one_set:
-        sets, n_sets, freq = with_table_sets(choices, keep, sets, n_sets, freq, min_log2, sflags)
-    if sflags & f2.FLAG_PLANE_CONTEXT and plane_context is None:  # (True: kept whatever they cost)
+    splits = table_sets.applies(len(tiles), c, fast_decode, f2.set_tables(sflags)) and not one_set
+    weighs = sflags & f2.FLAG_PLANE_CONTEXT and plane_context is None  # (True: kept whatever they cost)
+
+    def plane_contexts_pay() -> bool:
         counts = count_symbols([choices[i] for i in keep], [sets[i] for i in keep], n_sets, sflags)
-        if not table_sets.plane_contexts_pay(counts, freq):
-            # Every choice again with four tables per set (the tables steer them).
-            return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours, one_set,
-                           plane_context=False)
+        return table_sets.plane_contexts_pay(counts, freq)
+
+    # Plane contexts are weighed before the table-set proposal too (one set per plane): where
+    # they do not pay even there, that saves the proposal with eight tables.
+    if weighs and splits and not plane_contexts_pay():
+        return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours, one_set,
+                       plane_context=False)
+    if splits:
+        sets, n_sets, freq = with_table_sets(choices, keep, sets, n_sets, freq, min_log2, sflags)
+    if weighs and not plane_contexts_pay():
+        # Every choice again with four tables per set (the tables steer them).
+        return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, runs_first, colours, one_set,
+                       plane_context=False)
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     kept = set(keep)

@@ -4,11 +4,14 @@ encoders write them where they pay, byte-identical; every decoder reads them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from prepkit import lossless
 from prepkit.errors import CodecError
+from prepkit.lossless import cpu_v2
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 
@@ -62,14 +65,29 @@ def test_encoders_keep_plane_contexts_where_they_pay_and_agree(seed: int) -> Non
         np.testing.assert_array_equal(got, image)
 
 
-def test_images_where_they_do_not_pay_are_written_with_four_tables_per_set() -> None:
-    """A small image's extra tables cost more than its plane bits save: the encoders fold
-    them away (table_sets.plane_contexts_pay) and write the stream without the flag."""
-    for image in (np.full((64, 64, 3), 9, np.uint8), make_image("smooth", 40, 50, 3, seed=1)):
-        data = lossless.encode(image, version=2)
-        assert data == r2.encode(image)
-        assert not data[5] & f2.FLAG_PLANE_CONTEXT
-        assert data == r2.encode(image, plane_context=False)
+def test_images_where_they_do_not_pay_are_written_with_four_tables_per_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the extra tables cost more than the plane bits save (table_sets.plane_contexts_pay),
+    the encoders write the stream without the flag, byte-identical to one that never tried
+    them. Weighed before the table-set proposal already: a smooth image, which gains nothing
+    from plane bits, runs the proposal with four tables per set only."""
+    proposals: list[int] = []
+    propose = cpu_v2._with_table_sets
+
+    def spy(counted: Any, *args: Any) -> Any:
+        proposals.append(1 << counted.tshift)
+        return propose(counted, *args)
+
+    monkeypatch.setattr(cpu_v2, "_with_table_sets", spy)
+    image = make_image("smooth", 256, 192, 3, seed=1)  # 12 tiles: plane contexts tried
+    assert f2.encoder_plane_context(3, 12, False)
+    data = lossless.encode(image, version=2)
+    assert proposals == [4]
+    assert not data[5] & f2.FLAG_PLANE_CONTEXT
+    assert data == r2.encode(image) == r2.encode(image, plane_context=False)
+    np.testing.assert_array_equal(lossless.decode(data), image)
+    proposals.clear()
+    kept = lossless.encode(rendered(192, 256, 0), version=2)  # they pay: one proposal, eight tables
+    assert kept[5] & f2.FLAG_PLANE_CONTEXT and proposals == [8]
     grey = make_image("smooth", 200, 150, None, seed=2)  # one plane per tile: never written
     assert not lossless.encode(grey, version=2)[5] & f2.FLAG_PLANE_CONTEXT
 

@@ -631,11 +631,12 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist, tshift):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _lanes_log2(estimate, min_log2):
+def _lanes_log2(estimate, min_log2, n_symbols):
     """reference_v2.lanes_log2."""
     estimate_bytes = estimate // 128
+    per_lane = f2.LONG_TILE_LANE_BYTES if n_symbols >= f2.LONG_TILE_SYMBOLS else f2.LANE_BYTES
     log2 = min_log2
-    while log2 < 5 and (64 << log2) < estimate_bytes:
+    while log2 < f2.MAX_LANES_LOG2 and (per_lane << log2) < estimate_bytes:
         log2 += 1
     return log2
 
@@ -852,7 +853,7 @@ def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes
                 total = 0
                 for j in range(n):
                     total += cost[tables[chunk, j], src[s0 + j]]
-                size += (4 << _lanes_log2(total, min_log2)) + total // 128
+                size += (4 << _lanes_log2(total, min_log2, n)) + total // 128
             sizes[i] = size
 
 
@@ -890,10 +891,11 @@ def _dot_cost(hist, cost, sets_row, pal, tshift):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_hist(c, choices, pick, tile_sets, min_log2, cost, sizes, totals, hist, phist, tshift):
+def _estimate_hist(h, w, tile, c, choices, pick, tile_sets, min_log2, cost, sizes, totals, hist, phist, tshift):
     """_estimate_all from the tiles' histograms; totals[i]: the symbols' summed cost (what
     _rans_body would add up again to pick the lane count)."""
     for i in prange(choices.shape[0]):
+        _, _, th, tw = _tile_box(i, tile, h, w)
         if pick[i]:
             size = 4 + choices[i, COL_PAL_SIZE] * c
             total = _dot_cost(phist[i], cost, tile_sets[i], True, tshift)
@@ -906,7 +908,8 @@ def _estimate_hist(c, choices, pick, tile_sets, min_log2, cost, sizes, totals, h
         for k in range(c):
             coded += 1 - choices[i, 5 + k]
         if pick[i] or coded:
-            size += (4 << _lanes_log2(total, min_log2)) + total // 128
+            n = th * tw * (1 if pick[i] else coded)
+            size += (4 << _lanes_log2(total, min_log2, n)) + total // 128
         sizes[i] = size
         totals[i] = total
 
@@ -960,7 +963,7 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
         total = 0
         for j in range(n):
             total += cost[tables[j], syms[s0 + j]]
-    log2 = _lanes_log2(total, min_log2)
+    log2 = _lanes_log2(total, min_log2, n)
     lanes = 1 << log2
     states = np.empty(MAX_LANES, np.int64)
     for j in range(lanes):
@@ -1532,8 +1535,8 @@ class _Counted:
         sizes = np.zeros(n, np.int64)
         totals = np.full(n, -1, np.int64)
         if self.hist.shape[0]:
-            _estimate_hist(self.c, self.choices, pick, sets, self.min_log2, cost, sizes, totals, self.hist,
-                           self.phist, self.tshift)
+            _estimate_hist(self.h, self.w, self.tile, self.c, self.choices, pick, sets, self.min_log2, cost, sizes,
+                           totals, self.hist, self.phist, self.tshift)
         else:
             _estimate_all(self.h, self.w, self.c, self.tile, self.choices, pick, sets, self.min_log2, cost, sizes,
                           *self.symbols, self.scratch, self.tshift)

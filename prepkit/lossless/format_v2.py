@@ -105,6 +105,21 @@ def encoder_predictors(fast_decode: bool) -> int:
     return PRED_MED if fast_decode else PREDICTORS
 
 
+# Lane counts (not normative, A9): an encoder gives a tile the most lanes (up to 32) whose
+# 4-byte final states stay under 1/16 of its estimated bytes (64 bytes per lane), or under 1/4
+# (16 bytes per lane) in a tile of LONG_TILE_SYMBOLS or more: a rANS lane is a serial chain,
+# and a long tile of few bytes (a smooth colour tile: 0.3-0.5 bits per symbol) decoded with 8
+# or 16 lanes waits on it (docs/BENCHMARKS.md "Lanes for long tiles").
+LANE_BYTES = 64
+LONG_TILE_LANE_BYTES = 16
+LONG_TILE_SYMBOLS = 8192  # two full 64 x 64 planes
+
+
+def lane_bytes(n_symbols: int) -> int:
+    """Estimated bytes of a tile of n_symbols symbols per rANS lane an encoder gives it (A9)."""
+    return LONG_TILE_LANE_BYTES if n_symbols >= LONG_TILE_SYMBOLS else LANE_BYTES
+
+
 def min_lanes_log2(fast_decode: bool) -> int:
     """Fewest rANS lanes (log2) an encoder gives a tile (not normative, A9): 2 lanes, or 4 with
     fast_decode (a tiny tile pays 4 bytes per lane state; fewer lanes make its symbols a

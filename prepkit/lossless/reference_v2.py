@@ -388,12 +388,14 @@ def choice_tables(choice: Choice, sets_row: np.ndarray, flags: int) -> np.ndarra
     return table_index(symbols, sets_row[chans], flags, plane)
 
 
-def lanes_log2(estimate_16ths: int, min_log2: int) -> int:
-    """Lane count from the estimated coded size: the 4-byte final state of each lane stays
-    under ~1/16 of the tile (2^min_log2 lanes at least, 32 at most)."""
+def lanes_log2(estimate_16ths: int, min_log2: int, n_symbols: int) -> int:
+    """Lane count from the estimated coded size of a tile of n_symbols symbols: the 4-byte
+    final state of each lane stays under ~1/16 of the tile, ~1/4 in a long tile
+    (format_v2.lane_bytes; 2^min_log2 lanes at least, 32 at most)."""
     estimate_bytes = estimate_16ths // 128
+    per_lane = f2.lane_bytes(n_symbols)
     log2 = min_log2
-    while log2 < f2.MAX_LANES_LOG2 and 64 << log2 < estimate_bytes:
+    while log2 < f2.MAX_LANES_LOG2 and per_lane << log2 < estimate_bytes:
         log2 += 1
     return log2
 
@@ -430,7 +432,7 @@ def encode_tile(tile: np.ndarray, choice: TileChoice, freq: np.ndarray, cum: np.
     log2 = 0
     if symbols.size:
         tables = choice_tables(choice, sets, flags)
-        log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
+        log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2, symbols.size)
         body = rans_encode(symbols, tables, freq, cum, 1 << log2)
     out[1] = choice.colour | log2 << 4
     coded = bytes(out) + body
@@ -445,7 +447,7 @@ def encode_palette_tile(tile: np.ndarray, pal: PaletteChoice, freq: np.ndarray, 
     plane's set."""
     symbols, chans = pal.symbols()
     tables = choice_tables(pal, sets, flags)
-    log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2)
+    log2 = lanes_log2(int(cost_table(freq)[tables, symbols].sum()), min_log2, symbols.size)
     c = tile.shape[2]
     head = bytes([f2.TILE_PALETTE, log2 << 4, pal.palette.shape[0] - 1,
                   f2.channel_byte(pal.predictor, int(sets[c]))])
@@ -478,7 +480,7 @@ def estimate_parts(choice: Choice, freq: np.ndarray, sets: np.ndarray, min_log2:
     if symbols.size:
         tables = choice_tables(choice, sets, flags)
         cost = int(cost_table(freq)[tables, symbols].sum())
-        overhead += 4 << lanes_log2(cost, min_log2)
+        overhead += 4 << lanes_log2(cost, min_log2, symbols.size)
     return overhead, cost
 
 

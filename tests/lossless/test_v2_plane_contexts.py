@@ -47,7 +47,7 @@ def test_plane_bits_follow_the_text() -> None:
     assert f2.set_tables(f2.FLAG_PLANE_CONTEXT) == 8 and f2.set_tables(f2.FLAG_WIDE_CONTEXT) == 4
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 2])
 def test_encoders_keep_plane_contexts_where_they_pay_and_agree(seed: int) -> None:
     image = rendered(192, 256, seed)
     data = lossless.encode(image, version=2)

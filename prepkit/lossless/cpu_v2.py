@@ -630,11 +630,14 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist, tshift):
             into[v] = parts[0, r, v] + parts[1, r, v] + parts[2, r, v] + parts[3, r, v]
 
 
+_lane_bytes = njit(inline="always")(f2.lane_bytes)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _lanes_log2(estimate, min_log2, n_symbols):
     """reference_v2.lanes_log2."""
     estimate_bytes = estimate // 128
-    per_lane = f2.LONG_TILE_LANE_BYTES if n_symbols >= f2.LONG_TILE_SYMBOLS else f2.LANE_BYTES
+    per_lane = _lane_bytes(n_symbols)
     log2 = min_log2
     while log2 < f2.MAX_LANES_LOG2 and (per_lane << log2) < estimate_bytes:
         log2 += 1
@@ -1388,14 +1391,6 @@ class _RunsParts(NamedTuple):
     lengths: np.ndarray  # int64 (n tiles,): 0 where the tile keeps its other payload
 
 
-def runs_set(freq: np.ndarray, tshift: int) -> np.ndarray:
-    """A runs tiles' table set (f2.CONTEXTS tables, RUN_CTX_*) as 1 << tshift tables: with
-    plane contexts, four empty tables after them (reference_v2.runs_set)."""
-    out = np.zeros((1 << tshift, 256), freq.dtype)
-    out[: f2.CONTEXTS] = freq
-    return out
-
-
 def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsFound, pixels: np.ndarray,
                current_all: np.ndarray, freq: np.ndarray, chunks: int, tshift: int
                ) -> tuple[_RunsParts | None, np.ndarray]:
@@ -1410,7 +1405,7 @@ def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsF
         return None, freq
     chosen, runs_freq = picked
     table_set = freq.shape[0] >> tshift
-    all_freq = np.concatenate([freq, runs_set(runs_freq, tshift)])
+    all_freq = np.concatenate([freq, runs.table_set(runs_freq, 1 << tshift)])
     kept = np.flatnonzero(chosen)  # (runs.choose keeps only tiles of at most RUNS_CAP symbols)
     limits = current[kept]
     # A symbol emits at most one 16-bit word: room for that many, not for the payload each
@@ -1959,7 +1954,7 @@ def _pair_check(src, pos, end, w, x0, x1, tset, empty, ctx, wmask, symbols, plan
     symbol from an empty table."""
     if pos + 8 + 2 * np.int64(w) != end or x0 != STATE_LOW or x1 != STATE_LOW:
         return False
-    if empty[tset] | empty[tset + 1] | empty[tset + 2] | empty[tset + 3]:
+    if _any_empty(empty, tset, 2):  # (two-lane planes have no plane bits)
         for q in range(plane):
             if empty[tset + ctx[_context_value(symbols, q, wmask)]]:
                 return False

@@ -191,6 +191,12 @@ def _unzigzag8(w):
 
 
 @cuda.jit(device=True, inline=True)
+def _set_row(base, r_sets, r, tshift):
+    """The first table row of rANS plane r's table set (4 bits per plane in r_sets)."""
+    return i32(base + i32(((r_sets >> i32(4 * r)) & i32(15)) << tshift))
+
+
+@cuda.jit(device=True, inline=True)
 def _empty_mask(empty, tbase, tshift):
     """Bit x set when context x of the table set starting at row tbase is an empty table
     (1 << tshift tables: 8 with plane contexts, else 4)."""
@@ -503,10 +509,9 @@ def decode_kernel(src, work, dec, empty, out, errors):
         # the loop below then only shifts registers.
         emasks = u32(0)
         for r in range(n_rans):
-            tb = i32(base + i32(((r_sets >> i32(4 * r)) & i32(15)) << tshift))
-            emasks = u32(emasks | (u32(_empty_mask(empty, tb, tshift)) << u32(8 * r)))
+            emasks = u32(emasks | (u32(_empty_mask(empty, _set_row(base, r_sets, r, tshift), tshift)) << u32(8 * r)))
         # the plane's first decode-table entry: (table row) << 12, so that the loop adds ctx << 12
-        tbase = i32(i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << tshift)) << i32(12))
+        tbase = i32(_set_row(base, r_sets, plane, tshift) << i32(12))
         emask = i32((emasks >> u32(8 * plane)) & u32(255))
         empty_hit = i32(0)
         # Plane bits (A4, FLAG_PLANE_CONTEXT): past the first rANS plane of a tile of at least
@@ -564,7 +569,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 plane = i32(plane + i32(1))
                 plane_end = i32(plane_end + th)
                 if plane < n_rans:
-                    tbase = i32(i32(base + i32(((r_sets >> i32(4 * plane)) & i32(15)) << tshift)) << i32(12))
+                    tbase = i32(_set_row(base, r_sets, plane, tshift) << i32(12))
                     emask = i32((emasks >> u32(8 * plane)) & u32(255))
                     pback = pback_on
                     pone = pone_on
@@ -669,9 +674,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 up1 = i32(up >> i32(8))
                 if live != i32(0):
                     a = u32(at + b)
-                    # the row pass left MED planes zig-zagged: undo it for both bytes at once
-                    z = i32(pairs[a])
-                    residuals = i32(i32(i32(z >> i32(1)) & i32(0x7F7F)) ^ i32(i32(z & i32(0x0101)) * i32(255)))
+                    residuals = i32(_unzigzag8(u32(pairs[a])))  # the row pass left MED planes zig-zagged
                     v0 = i32(i32(residuals + _median_of(i32(left & ~edge), up0, i32(upleft & ~edge))) & i32(255))
                     v1 = i32(i32(i32(residuals >> i32(8)) + _median_of(v0, up1, up0)) & i32(255))
                     cur = i32(v0 | i32(v1 << i32(8)))

@@ -53,10 +53,7 @@ SEPARATE_BYTES = 1 << 16  # plan_buffers reads buffers of this average size or m
 MIN_SAMPLES_PER_THREAD = 4  # build_plan's validation: fewer samples per thread cost more than they save
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _set_tables(flags):
-    """format_v2.set_tables: tables per set of a v2 stream with these flags."""
-    return f2.MAX_SET_TABLES if flags & f2.FLAG_PLANE_CONTEXT else f2.CONTEXTS
+_set_tables = njit(inline="always")(f2.set_tables)  # tables per set of a v2 stream with these flags
 
 
 @njit(nogil=True, cache=True)

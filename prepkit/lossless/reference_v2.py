@@ -639,7 +639,7 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     chosen, runs_freq = picked
     stride = f2.set_tables(flags)
     s = freq.shape[0] // stride
-    all_freq = np.concatenate([freq, runs_set(runs_freq, flags)])
+    all_freq = np.concatenate([freq, runs.table_set(runs_freq, stride)])
     cum = np.zeros((all_freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(all_freq, axis=1)
     out = list(payloads)
@@ -654,14 +654,6 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     return out, all_freq
 
 
-def runs_set(freq: np.ndarray, flags: int) -> np.ndarray:
-    """A runs tiles' table set (CONTEXTS tables, RUN_CTX_*) as a set of a stream with these
-    flags: with FLAG_PLANE_CONTEXT, four empty tables after them."""
-    out = np.zeros((f2.set_tables(flags), 256), freq.dtype)
-    out[: f2.CONTEXTS] = freq
-    return out
-
-
 def runs_stream(image: np.ndarray, tile: int = 64) -> bytes:
     """A stream whose every tile of 2 .. max_palette(C) colours is a runs tile, however small
     the image (the encoders keep a runs table set only where it pays): one table set, the
@@ -674,7 +666,7 @@ def runs_stream(image: np.ndarray, tile: int = 64) -> bytes:
     pals = [choose_palette(t) for t in tiles]
     choices = {i: RunsChoice(pal.palette, pal.index) for i, pal in enumerate(pals) if pal is not None and len(pal.palette) > 1}
     counts = sum((ch.histogram() for ch in choices.values()), np.zeros((f2.CONTEXTS, 256), np.int64))
-    freq = runs_set(np.stack([normalize(row) for row in counts]), header.flags)
+    freq = runs.table_set(np.stack([normalize(row) for row in counts]), f2.set_tables(header.flags))
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
     payloads = []

@@ -25,6 +25,15 @@ NO_LABEL = -1  # an absent candidate, or no run before a row's first
 NO_WORDS = np.zeros(1, np.uint16)
 
 
+def table_set(freq: np.ndarray, tables_per_set: int) -> np.ndarray:
+    """The runs tiles' table set (f2.CONTEXTS tables, contexts RUN_CTX_*) as a set of
+    tables_per_set tables (format_v2.set_tables): with plane contexts, four empty tables after
+    them. Both encoders append it to the stream's tables."""
+    out = np.zeros((tables_per_set, 256), freq.dtype)
+    out[: f2.CONTEXTS] = freq
+    return out
+
+
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _rank(v, c0, c1, c2, left):
     """Rank of index v in the order of reference_v2.label_order: the distinct candidates

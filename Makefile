@@ -79,12 +79,13 @@ bench: setup
 # into the system environment (not --target: nvImageCodec's nvidia/ package would shadow the
 # image's CUDA libraries) and runs both halves. numpy 2.4 replaces the image's numpy 2.5: that
 # image's numba-cuda registers np.row_stack, which numpy 2.5 removed, so `numba.cuda` fails to
-# import there (seen 2026-11-26 on an H200). On the device: `make gpu-check` (about 500 s), or
+# import there (seen 2026-11-26 on an H200). On the device: `make gpu-check` (about 450 s), or
 # `make gpu-correct` and `make gpu-bench` as two calls; each packs GPU_OUT into $OUT.
 # - gpu-correct: the CUDA tests on the device, prepkit.bench.gpucheck's identity, fuzz and
 #   reader stages and compute-sanitizer as three processes side by side (each is mostly numba
-#   compiling on one core; the tests in four pytest-xdist workers: in one process, warm, they
-#   took 169 s on the H200 machine), then an ncu profile of the v2 decode kernel alone;
+#   compiling on one core; the tests in eight pytest-xdist workers, test by test: 177 s on the
+#   H200 machine in stop 37, where four workers file by file ran past the 280 s limit), then an
+#   ncu profile of the v2 decode kernel alone;
 # - gpu-bench: prepkit.bench.gpucheck's benchmarks, alone on the GPU (with stack samples of
 #   the Reader's threads), then the Reader's host work on that machine (bench.hostprep).
 GPU_PY ?= python3
@@ -92,7 +93,7 @@ GPU_OUT ?= out/gpucheck
 GPU_BENCH_SECONDS ?= 300
 GPU_RUN := PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1
 # pytest-xdist where the machine has it (the image lists it), else one process.
-GPU_XDIST = $(shell $(GPU_PY) -c "import xdist" 2>/dev/null && echo "-n 4 --dist loadfile")
+GPU_XDIST = $(shell $(GPU_PY) -c "import xdist" 2>/dev/null && echo "-n 8 --dist load")
 # Under the device tool ($OUT set there): the whole GPU_OUT as one archive (at most 8 files come back).
 GPU_PACK = if [ -n "$$OUT" ]; then tar czf "$$OUT/$@.tgz" -C $(GPU_OUT) .; fi
 gpu-correct gpu-bench: SHELL := /bin/bash

@@ -1820,16 +1820,22 @@ def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, 
     return i, w
 
 
+# A colour tile's row (up to 64 pixels of up to 4 bytes) and the 4 bytes that the last pixel's
+# 32-bit store of _palette_pixels writes past it.
+LINE_BYTES = 4 * max(fmt.TILE_SIZES) + 4
+
+
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _decode_scratch_arrays():
     """The decoder's scratch arrays, made once per thread, not per tile: _rans's lane
     states, map from context value to table row (table_of), next 32 symbols' table rows
     (bases) and the vector step's uint32 lane states; then the MED inverse's rows and
     diagonals (med_simd.scratch); then a runs tile's boundaries and colour maps
-    (runs.decode_tile); then a palette's colours as 32-bit words (_palette_pixels)."""
+    (runs.decode_tile); then a palette's colours as 32-bit words (_palette_pixels); then
+    the row that colour tiles are interleaved into before it is copied out (LINE_BYTES)."""
     return (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32),
             np.empty(MAX_LANES, np.uint32), med_simd.scratch(), np.empty(128, np.int64), np.empty(512, np.uint8),
-            np.empty(256, np.uint32))
+            np.empty(256, np.uint32), np.empty(LINE_BYTES, np.uint8))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -2059,17 +2065,19 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
         top = max(top, index[q])
     if top >= n_colours:
         return plan_mod.ERR_INDEX
-    _palette_pixels(src, pal, n_colours, index, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[7])
+    _palette_pixels(src, pal, n_colours, index, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[7],
+                    scratch[8])
     return 0
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _palette_pixels(src, pal, n_colours, index, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, words):
+def _palette_pixels(src, pal, n_colours, index, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, words, line):
     """Write the requested region of an index plane (every index below n_colours) as the
-    colours of the palette at src[pal:]. Colour pixels go out as one 32-bit store each from
-    the palette as words (scratch, 256 uint32): a three-channel store's fourth byte is the next
-    pixel's first, rewritten by its store, and a row's last pixel goes byte by byte (2.3x
-    faster than three byte loads and stores, docs/BENCHMARKS.md "Runs tiles first")."""
+    colours of the palette at src[pal:]. Colour pixels go into `line` (LINE_BYTES) as one
+    32-bit store each from the palette as words (scratch, 256 uint32): a three-channel
+    store's fourth byte is the next pixel's first, rewritten by its store (2.3x faster than
+    three byte loads and stores, docs/BENCHMARKS.md "Runs tiles first"); each row is then
+    copied out whole (_copy_line)."""
     if c == 1:  # masks: one load per pixel
         for y in range(ya, yb):
             d = out_base + ((oy + y) * out_w + ox + xa)
@@ -2089,20 +2097,10 @@ def _palette_pixels(src, pal, n_colours, index, c, tw, out, out_base, out_w, oy,
     width = np.uint64(xb - xa)
     uc = np.uint64(c)
     for y in range(ya, yb):
-        d = np.uint64(out_base + ((oy + y) * out_w + ox + xa) * c)
         row = index[y * tw + xa : y * tw + xb]
-        if c == 4:
-            for x in range(width):
-                memops.store32(out, d + uc * x, words[row[x]])
-            continue
-        for x in range(width - np.uint64(1)):
-            memops.store32(out, d + uc * x, words[row[x]])
-        last = width - np.uint64(1)
-        word = words[row[last]]
-        at = d + uc * last
-        out[at] = word & np.uint32(255)
-        out[at + np.uint64(1)] = (word >> np.uint32(8)) & np.uint32(255)
-        out[at + np.uint64(2)] = (word >> np.uint32(16)) & np.uint32(255)
+        for x in range(width):
+            memops.store32(line, uc * x, words[row[x]])
+        _copy_line(out, out_base + ((oy + y) * out_w + ox + xa) * c, line, (xb - xa) * c)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -2135,14 +2133,27 @@ def _colour_inverse(planes, n, colour):
             p2[q] += (r & g) + ((r ^ g) >> 1)  # floor((r + g) / 2) in bytes
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _copy_line(out, d, line, n):
+    """out[d : d + n] = line[:n], a colour tile's row built in the scratch row `line`.
+
+    Colour rows are interleaved (or filled, or looked up) in that row, which stays in the L1
+    cache, and copied out by memcpy: written straight into an output larger than the caches,
+    the same loops ran at 2.9 GB/s, a quarter of a memcpy's rate on this machine, and took
+    23% of the rendered set's decode time (docs/BENCHMARKS.md, "Colour rows through an L1
+    row (stop 37)"). The length is left variable on purpose: LLVM's inlined copy of a
+    constant 192 bytes gave back the whole gain there, libc's memcpy keeps it."""
+    memops.copy(out, d, line, 0, n)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
+def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
     """Copy the requested region of the planes into the (row, column, channel) output, one
-    loop per channel count so that the stores have a constant stride."""
+    loop per channel count so that the stores have a constant stride; colour rows through
+    `line` (LINE_BYTES of scratch, _copy_line)."""
     width = xb - xa
     for y in range(ya, yb):
         d = out_base + ((oy + y) * out_w + ox + xa) * c
-        line = out[d : d + width * c]
         q0 = y * tw + xa
         if c == 1:
             if width == 64:  # a constant length: LLVM inlines the copy (no call to libc per row)
@@ -2158,6 +2169,7 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
                 line[3 * x] = p0[x]
                 line[3 * x + 1] = p1[x]
                 line[3 * x + 2] = p2[x]
+            _copy_line(out, d, line, width * 3)
             continue
         p3 = planes[3, q0 : q0 + width]
         for x in range(width):
@@ -2165,25 +2177,26 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
             line[4 * x + 1] = p1[x]
             line[4 * x + 2] = p2[x]
             line[4 * x + 3] = p3[x]
+        _copy_line(out, d, line, width * 4)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb):
-    """Write the pixel planes[:, 0] over the requested region of a tile."""
+def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
+    """Write the pixel planes[:, 0] over the requested region of a tile (a colour pixel
+    through one row of it built in `line`, _copy_line)."""
     width = np.uint64((xb - xa) * c)
-    step = np.uint64(c)
+    if c > 1:
+        for x in range(xb - xa):
+            for k in range(c):
+                line[c * x + k] = planes[k, 0]
     for y in range(ya, yb):
         d = np.uint64(out_base + ((oy + y) * out_w + ox + xa) * c)
-        if c == 1:
-            if width == 64:  # a constant length: LLVM inlines the fill (no call to libc per row)
-                memops.fill(out, d, 64, planes[0, 0])
-            else:
-                memops.fill(out, d, width, planes[0, 0])
+        if c > 1:
+            _copy_line(out, d, line, width)
+        elif width == 64:  # a constant length: LLVM inlines the fill (no call to libc per row)
+            memops.fill(out, d, 64, planes[0, 0])
         else:
-            for k in range(c):
-                v = planes[k, 0]
-                for x in range(np.uint64(k), width, step):
-                    out[d + x] = v
+            memops.fill(out, d, width, planes[0, 0])
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -2215,10 +2228,10 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         if err:
             return err
         if c == 1:  # the plane holds the pixels
-            _interleave(planes, 1, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
+            _interleave(planes, 1, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[8])
         else:
             _palette_pixels(src, start + f2.RUNS_HEADER, np.int64(src[start + 2]) + 1, planes[0, :plane], c, tw, out,
-                            out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[7])
+                            out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[7], scratch[8])
         return 0
     if src[start] == f2.TILE_PALETTE:
         return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
@@ -2232,7 +2245,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         for k in range(c):
             planes[k, 0] = src[start + 2 + c + k]
         _colour_inverse(planes, 1, colour)
-        _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
+        _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[8])
         return 0
     lanes = np.int64(1) << (np.int64(src[start + 1]) >> 4)
     pos = start + 2 + c
@@ -2273,7 +2286,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
                 med_simd.from_diagonals(planes[k, :plane], th, tw, scratch[4], m)
                 m += 1
     _colour_inverse(planes, plane, colour)
-    _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb)
+    _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[8])
     return 0
 
 

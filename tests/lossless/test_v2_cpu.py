@@ -490,3 +490,27 @@ def test_one_channel_small_images_finish_once_where_one_set_is_the_same(monkeypa
         calls.clear()
         assert cpu_v2.encode(image) == r2.encode(image)
         assert len(calls) == finishes
+
+
+@pytest.mark.parametrize("c", [1, 3, 4])
+def test_rows_through_the_scratch_row_write_exactly_the_region(c: int) -> None:
+    """cpu_v2._interleave and _fill_pixel (colour rows built in a scratch row, then copied
+    out) against numpy: every window of a tile, the bytes around it untouched, and nothing
+    of the scratch row's earlier contents written."""
+    rng = np.random.default_rng(10 + c)
+    th, tw = 7, 9
+    planes = rng.integers(0, 256, (4, th * tw), dtype=np.uint8)
+    tile = np.stack([planes[k].reshape(th, tw) for k in range(c)], axis=-1)
+    for ya, yb, xa, xb in [(0, th, 0, tw), (2, 5, 3, 4), (1, 2, 0, 9), (0, 7, 8, 9), (3, 6, 1, 8)]:
+        out_h, out_w, oy, ox = 12, 15, 2, 4  # the tile sits at (2, 4) of a 12 x 15 output
+        for fill in (False, True):
+            out = rng.integers(0, 256, out_h * out_w * c + 8, dtype=np.uint8)
+            want = out.copy()
+            view = want[: out_h * out_w * c].reshape(out_h, out_w, c)
+            view[oy + ya : oy + yb, ox + xa : ox + xb] = tile[0, 0] if fill else tile[ya:yb, xa:xb]
+            line = rng.integers(0, 256, cpu_v2.LINE_BYTES, dtype=np.uint8)
+            if fill:
+                cpu_v2._fill_pixel(planes, c, out, 0, out_w, oy, ox, ya, yb, xa, xb, line)
+            else:
+                cpu_v2._interleave(planes, c, tw, out, 0, out_w, oy, ox, ya, yb, xa, xb, line)
+            np.testing.assert_array_equal(out, want)

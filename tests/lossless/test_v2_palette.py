@@ -161,8 +161,8 @@ def test_every_byte_change_is_refused_or_agrees_with_reference() -> None:
 
 @pytest.mark.parametrize("c", [1, 3, 4])
 def test_palette_pixels_write_exactly_the_region(c: int) -> None:
-    """cpu_v2._palette_pixels (four-byte stores for colour pixels, a row's last pixel byte by
-    byte) against numpy: every window of a tile, the bytes around it untouched."""
+    """cpu_v2._palette_pixels (four-byte stores for colour pixels into a scratch row, copied
+    out row by row) against numpy: every window of a tile, the bytes around it untouched."""
     from prepkit.lossless import cpu_v2
 
     rng = np.random.default_rng(c)
@@ -177,5 +177,6 @@ def test_palette_pixels_write_exactly_the_region(c: int) -> None:
         want = out.copy()
         view = want[: out_h * out_w * c].reshape(out_h, out_w, c)
         view[oy + ya : oy + yb, ox + xa : ox + xb] = palette[index.reshape(th, tw)[ya:yb, xa:xb]]
-        cpu_v2._palette_pixels(src, 3, n_colours, index, c, tw, out, 0, out_w, oy, ox, ya, yb, xa, xb, words)
+        line = rng.integers(0, 256, cpu_v2.LINE_BYTES, dtype=np.uint8)  # stale bytes must not leak out
+        cpu_v2._palette_pixels(src, 3, n_colours, index, c, tw, out, 0, out_w, oy, ox, ya, yb, xa, xb, words, line)
         np.testing.assert_array_equal(out, want)

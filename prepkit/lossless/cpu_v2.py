@@ -1820,8 +1820,8 @@ def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, 
     return i, w
 
 
-# A colour tile's row (up to 64 pixels of up to 4 bytes) and the 4 bytes that the last pixel's
-# 32-bit store of _palette_pixels writes past it.
+# A colour tile's row (up to 64 pixels of up to 4 bytes), with room for the byte that the
+# last three-channel pixel's 32-bit store of _palette_pixels writes past it.
 LINE_BYTES = 4 * max(fmt.TILE_SIZES) + 4
 
 
@@ -2185,18 +2185,19 @@ def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
     """Write the pixel planes[:, 0] over the requested region of a tile (a colour pixel
     through one row of it built in `line`, _copy_line)."""
     width = np.uint64((xb - xa) * c)
-    if c > 1:
-        for x in range(xb - xa):
-            for k in range(c):
-                line[c * x + k] = planes[k, 0]
+    if c == 1:
+        for y in range(ya, yb):
+            d = np.uint64(out_base + ((oy + y) * out_w + ox + xa))
+            if width == 64:  # a constant length: LLVM inlines the fill (no call to libc per row)
+                memops.fill(out, d, 64, planes[0, 0])
+            else:
+                memops.fill(out, d, width, planes[0, 0])
+        return
+    for x in range(xb - xa):
+        for k in range(c):
+            line[c * x + k] = planes[k, 0]
     for y in range(ya, yb):
-        d = np.uint64(out_base + ((oy + y) * out_w + ox + xa) * c)
-        if c > 1:
-            _copy_line(out, d, line, width)
-        elif width == 64:  # a constant length: LLVM inlines the fill (no call to libc per row)
-            memops.fill(out, d, 64, planes[0, 0])
-        else:
-            memops.fill(out, d, width, planes[0, 0])
+        _copy_line(out, np.uint64(out_base + ((oy + y) * out_w + ox + xa) * c), line, width)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

@@ -1774,7 +1774,13 @@ else:
         return i, w
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+# The decoder's kernels from here to _decode_loop never allocate: they are compiled with `_nrt=False`,
+# without numba's reference counts. With them, every array argument, view and slice that a
+# per-tile or per-row call passes on took an atomic increment and decrement: NRT_incref and
+# NRT_decref were 19% of a mask's decode time and 8% of a photograph's (perf, stop 38), and
+# their removal made the decode 7-17% faster (docs/BENCHMARKS.md "Decoder kernels without
+# reference counts"). The arrays live as long as _decode_strided's call, which holds them.
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, back, bases, xstates, flat,
                  symbols, states, vector=True):
     """_rans's whole rounds of `lanes` symbols (lanes >= 4). With AVX2 (and `vector`, which
@@ -1854,7 +1860,7 @@ def _any_empty(empty, tset, tshift):
     return found != 0
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16, wmask, tshift, symbols, scratch):
     """Decode the tile's n_rans * plane symbols into symbols[SYM0:]; return an error code.
     tshift: 3 for a stream with plane contexts (eight tables per set, plane bits), else 2.
@@ -1967,7 +1973,7 @@ def _pair_check(src, pos, end, w, x0, x1, tset, empty, ctx, wmask, symbols, plan
     return True
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _pair_symbols(src, item_a, base_a, item_b, base_b, plane, dec, empty, ctx_of, sym_a, sym_b, scratch_a,
                   scratch_b):
     """Decode the symbols of two two-lane tiles (_two_lane_plane, the same plane size) in
@@ -2006,7 +2012,7 @@ def _pair_symbols(src, item_a, base_a, item_b, base_b, plane, dec, empty, ctx_of
             and _pair_check(src, pos_b, end_b, wb, xb0, xb1, tset_b, empty, ctx_of[wide_b], wmask_b, sym_b, plane))
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _unpredict(symbols, i, p, row, th, tw, med_work):
     """Residuals -> plane: undo zig-zag of symbols[SYM0 + i:], then the predictor's prefix sums
     (uint8 wraps mod 256), or MED's diagonal steps (med_simd, med_work its scratch)."""
@@ -2028,7 +2034,7 @@ def _unpredict(symbols, i, p, row, th, tw, med_work):
                 cur[x] += above[x]
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _lane_states(src, pos, lanes, states):
     """Read the lane states at src[pos:]; False when one is below 2^16."""
     for j in range(lanes):
@@ -2041,7 +2047,7 @@ def _lane_states(src, pos, lanes, states):
     return True
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,
                     dec, empty, ctx_of, ctx16, wmask, tshift, symbols, scratch, index, decoded):
     """A palette tile (A2 mode 2): the index plane is a one-plane rANS decode whose channel
@@ -2070,7 +2076,7 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
     return 0
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _palette_pixels(src, pal, n_colours, index, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, words, line):
     """Write the requested region of an index plane (every index below n_colours) as the
     colours of the palette at src[pal:]. Colour pixels go into `line` (LINE_BYTES) as one
@@ -2103,7 +2109,7 @@ def _palette_pixels(src, pal, n_colours, index, c, tw, out, out_base, out_w, oy,
         _copy_line(out, out_base + ((oy + y) * out_w + ox + xa) * c, line, (xb - xa) * c)
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _colour_inverse(planes, n, colour):
     """Planes 0-2 -> R, G, B in place (A5), whole planes at a time: plain loops over
     contiguous bytes, which LLVM turns into vector code."""
@@ -2146,7 +2152,7 @@ def _copy_line(out, d, line, n):
     memops.copy(out, d, line, 0, n)
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
     """Copy the requested region of the planes into the (row, column, channel) output, one
     loop per channel count so that the stores have a constant stride; colour rows through
@@ -2180,7 +2186,7 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, lin
         _copy_line(out, d, line, width * 4)
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
     """Write the pixel planes[:, 0] over the requested region of a tile (a colour pixel
     through one row of it built in `line`, _copy_line)."""
@@ -2200,7 +2206,7 @@ def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
         _copy_line(out, np.uint64(out_base + ((oy + y) * out_w + ox + xa) * c), line, width)
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scratch, decoded=False):
     """Decode one v2 work item (plan.py columns) into the flat output; return an error code.
     base: the row of the image's first table in dec and empty (_window_base). `decoded`:
@@ -2341,6 +2347,15 @@ def _decode_strided(src, work, items, first, stride, out, errors, freq, cum, emp
     # The pair's second tile needs only lane states, table rows and bases (no MED scratch).
     scratch_b = (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32))
     tags = np.array([-1, -1, 0], np.int64)  # the plan rows held by the window's two slots; the slot used last
+    _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty, n_tables_at, window, window_empty,
+                 ctx_of, sym_a, sym_b, planes, pairs, scratch_a, scratch_b, tags)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
+def _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty, n_tables_at, window, window_empty,
+                 ctx_of, sym_a, sym_b, planes, pairs, scratch_a, scratch_b, tags):
+    """_decode_strided's loop over its items, compiled without reference
+    counts (the note above _rans_rounds)."""
     j = np.int64(first)  # (a parfor index may be unsigned: uint64 + int64 would be a float)
     n = items.shape[0]
     while j < n:

@@ -208,7 +208,8 @@ def _fill(plane, at, v):
     memops.fill(plane, at, 64, v)
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+# Without reference counts, as the CPU decoder's other kernels (the note above cpu_v2._rans_rounds).
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, maps, above, starts):
     """Decode runs tile src[start:end] (validated by format_v2.read_stream or hostplan) into
     plane (uint8, row-major th x tw, then at least 64 bytes of slack): the palette colours

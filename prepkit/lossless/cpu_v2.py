@@ -1777,8 +1777,9 @@ else:
 # The decoder's kernels from here to _decode_loop never allocate: they are compiled with `_nrt=False`,
 # without numba's reference counts. With them, every array argument, view and slice that a
 # per-tile or per-row call passes on took an atomic increment and decrement: NRT_incref and
-# NRT_decref were 19% of a mask's decode time and 8% of a photograph's (perf, stop 38), and
-# their removal made the decode 7-17% faster (docs/BENCHMARKS.md "Decoder kernels without
+# NRT_decref were 19% of the masks' decode time and 8% of small photographs' (perf, stop 38).
+# Without them masks decode 10-16% faster and 512x512 photographs 3-11%; large images, whose
+# time is in the symbols, gain nothing measurable (docs/BENCHMARKS.md "Decoder kernels without
 # reference counts"). The arrays live as long as _decode_strided's call, which holds them.
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, back, bases, xstates, flat,

@@ -6,14 +6,22 @@ photograph crop took about 60 us where libspng takes 20. Here the same steps, wi
 validation (``hostplan._read_headers``, ``_layout``, ``_validate_fill``) and the same kernel
 (``cpu_v2._decode_strided``), run in one call on the stream's own bytes (no copy).
 
-Only the common case is handled: a whole v2 stream, small enough that the batch path would
-decode it on one thread. Anything else (version 1, a region, a refused stream, an image of
-many tiles) returns None and the caller takes the batch path, which decodes it or raises
-the CodecError that names the reason.
+Only the common case is handled: a whole v2 stream that the batch path would decode on one
+thread (at most MAX_TILES tiles; any number when numba has one thread, or fewer than
+``cpu.MIN_TILES_PER_THREAD`` per thread). Anything else (version 1, a region, a refused
+stream, an image the batch path splits over threads) returns None and the caller takes the
+batch path, which decodes it or raises the CodecError that names the reason.
+
+Why any size on one thread: the batch path plans in Python (about 35 us per call) and stages
+a copy of the bytes, and one image per call decoded faster here at every size measured. One
+numba thread: evaluation masks 62-263 us here against 120-368 us on the batch path, a
+2560x2560 wallpaper 28.8-29.5 ms against 31.0-31.5 (docs/BENCHMARKS.md "Decoder kernels
+without reference counts (stop 38)").
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit
 
@@ -23,10 +31,18 @@ from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
 
-# Images of more tiles than this go to the batch path, which decodes them on several threads.
+# Images of more tiles than this may go to the batch path, which decodes them on several
+# threads (cpu.use_parallel); below it, this path takes them without asking numba its threads.
 MAX_TILES = 2 * cpu.MIN_TILES_PER_THREAD - 1
 
-NOT_HERE = -1  # the stream is not one this path decodes (not v2, too many tiles)
+NOT_HERE = -1  # the stream is not one this path decodes (not v2)
+MANY_TILES = -2  # more tiles than max_tiles
+
+
+def serial_tiles() -> int:
+    """The most tiles of an image the batch path decodes on one thread (cpu.use_parallel)."""
+    threads = numba.get_num_threads()
+    return np.iinfo(np.int64).max if threads == 1 else cpu.MIN_TILES_PER_THREAD * threads - 1
 
 
 @njit(nogil=True, cache=True)
@@ -52,7 +68,7 @@ def _decode_one(src, max_tiles, windows, window_empty, symbols, planes, ctx_of):
     hostplan._layout(info, regions, False, starts, stops, lay, totals)
     n_items, n_segs, n_tables, n_out = totals[0], totals[1], totals[2], totals[3]
     if n_items > max_tiles:
-        return NOT_HERE, nothing, h, w, c, flags
+        return MANY_TILES, nothing, h, w, c, flags
     work = np.empty((n_items, plan_mod.N_COLS), np.int64)
     owner = np.empty(n_items, np.int64)
     segs = np.empty((n_segs, 4), np.int64)
@@ -84,13 +100,19 @@ def _decode_one(src, max_tiles, windows, window_empty, symbols, planes, ctx_of):
 
 def decode(data: object) -> np.ndarray | None:
     """The pixels of one whole v2 stream (HxW or HxWxC, as lossless.decode returns them), or
-    None when the batch path must decode it: not v2, many tiles, or refused (that path
-    raises the CodecError). Raises CodecError when data is not bytes-like."""
+    None when the batch path must decode it: not v2, more tiles than it decodes on one thread
+    (serial_tiles), or refused (that path raises the CodecError). Raises CodecError when data
+    is not bytes-like."""
     array = fmt.as_bytes(data).view()
     array.flags.writeable = False  # one specialization: the kernels see read-only input
     symbols, planes, windows, window_empty = cpu_v2._decode_scratch(1)
     code, out, h, w, c, flags = _decode_one(array, MAX_TILES, windows, window_empty, symbols, planes,
                                             cpu_v2.CONTEXT_OF)
+    if code == MANY_TILES:
+        limit = serial_tiles()
+        if limit > MAX_TILES:
+            code, out, h, w, c, flags = _decode_one(array, limit, windows, window_empty, symbols, planes,
+                                                    cpu_v2.CONTEXT_OF)
     if code != 0:
         return None
     return out.reshape((h, w) if flags & fmt.FLAG_2D else (h, w, c))

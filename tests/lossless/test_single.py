@@ -3,12 +3,13 @@ the batch path's pixels and refusals, and the cases it leaves to the batch path.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 
 from prepkit import lossless
 from prepkit.errors import CodecError
-from prepkit.lossless import single
+from prepkit.lossless import cpu, single
 
 
 def _images() -> list[np.ndarray]:
@@ -42,16 +43,48 @@ def test_small_v2_streams_decode_in_one_call_like_the_batch_path(index: int) -> 
         np.testing.assert_array_equal(lossless.decode(bytearray(data)), image)  # writable input too
 
 
-def test_streams_left_to_the_batch_path() -> None:
+def test_streams_left_to_the_batch_path(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(2)
     photo = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
     assert single.decode(lossless.encode(photo, version=1)) is None  # version 1
     many = rng.integers(0, 256, (16 * 8, 16 * 4, 3), dtype=np.uint8)  # 32 tiles of 16: the batch path's threads
     data = lossless.encode(many, tile=16)
+    monkeypatch.setattr(single, "serial_tiles", lambda: 2 * cpu.MIN_TILES_PER_THREAD - 1)  # numba on two threads
     assert single.decode(data) is None
     np.testing.assert_array_equal(lossless.decode(data), many)
     with pytest.raises(CodecError, match="Expected a contiguous bytes-like object"):
         single.decode(3)
+
+
+def test_one_thread_takes_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one numba thread the batch path would decode any image on that thread, so this
+    path takes images of any tile count; with more, those the batch path splits stay there."""
+    rng = np.random.default_rng(3)
+    y, x = np.mgrid[0:16 * 9, 0:16 * 8]
+    image = np.clip(((y + 2 * x)[:, :, None] + np.arange(3) * 40) % 256 + rng.normal(0, 3, (16 * 9, 16 * 8, 3)),
+                    0, 255).astype(np.uint8)  # 72 tiles of 16
+    data = lossless.encode(image, tile=16)
+    monkeypatch.setattr(single, "serial_tiles", lambda: np.iinfo(np.int64).max)  # numba on one thread
+    fast = single.decode(data)
+    assert fast is not None
+    np.testing.assert_array_equal(fast, image)
+    np.testing.assert_array_equal(fast, lossless.decode_batch([data])[0])
+    monkeypatch.setattr(single, "serial_tiles", lambda: 4 * cpu.MIN_TILES_PER_THREAD - 1)  # four threads: 63 tiles
+    assert single.decode(data) is None
+    monkeypatch.setattr(single, "serial_tiles", lambda: 5 * cpu.MIN_TILES_PER_THREAD - 1)  # five: 79 tiles
+    np.testing.assert_array_equal(single.decode(data), image)
+
+
+def test_serial_tiles_follows_numba_threads() -> None:
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        assert single.serial_tiles() >= 1 << 40
+        if numba.config.NUMBA_NUM_THREADS >= 2:
+            numba.set_num_threads(2)
+            assert single.serial_tiles() == 2 * cpu.MIN_TILES_PER_THREAD - 1
+    finally:
+        numba.set_num_threads(threads)
 
 
 def test_damaged_streams_are_refused_like_the_batch_path() -> None:

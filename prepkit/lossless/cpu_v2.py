@@ -1778,7 +1778,7 @@ else:
 # without numba's reference counts. With them, every array argument, view and slice that a
 # per-tile or per-row call passes on took an atomic increment and decrement: NRT_incref and
 # NRT_decref were 19% of the masks' decode time and 8% of small photographs' (perf, stop 38).
-# Without them masks decode 10-16% faster and 512x512 photographs 3-11%; large images, whose
+# Without them masks decode 10-15% faster and 512x512 photographs 3-11%; large images, whose
 # time is in the symbols, gain nothing measurable (docs/BENCHMARKS.md "Decoder kernels without
 # reference counts"). The arrays live as long as _decode_strided's call, which holds them.
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)

@@ -458,12 +458,18 @@ def _scratch(chunks: int) -> DecodeScratch:
 MIN_TILES_PER_THREAD = 16
 
 
+def serial_tiles() -> int:
+    """The most tiles a kernel keeps on the calling thread (use_parallel): any number with
+    one numba thread, fewer than MIN_TILES_PER_THREAD per thread otherwise."""
+    threads = numba.get_num_threads()
+    return np.iinfo(np.int64).max if threads == 1 else MIN_TILES_PER_THREAD * threads - 1
+
+
 def use_parallel(n_tiles: int) -> bool:
     """Whether a kernel over n_tiles tiles should run on numba's thread pool."""
     if n_tiles < 2 * MIN_TILES_PER_THREAD:  # too few for two threads: skip get_num_threads (3 us)
         return False
-    threads = numba.get_num_threads()
-    return threads > 1 and n_tiles >= MIN_TILES_PER_THREAD * threads
+    return n_tiles > serial_tiles()
 
 
 def decode_plan(plan: plan_mod.Plan, out: np.ndarray | None = None) -> np.ndarray:

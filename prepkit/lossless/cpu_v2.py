@@ -1774,8 +1774,8 @@ else:
         return i, w
 
 
-# The decoder's kernels from here to _decode_loop never allocate: they are compiled with `_nrt=False`,
-# without numba's reference counts. With them, every array argument, view and slice that a
+# The decoder's kernels marked `_nrt=False` (from here to _decode_loop, and runs.decode_tile) never
+# allocate, so they are compiled without numba's reference counts. With them, every array argument, view and slice that a
 # per-tile or per-row call passes on took an atomic increment and decrement: NRT_incref and
 # NRT_decref were 19% of the masks' decode time and 8% of small photographs' (perf, stop 38).
 # Without them masks decode 10-15% faster and 512x512 photographs 3-11%; large images, whose

@@ -21,7 +21,6 @@ without reference counts (stop 38)").
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import njit
 
@@ -38,11 +37,6 @@ MAX_TILES = 2 * cpu.MIN_TILES_PER_THREAD - 1
 NOT_HERE = -1  # the stream is not one this path decodes (not v2)
 MANY_TILES = -2  # more tiles than max_tiles
 
-
-def serial_tiles() -> int:
-    """The most tiles of an image the batch path decodes on one thread (cpu.use_parallel)."""
-    threads = numba.get_num_threads()
-    return np.iinfo(np.int64).max if threads == 1 else cpu.MIN_TILES_PER_THREAD * threads - 1
 
 
 @njit(nogil=True, cache=True)
@@ -101,7 +95,7 @@ def _decode_one(src, max_tiles, windows, window_empty, symbols, planes, ctx_of):
 def decode(data: object) -> np.ndarray | None:
     """The pixels of one whole v2 stream (HxW or HxWxC, as lossless.decode returns them), or
     None when the batch path must decode it: not v2, more tiles than it decodes on one thread
-    (serial_tiles), or refused (that path raises the CodecError). Raises CodecError when data
+    (cpu.serial_tiles), or refused (that path raises the CodecError). Raises CodecError when data
     is not bytes-like."""
     array = fmt.as_bytes(data).view()
     array.flags.writeable = False  # one specialization: the kernels see read-only input
@@ -109,7 +103,7 @@ def decode(data: object) -> np.ndarray | None:
     code, out, h, w, c, flags = _decode_one(array, MAX_TILES, windows, window_empty, symbols, planes,
                                             cpu_v2.CONTEXT_OF)
     if code == MANY_TILES:
-        limit = serial_tiles()
+        limit = cpu.serial_tiles()
         if limit > MAX_TILES:
             code, out, h, w, c, flags = _decode_one(array, limit, windows, window_empty, symbols, planes,
                                                     cpu_v2.CONTEXT_OF)

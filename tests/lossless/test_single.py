@@ -49,7 +49,7 @@ def test_streams_left_to_the_batch_path(monkeypatch: pytest.MonkeyPatch) -> None
     assert single.decode(lossless.encode(photo, version=1)) is None  # version 1
     many = rng.integers(0, 256, (16 * 8, 16 * 4, 3), dtype=np.uint8)  # 32 tiles of 16: the batch path's threads
     data = lossless.encode(many, tile=16)
-    monkeypatch.setattr(single, "serial_tiles", lambda: 2 * cpu.MIN_TILES_PER_THREAD - 1)  # numba on two threads
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: 2 * cpu.MIN_TILES_PER_THREAD - 1)  # numba on two threads
     assert single.decode(data) is None
     np.testing.assert_array_equal(lossless.decode(data), many)
     with pytest.raises(CodecError, match="Expected a contiguous bytes-like object"):
@@ -64,14 +64,14 @@ def test_one_thread_takes_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
     image = np.clip(((y + 2 * x)[:, :, None] + np.arange(3) * 40) % 256 + rng.normal(0, 3, (16 * 9, 16 * 8, 3)),
                     0, 255).astype(np.uint8)  # 72 tiles of 16
     data = lossless.encode(image, tile=16)
-    monkeypatch.setattr(single, "serial_tiles", lambda: np.iinfo(np.int64).max)  # numba on one thread
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: np.iinfo(np.int64).max)  # numba on one thread
     fast = single.decode(data)
     assert fast is not None
     np.testing.assert_array_equal(fast, image)
     np.testing.assert_array_equal(fast, lossless.decode_batch([data])[0])
-    monkeypatch.setattr(single, "serial_tiles", lambda: 4 * cpu.MIN_TILES_PER_THREAD - 1)  # four threads: 63 tiles
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: 4 * cpu.MIN_TILES_PER_THREAD - 1)  # four threads: 63 tiles
     assert single.decode(data) is None
-    monkeypatch.setattr(single, "serial_tiles", lambda: 5 * cpu.MIN_TILES_PER_THREAD - 1)  # five: 79 tiles
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: 5 * cpu.MIN_TILES_PER_THREAD - 1)  # five: 79 tiles
     np.testing.assert_array_equal(single.decode(data), image)
 
 
@@ -79,10 +79,10 @@ def test_serial_tiles_follows_numba_threads() -> None:
     threads = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
-        assert single.serial_tiles() >= 1 << 40
+        assert cpu.serial_tiles() >= 1 << 40
         if numba.config.NUMBA_NUM_THREADS >= 2:
             numba.set_num_threads(2)
-            assert single.serial_tiles() == 2 * cpu.MIN_TILES_PER_THREAD - 1
+            assert cpu.serial_tiles() == 2 * cpu.MIN_TILES_PER_THREAD - 1
     finally:
         numba.set_num_threads(threads)
 

@@ -1862,9 +1862,13 @@ def _any_empty(empty, tset, tshift):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
-def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16, wmask, tshift, symbols, scratch):
+def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16, wmask, tshift, symbols, scratch,
+          resume_i=0, resume_pos=-1):
     """Decode the tile's n_rans * plane symbols into symbols[SYM0:]; return an error code.
     tshift: 3 for a stream with plane contexts (eight tables per set, plane bits), else 2.
+    resume_pos >= 0: symbols 0 .. resume_i - 1 are decoded already (_pair_rounds32; resume_i a
+    whole round), the lane states are in scratch[0] and the next word is at resume_pos; the
+    planes before resume_i get only their checks.
 
     symbols[0:SYM0] is zero (the context symbols before the first, A4) and symbol i lands at
     symbols[SYM0 + i], so its context symbols are read without a branch (_context_value;
@@ -1883,6 +1887,8 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
     last = end - 2
     flat = dec.reshape(-1)
     states, table_of, bases, xstates = scratch[0], scratch[1], scratch[2], scratch[3]  # (_decode_scratch_arrays)
+    if resume_pos >= 0:
+        pos = resume_pos
     for k in range(c):
         chb = np.int64(src[start + 2 + k])
         if chb == 0:
@@ -1892,6 +1898,14 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
         first = i
         back = _plane_back(np.uint64(first), plane, tshift, False)
         stop = i + plane
+        if stop <= resume_i:  # decoded by _pair_rounds32: the empty-table check alone
+            if _any_empty(empty, tset, tshift if back else 2):
+                for q in range(first, stop):
+                    flags |= empty[tset + ctx_of[_context_value(symbols, q, wmask)]
+                                   + _plane_bit(symbols, np.uint64(q + SYM0), back)]
+            i = stop
+            continue
+        i = max(i, resume_i)
         while i < stop and (i & mask) != 0:
             pos, f = _rans_step(src, pos, last, i, mask, tset, dec, empty, ctx_of, wmask, back, symbols, states)
             flags |= f
@@ -1972,6 +1986,115 @@ def _pair_check(src, pos, end, w, x0, x1, tset, empty, ctx, wmask, symbols, plan
             if empty[tset + ctx[_context_value(symbols, q, wmask)]]:
                 return False
     return True
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rans_part(src, item):
+    """Where a tile's rANS part is described, for _pair_rounds32: (the `start` _rans reads its
+    channel bytes from, its plane count, the position of its lane states), or plane count 0
+    unless it is a coded or palette tile of 32 lanes whose plane is whole rounds (th * tw a
+    multiple of 32) with at least one rANS plane."""
+    start = item[0]
+    mode = src[start]
+    if (src[start + 1] >> 4) != 5 or (item[2] * item[3]) & 31:
+        return start, 0, start
+    if mode == f2.TILE_PALETTE:
+        return start + 1, 1, start + 4 + (np.int64(src[start + 2]) + 1) * item[4]
+    if mode != f2.TILE_CODED:
+        return start, 0, start
+    c = item[4]
+    pos = start + 2 + c
+    n_rans = 0
+    for k in range(c):
+        if src[start + 2 + k] == 0:
+            pos += 1  # the constant plane's value byte
+        else:
+            n_rans += 1
+    return start, c if n_rans else 0, pos
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _next_plane(src, start, c, k, i, plane, base, tshift):
+    """The rANS plane after plane k - 1 of a tile (_rans_part's start and c), which starts at
+    symbol i: (its index k, its context-0 table's row times 4096 in the flat decode table,
+    its plane-bit distance); k = c when none is left."""
+    while k < c and src[start + 2 + k] == 0:
+        k += 1
+    if k == c:
+        return k, np.int64(0), np.uint64(0)
+    tset = base + ((np.int64(src[start + 2 + k]) >> 4) << tshift)
+    return k, tset * 4096, _plane_back(np.uint64(i), plane, tshift, False)
+
+
+if rans_avx2.AVAILABLE:
+
+    @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
+    def _pair_rounds32(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
+        """Decode the rANS symbols of two 32-lane tiles (_rans_part), their whole rounds in one
+        loop, a round of one tile then a round of the other: a tile's rounds form one chain
+        (each round's table loads wait for the states and contexts of the round before), and a
+        second tile's round fills the wait (docs/BENCHMARKS.md "Two tiles' rounds in one loop").
+        Each tile then finishes in _rans (resume_i), which also makes every check a tile decoded
+        on its own makes. Returns the two error codes, or (-1, -1) when a lane state is out of
+        range (nothing decoded: each tile on its own then finds and names the error)."""
+        start_a, c_a, pos_a = _rans_part(src, item_a)
+        start_b, c_b, pos_b = _rans_part(src, item_b)
+        if not (_lane_states(src, pos_a, 32, scratch_a[0]) and _lane_states(src, pos_b, 32, scratch_b[0])):
+            return np.int64(-1), np.int64(-1)
+        end_a, end_b = item_a[1], item_b[1]
+        plane_a, plane_b = item_a[2] * item_a[3], item_b[2] * item_b[3]
+        wide_a, wide_b = item_a[plan_mod.WIDE], item_b[plan_mod.WIDE]
+        tshift_a, tshift_b = 2 + item_a[plan_mod.PLANE], 2 + item_b[plan_mod.PLANE]
+        wmask_a = np.uint8(255) if wide_a else np.uint8(0)
+        wmask_b = np.uint8(255) if wide_b else np.uint8(0)
+        ctx16_a, ctx16_b = CONTEXT16[wide_a], CONTEXT16[wide_b]
+        # Each tile's words as one run over its planes (_rans takes each plane's from where the
+        # one before stopped: the same words in the same order).
+        words_at_a, words_at_b = pos_a + 128, pos_b + 128
+        n_words_a = np.uint64(max(end_a - words_at_a, 0) >> 1)
+        n_words_b = np.uint64(max(end_b - words_at_b, 0) >> 1)
+        words_a = src[words_at_a : words_at_a + 2 * np.int64(n_words_a)].view(np.uint16) if n_words_a else _NO_WORDS
+        words_b = src[words_at_b : words_at_b + 2 * np.int64(n_words_b)].view(np.uint16) if n_words_b else _NO_WORDS
+        xa, xb = scratch_a[3], scratch_b[3]
+        for j in range(32):
+            xa[j] = scratch_a[0][j]
+            xb[j] = scratch_b[0][j]
+        flat = dec.reshape(-1)
+        permute = rans_avx2.PERMUTE
+        ka, tbase_a, back_a = _next_plane(src, start_a, c_a, 0, 0, plane_a, base_a, tshift_a)
+        kb, tbase_b, back_b = _next_plane(src, start_b, c_b, 0, 0, plane_b, base_b, tshift_b)
+        ia = ib = 0
+        stop_a, stop_b = plane_a, plane_b
+        wa = wb = np.uint64(0)
+        u32 = np.uint64(32)
+        while ka < c_a and kb < c_b and wa + u32 <= n_words_a and wb + u32 <= n_words_b:
+            wa = rans_avx2.rans_round32(sym_a[np.uint64(ia) : np.uint64(ia + SYM0 + 32)], xa, flat, tbase_a, ctx16_a,
+                                        wmask_a, _prev32(sym_a, ia, back_a), _plane_bit32(back_a), words_a, wa, permute)
+            wb = rans_avx2.rans_round32(sym_b[np.uint64(ib) : np.uint64(ib + SYM0 + 32)], xb, flat, tbase_b, ctx16_b,
+                                        wmask_b, _prev32(sym_b, ib, back_b), _plane_bit32(back_b), words_b, wb, permute)
+            ia += 32
+            ib += 32
+            if ia == stop_a:
+                ka, tbase_a, back_a = _next_plane(src, start_a, c_a, ka + 1, ia, plane_a, base_a, tshift_a)
+                stop_a += plane_a
+            if ib == stop_b:
+                kb, tbase_b, back_b = _next_plane(src, start_b, c_b, kb + 1, ib, plane_b, base_b, tshift_b)
+                stop_b += plane_b
+        for j in range(32):
+            scratch_a[0][j] = xa[j]
+            scratch_b[0][j] = xb[j]
+        err_a = _rans(src, words_at_a, end_a, start_a, c_a, plane_a, base_a, 32, dec, empty, ctx_of[wide_a], ctx16_a,
+                      wmask_a, tshift_a, sym_a, scratch_a, ia, words_at_a + 2 * np.int64(wa))
+        err_b = _rans(src, words_at_b, end_b, start_b, c_b, plane_b, base_b, 32, dec, empty, ctx_of[wide_b], ctx16_b,
+                      wmask_b, tshift_b, sym_b, scratch_b, ib, words_at_b + 2 * np.int64(wb))
+        return err_a, err_b
+
+else:
+
+    @njit(nogil=True, cache=True, boundscheck=False)
+    def _pair_rounds32(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
+        """No AVX2: tiles decode one at a time."""
+        return np.int64(-1), np.int64(-1)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
@@ -2063,7 +2186,7 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
         if not _lane_states(src, pos, lanes, scratch[0]):
             return plan_mod.ERR_STATE
         err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, ctx16, wmask,
-                    tshift, symbols, scratch)
+                    tshift, symbols, scratch, 0, -1)
         if err:
             return err
     _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw, scratch[4])
@@ -2268,7 +2391,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         if not _lane_states(src, pos, lanes, scratch[0]):
             return plan_mod.ERR_STATE
         err = _rans(src, pos + 4 * lanes, end, start, c, plane, base, lanes, dec, empty, ctx, ctx16, wmask,
-                    tshift, symbols, scratch)
+                    tshift, symbols, scratch, 0, -1)
         if err:
             return err
     # The MED planes' diagonal steps run side by side (med_simd.med_steps), the others
@@ -2346,7 +2469,8 @@ def _decode_strided(src, work, items, first, stride, out, errors, freq, cum, emp
     from memory one symbol at a time (a 32x32 image decoded in 22 us instead of 5)."""
     scratch_a = _decode_scratch_arrays()
     # The pair's second tile needs only lane states, table rows and bases (no MED scratch).
-    scratch_b = (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32))
+    scratch_b = (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32),
+                 np.empty(MAX_LANES, np.uint32))
     tags = np.array([-1, -1, 0], np.int64)  # the plan rows held by the window's two slots; the slot used last
     _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty, n_tables_at, window, window_empty,
                  ctx_of, sym_a, sym_b, planes, pairs, scratch_a, scratch_b, tags)
@@ -2378,6 +2502,18 @@ def _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty,
                     j = k + stride
                     continue
                 # (base stays valid: the second image's tables went to the other slot)
+            if rans_avx2.AVAILABLE and _rans_part(src, work[i])[1] and _rans_part(src, work[i2])[1]:
+                base2 = _window_base(work[i2, plan_mod.TABLE_BASE], freq, cum, empty, n_tables_at, window,
+                                     window_empty, tags)
+                err_a, err_b = _pair_rounds32(src, work[i], base, work[i2], base2, window, window_empty, ctx_of,
+                                              sym_a, sym_b, scratch_a, scratch_b)
+                if err_a >= 0:
+                    errors[i] = err_a if err_a else _decode_item(src, work[i], base, out, window, window_empty,
+                                                                 ctx_of, sym_a, planes, scratch_a, True)
+                    errors[i2] = err_b if err_b else _decode_item(src, work[i2], base2, out, window, window_empty,
+                                                                  ctx_of, sym_b, planes, scratch_a, True)
+                    j = k + stride
+                    continue
         errors[i] = _decode_item(src, work[i], base, out, window, window_empty, ctx_of, sym_a, planes, scratch_a)
         j = k
 

@@ -1,14 +1,17 @@
-"""Two-lane tiles decoded in pairs (cpu_v2._pair_symbols, the masks' path): the same pixels
-and the same error codes as decoding each tile on its own, on whole streams, on streams with
-damaged bytes (a bad tile must not change its partner's pixels) and with ROIs."""
+"""Tiles decoded in pairs: two-lane tiles (cpu_v2._pair_symbols, the masks' path) and 32-lane
+tiles (cpu_v2._pair_rounds32, photographs' and rendered images'). The same pixels and the
+same error codes as decoding each tile on its own, on whole streams, on streams with damaged
+bytes (a bad tile must not change its partner's pixels) and with ROIs."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 
 from prepkit import lossless
 from prepkit.errors import CodecError
-from prepkit.lossless import cpu_v2, hostplan
+from prepkit.lossless import cpu_v2, hostplan, rans_avx2
 from prepkit.lossless import format_v2 as f2
 
 
@@ -44,18 +47,41 @@ def _pairs_in(stream: bytes) -> int:
     return sum(1 for a, b in zip(sizes[::2], sizes[1::2], strict=False) if a and a == b)
 
 
+def _assert_pairs_decode_the_image(stream: bytes, image: np.ndarray, roi: tuple[int, int, int, int]) -> None:
+    """With and without pairs: no error, the same bytes, the image; and a crop by ROI."""
+    paired, errors = _decode(stream, pairs=True)
+    single, _ = _decode(stream, pairs=False)
+    assert not errors.any()
+    np.testing.assert_array_equal(paired, single)
+    np.testing.assert_array_equal(paired.reshape(image.shape), image)
+    y0, x0, y1, x1 = roi
+    np.testing.assert_array_equal(lossless.decode_batch([stream], rois=[roi])[0], image[y0:y1, x0:x1])
+
+
 def test_pairs_decode_like_single_tiles() -> None:
     for image in _masks():
         stream = cpu_v2.encode(image, tile=32, runs_tiles=False)  # runs tiles would take the masks
         s = f2.read_stream(np.frombuffer(stream, np.uint8))
         assert ((s.lanes_log2 == 1) & (s.mode != f2.TILE_RAW)).sum() >= 8
         assert _pairs_in(stream) >= 4  # the pair path really runs
-        paired, errors = _decode(stream, pairs=True)
-        single, _ = _decode(stream, pairs=False)
-        assert not errors.any()
-        np.testing.assert_array_equal(paired, single)
-        np.testing.assert_array_equal(paired.reshape(image.shape), image)
-        np.testing.assert_array_equal(lossless.decode_batch([stream], rois=[(5, 7, 150, 190)])[0], image[5:150, 7:190])
+        _assert_pairs_decode_the_image(stream, image, (5, 7, 150, 190))
+
+
+def _item_pairs(streams: list[bytes]) -> Iterator[tuple]:
+    """Yield (plan, table window, its empty flags, two symbol rows, item a, its table base,
+    item b, its table base) for the work items 0-1, 2-3, ... of the streams' plan, each
+    pair's tables expanded into the window as _decode_loop does."""
+    plan = hostplan.plan_buffers(streams)
+    n_tables_at = np.zeros(plan.freq.shape[0] + 1, np.int64)
+    cpu_v2._table_counts(plan.work, plan.freq.shape[0], n_tables_at)
+    symbols, _, windows, window_empty = cpu_v2._decode_scratch(1)
+    tags = np.array([-1, -1, 0], np.int64)
+    empty = plan.empty.astype(np.int64)
+    for i in range(0, plan.work.shape[0] - 1, 2):
+        a, b = plan.work[i], plan.work[i + 1]
+        base_a = cpu_v2._window_base(a[12], plan.freq, plan.cum, empty, n_tables_at, windows[0], window_empty[0], tags)
+        base_b = cpu_v2._window_base(b[12], plan.freq, plan.cum, empty, n_tables_at, windows[0], window_empty[0], tags)
+        yield plan, windows[0], window_empty[0], symbols, a, base_a, b, base_b
 
 
 def test_pairs_of_tiles_from_two_images_use_both_images_tables() -> None:
@@ -80,19 +106,10 @@ def test_pairs_of_tiles_from_two_images_use_both_images_tables() -> None:
     np.testing.assert_array_equal(paired, np.concatenate([image.reshape(-1) for image in images]))
     # The pair loop itself decodes each pair cleanly (a failed pair falls back to single tiles,
     # which would hide tables taken from the wrong image above).
-    plan = hostplan.plan_buffers(streams)
-    n_tables_at = np.zeros(plan.freq.shape[0] + 1, np.int64)
-    cpu_v2._table_counts(plan.work, plan.freq.shape[0], n_tables_at)
-    symbols, _, windows, window_empty = cpu_v2._decode_scratch(1)
-    tags = np.array([-1, -1, 0], np.int64)
-    empty = plan.empty.astype(np.int64)
     scratch_b = (np.empty(cpu_v2.MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32))
-    for i in range(0, len(streams), 2):
-        a, b = plan.work[i], plan.work[i + 1]
-        base_a = cpu_v2._window_base(a[12], plan.freq, plan.cum, empty, n_tables_at, windows[0], window_empty[0], tags)
-        base_b = cpu_v2._window_base(b[12], plan.freq, plan.cum, empty, n_tables_at, windows[0], window_empty[0], tags)
+    for plan, window, window_empty, symbols, a, base_a, b, base_b in _item_pairs(streams):
         assert base_a != base_b
-        assert cpu_v2._pair_symbols(plan.src, a, base_a, b, base_b, int(a[2] * a[3]), windows[0], window_empty[0],
+        assert cpu_v2._pair_symbols(plan.src, a, base_a, b, base_b, int(a[2] * a[3]), window, window_empty,
                                     cpu_v2.CONTEXT_OF, symbols[0], symbols[1], cpu_v2._decode_scratch_arrays(),
                                     scratch_b)
 
@@ -110,25 +127,102 @@ def _failed_bytes(stream: bytes, errors: np.ndarray, size: int) -> np.ndarray:
     return failed
 
 
+def _damage_both_ways(stream: bytes, first_byte: int, rng: np.random.Generator) -> int:
+    """Flip one or two bits at or after first_byte, 60 times: the pair path and single tiles
+    must report the same errors and the same pixels outside the failed tiles. Returns how
+    many damaged streams had a tile error (not all are refused or caught)."""
+    seen_error = 0
+    for _ in range(60):
+        bad = bytearray(stream)
+        for _ in range(int(rng.integers(1, 3))):
+            bad[int(rng.integers(first_byte, len(bad)))] ^= 1 << int(rng.integers(8))
+        try:
+            hostplan.plan_buffers([bytes(bad)])
+        except CodecError:
+            continue  # refused before any kernel runs
+        paired, paired_errors = _decode(bytes(bad), pairs=True)
+        single, single_errors = _decode(bytes(bad), pairs=False)
+        np.testing.assert_array_equal(paired_errors, single_errors)
+        seen_error += int(single_errors.any())
+        keep = ~_failed_bytes(bytes(bad), single_errors, paired.size)  # a failed tile's partner still decodes
+        np.testing.assert_array_equal(paired[keep], single[keep])
+    return seen_error
+
+
 def test_damaged_pairs_give_the_single_tiles_errors_and_pixels() -> None:
     rng = np.random.default_rng(11)
     for image in _masks():
         stream = cpu_v2.encode(image, tile=32, runs_tiles=False)  # runs tiles would take the masks
         s = f2.read_stream(np.frombuffer(stream, np.uint8))
         words_start = int(s.words_start[int(np.flatnonzero(s.mode != f2.TILE_RAW)[0])])
-        seen_error = 0
-        for _ in range(60):
-            bad = bytearray(stream)
-            for _ in range(int(rng.integers(1, 3))):  # inside the lane states and words
-                bad[int(rng.integers(words_start - 8, len(bad)))] ^= 1 << int(rng.integers(8))
-            try:
-                hostplan.plan_buffers([bytes(bad)])
-            except CodecError:
-                continue  # refused before any kernel runs
-            paired, paired_errors = _decode(bytes(bad), pairs=True)
-            single, single_errors = _decode(bytes(bad), pairs=False)
-            np.testing.assert_array_equal(paired_errors, single_errors)
-            seen_error += int(single_errors.any())
-            keep = ~_failed_bytes(bytes(bad), single_errors, paired.size)  # a failed tile's partner still decodes
-            np.testing.assert_array_equal(paired[keep], single[keep])
-        assert seen_error > 10
+        assert _damage_both_ways(stream, words_start - 8, rng) > 10  # inside the lane states and words
+
+
+def _mixed(seed: int, h: int = 256, w: int = 320, c: int = 3) -> np.ndarray:
+    """A colour image of 32-lane tiles of several kinds: 8x8 blocks noisy in every channel or
+    flat (so plane contexts pay), the second tile column with a constant last channel (tiles
+    of fewer rANS planes than their partners) and, where there is room, a tile of 200
+    scattered colours (a 32-lane palette tile)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    ramps = np.stack([(yy // 2 + xx // 3) % 256, (xx // 2) % 256, (yy // 3 + 60) % 256, 255 - (yy % 256)], -1)
+    noisy = np.kron(rng.random((h // 8 + 1, w // 8 + 1)) < 0.5, np.ones((8, 8), bool))[:h, :w]
+    image = ramps[..., :c] + rng.integers(-9, 10, (h, w, c)) * noisy[..., None]
+    image[:, 64:128, c - 1] = 77
+    if h >= 128 and w >= 192:
+        image[64:128, 128:192] = rng.integers(0, 256, (200, c))[rng.integers(0, 200, (64, 64))]
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def _rans_planes(stream: bytes) -> list[int]:
+    """Each tile's rANS plane count where it can decode in a 32-lane pair, else 0."""
+    plan = hostplan.plan_buffers([stream])
+    counts = []
+    for item in plan.work:
+        start, c, _ = cpu_v2._rans_part(plan.src, item)
+        counts.append(sum(1 for k in range(c) if plan.src[start + 2 + k]) if c else 0)
+    return counts
+
+
+def test_32_lane_pairs_decode_like_single_tiles() -> None:
+    for c, shape in ((3, (256, 320)), (4, (256, 320)), (3, (200, 250))):
+        image = _mixed(c, *shape, c=c)
+        stream = cpu_v2.encode(image)
+        counts = _rans_planes(stream)
+        pairs = [(a, b) for a, b in zip(counts[::2], counts[1::2], strict=False) if a and b]
+        assert len(pairs) >= 6  # the pair path really runs (the serial loop pairs tiles 0-1, 2-3, ...)
+        if shape == (256, 320):
+            assert stream[5] & f2.FLAG_PLANE_CONTEXT  # plane bits inside the pair loop
+            assert any(a != b for a, b in pairs)  # one tile of a pair finishes first
+            assert 1 in counts  # the palette tile
+        else:
+            assert 0 in counts  # edge tiles of odd sizes decode on their own
+        _assert_pairs_decode_the_image(stream, image, (5, 7, 190, 240))
+
+
+def test_32_lane_pair_loop_decodes_two_images_cleanly() -> None:
+    """Tiles of two one-tile images as a pair: each image's own tables, and the pair loop
+    itself returns no error (an error there would fall back to single tiles unseen)."""
+    images = [_mixed(k, 64, 64) for k in range(4)]
+    images[1] = 255 - images[1]
+    streams = [cpu_v2.encode(image) for image in images]
+    assert all(_rans_planes(s)[0] for s in streams)
+    paired, errors = _decode(streams, pairs=True)
+    assert not errors.any()
+    np.testing.assert_array_equal(paired, np.concatenate([image.reshape(-1) for image in images]))
+    scratch_b = (np.empty(cpu_v2.MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32),
+                 np.empty(cpu_v2.MAX_LANES, np.uint32))
+    for plan, window, window_empty, symbols, a, base_a, b, base_b in _item_pairs(streams):
+        assert base_a != base_b
+        errors_ab = cpu_v2._pair_rounds32(plan.src, a, base_a, b, base_b, window, window_empty, cpu_v2.CONTEXT_OF,
+                                          symbols[0], symbols[1], cpu_v2._decode_scratch_arrays(), scratch_b)
+        assert errors_ab == ((0, 0) if rans_avx2.AVAILABLE else (-1, -1))
+
+
+def test_damaged_32_lane_pairs_give_the_single_tiles_errors_and_pixels() -> None:
+    rng = np.random.default_rng(12)
+    image = _mixed(5, 128, 256)
+    stream = cpu_v2.encode(image)
+    assert sum(1 for n in _rans_planes(stream) if n) >= 6
+    words_start = int(f2.read_stream(np.frombuffer(stream, np.uint8)).words_start[0])
+    assert _damage_both_ways(stream, words_start - 128, rng) > 10  # inside the lane states and words

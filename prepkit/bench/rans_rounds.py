@@ -1,5 +1,5 @@
 """The CPU decoder's 32-lane rANS rounds alone: one tile's rounds in a loop against two or
-three tiles' rounds interleaved (cpu_v2._pair_rounds32 decodes tiles in pairs).
+three tiles' rounds interleaved (cpu_v2._pair_rounds decodes tiles in pairs).
 
     python -m prepkit.bench.rans_rounds [--rounds 4096] [--repeat 5]
 

@@ -1866,7 +1866,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
           resume_i=0, resume_pos=-1):
     """Decode the tile's n_rans * plane symbols into symbols[SYM0:]; return an error code.
     tshift: 3 for a stream with plane contexts (eight tables per set, plane bits), else 2.
-    resume_pos >= 0: symbols 0 .. resume_i - 1 are decoded already (_pair_rounds32; resume_i a
+    resume_pos >= 0: symbols 0 .. resume_i - 1 are decoded already (_pair_rounds; resume_i a
     whole round), the lane states are in scratch[0] and the next word is at resume_pos; the
     planes before resume_i get only their checks.
 
@@ -1898,7 +1898,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
         first = i
         back = _plane_back(np.uint64(first), plane, tshift, False)
         stop = i + plane
-        if stop <= resume_i:  # decoded by _pair_rounds32: the empty-table check alone
+        if stop <= resume_i:  # decoded by _pair_rounds: the empty-table check alone
             if _any_empty(empty, tset, tshift if back else 2):
                 for q in range(first, stop):
                     flags |= empty[tset + ctx_of[_context_value(symbols, q, wmask)]
@@ -1990,18 +1990,20 @@ def _pair_check(src, pos, end, w, x0, x1, tset, empty, ctx, wmask, symbols, plan
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _rans_part(src, item):
-    """Where a tile's rANS part is described, for _pair_rounds32: (the `start` _rans reads its
-    channel bytes from, its plane count, the position of its lane states), or plane count 0
-    unless it is a coded or palette tile of 32 lanes whose plane is whole rounds (th * tw a
-    multiple of 32) with at least one rANS plane."""
+    """Where a tile's rANS part is described, for _pair_rounds: (the `start` _rans reads its
+    channel bytes from, its plane count, the position of its lane states, its lane count), or
+    plane count 0 unless it is a coded or palette tile of 8, 16 or 32 lanes whose plane is
+    whole blocks of 32 symbols (th * tw a multiple of 32) with at least one rANS plane."""
     start = item[0]
     mode = src[start]
-    if (src[start + 1] >> 4) != 5 or (item[2] * item[3]) & 31:
-        return start, 0, start
+    lanes_log2 = np.int64(src[start + 1]) >> 4
+    lanes = np.int64(1) << lanes_log2
+    if lanes_log2 < 3 or (item[2] * item[3]) & 31:
+        return start, 0, start, lanes
     if mode == f2.TILE_PALETTE:
-        return start + 1, 1, start + 4 + (np.int64(src[start + 2]) + 1) * item[4]
+        return start + 1, 1, start + 4 + (np.int64(src[start + 2]) + 1) * item[4], lanes
     if mode != f2.TILE_CODED:
-        return start, 0, start
+        return start, 0, start, lanes
     c = item[4]
     pos = start + 2 + c
     n_rans = 0
@@ -2010,7 +2012,7 @@ def _rans_part(src, item):
             pos += 1  # the constant plane's value byte
         else:
             n_rans += 1
-    return start, c if n_rans else 0, pos
+    return start, c if n_rans else 0, pos, lanes
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -2028,18 +2030,38 @@ def _next_plane(src, start, c, k, i, plane, base, tshift):
 
 if rans_avx2.AVAILABLE:
 
-    @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
-    def _pair_rounds32(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
-        """Decode the rANS symbols of two 32-lane tiles (_rans_part), their whole rounds in one
-        loop, a round of one tile then a round of the other: a tile's rounds form one chain
-        (each round's table loads wait for the states and contexts of the round before), and a
-        second tile's round fills the wait (docs/BENCHMARKS.md "Two tiles' rounds in one loop").
+    @njit(nogil=True, cache=True, boundscheck=False, inline="always")
+    def _block32(symbols, i, lanes, x, flat, tbase, ctx16, wmask, back, bases, words, w, permute):
+        """Symbols i .. i + 31 of a tile of 8, 16 or 32 lanes (whole rounds, their contexts
+        known: _vector_rounds' work for one block); the caller guarantees 32 readable words at
+        w. Returns the new w."""
+        if lanes == 32:
+            return rans_avx2.rans_round32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], x, flat, tbase, ctx16,
+                                          wmask, _prev32(symbols, i, back), _plane_bit32(back), words, w, permute)
+        rans_avx2.table_bases32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], np.uint64(0), tbase, ctx16, wmask,
+                                _prev32(symbols, i, back), _plane_bit32(back), bases)
+        ulanes = np.uint64(lanes)
+        for b0 in range(np.uint64(0), np.uint64(32), ulanes):
+            row = symbols[np.uint64(i) + b0 : np.uint64(i + SYM0) + b0 + ulanes]
+            for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
+                w = rans_avx2.rans_step8(row, j0, x, j0, flat, bases, b0 + j0, words, w, permute)
+        return w
+
+    @njit(nogil=True, cache=True, boundscheck=False, _nrt=False, inline="always")
+    def _pair_rounds(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b,
+                     both32):
+        """Decode the rANS symbols of two tiles of 8, 16 or 32 lanes (_rans_part), their whole
+        rounds in one loop, 32 symbols of one tile then 32 of the other: a tile's rounds form
+        one chain (each round's table loads wait for the states and contexts of the round
+        before), and the other tile's rounds fill the wait (docs/BENCHMARKS.md "Two tiles'
+        rounds in one loop").
         Each tile then finishes in _rans (resume_i), which also makes every check a tile decoded
         on its own makes. Returns the two error codes, or (-1, -1) when a lane state is out of
-        range (nothing decoded: each tile on its own then finds and names the error)."""
-        start_a, c_a, pos_a = _rans_part(src, item_a)
-        start_b, c_b, pos_b = _rans_part(src, item_b)
-        if not (_lane_states(src, pos_a, 32, scratch_a[0]) and _lane_states(src, pos_b, 32, scratch_b[0])):
+        range (nothing decoded: each tile on its own then finds and names the error). both32:
+        a constant, True when both tiles have 32 lanes."""
+        start_a, c_a, pos_a, lanes_a = _rans_part(src, item_a)
+        start_b, c_b, pos_b, lanes_b = _rans_part(src, item_b)
+        if not (_lane_states(src, pos_a, lanes_a, scratch_a[0]) and _lane_states(src, pos_b, lanes_b, scratch_b[0])):
             return np.int64(-1), np.int64(-1)
         end_a, end_b = item_a[1], item_b[1]
         plane_a, plane_b = item_a[2] * item_a[3], item_b[2] * item_b[3]
@@ -2050,14 +2072,15 @@ if rans_avx2.AVAILABLE:
         ctx16_a, ctx16_b = CONTEXT16[wide_a], CONTEXT16[wide_b]
         # Each tile's words as one run over its planes (_rans takes each plane's from where the
         # one before stopped: the same words in the same order).
-        words_at_a, words_at_b = pos_a + 128, pos_b + 128
+        words_at_a, words_at_b = pos_a + 4 * lanes_a, pos_b + 4 * lanes_b
         n_words_a = np.uint64(max(end_a - words_at_a, 0) >> 1)
         n_words_b = np.uint64(max(end_b - words_at_b, 0) >> 1)
         words_a = src[words_at_a : words_at_a + 2 * np.int64(n_words_a)].view(np.uint16) if n_words_a else _NO_WORDS
         words_b = src[words_at_b : words_at_b + 2 * np.int64(n_words_b)].view(np.uint16) if n_words_b else _NO_WORDS
         xa, xb = scratch_a[3], scratch_b[3]
-        for j in range(32):
+        for j in range(lanes_a):
             xa[j] = scratch_a[0][j]
+        for j in range(lanes_b):
             xb[j] = scratch_b[0][j]
         flat = dec.reshape(-1)
         permute = rans_avx2.PERMUTE
@@ -2068,10 +2091,18 @@ if rans_avx2.AVAILABLE:
         wa = wb = np.uint64(0)
         u32 = np.uint64(32)
         while ka < c_a and kb < c_b and wa + u32 <= n_words_a and wb + u32 <= n_words_b:
-            wa = rans_avx2.rans_round32(sym_a[np.uint64(ia) : np.uint64(ia + SYM0 + 32)], xa, flat, tbase_a, ctx16_a,
-                                        wmask_a, _prev32(sym_a, ia, back_a), _plane_bit32(back_a), words_a, wa, permute)
-            wb = rans_avx2.rans_round32(sym_b[np.uint64(ib) : np.uint64(ib + SYM0 + 32)], xb, flat, tbase_b, ctx16_b,
-                                        wmask_b, _prev32(sym_b, ib, back_b), _plane_bit32(back_b), words_b, wb, permute)
+            if both32:
+                wa = rans_avx2.rans_round32(sym_a[np.uint64(ia) : np.uint64(ia + SYM0 + 32)], xa, flat, tbase_a,
+                                            ctx16_a, wmask_a, _prev32(sym_a, ia, back_a), _plane_bit32(back_a),
+                                            words_a, wa, permute)
+                wb = rans_avx2.rans_round32(sym_b[np.uint64(ib) : np.uint64(ib + SYM0 + 32)], xb, flat, tbase_b,
+                                            ctx16_b, wmask_b, _prev32(sym_b, ib, back_b), _plane_bit32(back_b),
+                                            words_b, wb, permute)
+            else:
+                wa = _block32(sym_a, ia, lanes_a, xa, flat, tbase_a, ctx16_a, wmask_a, back_a, scratch_a[2], words_a,
+                              wa, permute)
+                wb = _block32(sym_b, ib, lanes_b, xb, flat, tbase_b, ctx16_b, wmask_b, back_b, scratch_b[2], words_b,
+                              wb, permute)
             ia += 32
             ib += 32
             if ia == stop_a:
@@ -2080,14 +2111,28 @@ if rans_avx2.AVAILABLE:
             if ib == stop_b:
                 kb, tbase_b, back_b = _next_plane(src, start_b, c_b, kb + 1, ib, plane_b, base_b, tshift_b)
                 stop_b += plane_b
-        for j in range(32):
+        for j in range(lanes_a):
             scratch_a[0][j] = xa[j]
+        for j in range(lanes_b):
             scratch_b[0][j] = xb[j]
-        err_a = _rans(src, words_at_a, end_a, start_a, c_a, plane_a, base_a, 32, dec, empty, ctx_of[wide_a], ctx16_a,
+        err_a = _rans(src, words_at_a, end_a, start_a, c_a, plane_a, base_a, lanes_a, dec, empty, ctx_of[wide_a], ctx16_a,
                       wmask_a, tshift_a, sym_a, scratch_a, ia, words_at_a + 2 * np.int64(wa))
-        err_b = _rans(src, words_at_b, end_b, start_b, c_b, plane_b, base_b, 32, dec, empty, ctx_of[wide_b], ctx16_b,
+        err_b = _rans(src, words_at_b, end_b, start_b, c_b, plane_b, base_b, lanes_b, dec, empty, ctx_of[wide_b], ctx16_b,
                       wmask_b, tshift_b, sym_b, scratch_b, ib, words_at_b + 2 * np.int64(wb))
         return err_a, err_b
+
+    @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
+    def _pair_rounds32(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
+        """_pair_rounds of two 32-lane tiles: a loop of two rans_round32 alone (the blocks of
+        fewer lanes in the same loop cost the rendered set 2-4%, docs/BENCHMARKS.md)."""
+        return _pair_rounds(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a,
+                            scratch_b, True)
+
+    @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
+    def _pair_blocks(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
+        """_pair_rounds of two tiles of which one or both have 8 or 16 lanes."""
+        return _pair_rounds(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a,
+                            scratch_b, False)
 
 else:
 
@@ -2095,6 +2140,8 @@ else:
     def _pair_rounds32(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
         """No AVX2: tiles decode one at a time."""
         return np.int64(-1), np.int64(-1)
+
+    _pair_blocks = _pair_rounds32
 
 
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
@@ -2502,11 +2549,16 @@ def _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty,
                     j = k + stride
                     continue
                 # (base stays valid: the second image's tables went to the other slot)
-            if rans_avx2.AVAILABLE and _rans_part(src, work[i])[1] and _rans_part(src, work[i2])[1]:
+            part_a, part_b = _rans_part(src, work[i]), _rans_part(src, work[i2])
+            if rans_avx2.AVAILABLE and part_a[1] and part_b[1]:
                 base2 = _window_base(work[i2, plan_mod.TABLE_BASE], freq, cum, empty, n_tables_at, window,
                                      window_empty, tags)
-                err_a, err_b = _pair_rounds32(src, work[i], base, work[i2], base2, window, window_empty, ctx_of,
-                                              sym_a, sym_b, scratch_a, scratch_b)
+                if part_a[3] == 32 and part_b[3] == 32:
+                    err_a, err_b = _pair_rounds32(src, work[i], base, work[i2], base2, window, window_empty, ctx_of,
+                                                  sym_a, sym_b, scratch_a, scratch_b)
+                else:
+                    err_a, err_b = _pair_blocks(src, work[i], base, work[i2], base2, window, window_empty, ctx_of,
+                                                sym_a, sym_b, scratch_a, scratch_b)
                 if err_a >= 0:
                     errors[i] = err_a if err_a else _decode_item(src, work[i], base, out, window, window_empty,
                                                                  ctx_of, sym_a, planes, scratch_a, True)

@@ -1,5 +1,5 @@
 """Tiles decoded in pairs: two-lane tiles (cpu_v2._pair_symbols, the masks' path) and 32-lane
-tiles (cpu_v2._pair_rounds32, photographs' and rendered images'). The same pixels and the
+tiles of 8, 16 or 32 lanes (cpu_v2._pair_rounds32 and _pair_blocks, photographs' and rendered images'). The same pixels and the
 same error codes as decoding each tile on its own, on whole streams, on streams with damaged
 bytes (a bad tile must not change its partner's pixels) and with ROIs."""
 
@@ -174,33 +174,51 @@ def _mixed(seed: int, h: int = 256, w: int = 320, c: int = 3) -> np.ndarray:
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
+def _grey(seed: int, h: int = 256, w: int = 320) -> np.ndarray:
+    """A grey ramp with noise that grows from one tile column to the next: tiles of 8, 16 and
+    32 lanes side by side (pairs of different lane counts)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    column = (xx // 64) % 5
+    noisy = rng.random((h, w)) < np.array([0.02, 0.05, 0.1, 0.3, 0.6])[column]
+    return np.clip(100 + (yy + xx) // 4 + noisy * rng.integers(-(2**column), 2**column + 1), 0, 255).astype(np.uint8)
+
+
+def _lanes(stream: bytes) -> list[int]:
+    """Each tile's lane count."""
+    plan = hostplan.plan_buffers([stream])
+    return [int(cpu_v2._rans_part(plan.src, item)[3]) for item in plan.work]
+
+
 def _rans_planes(stream: bytes) -> list[int]:
     """Each tile's rANS plane count where it can decode in a 32-lane pair, else 0."""
     plan = hostplan.plan_buffers([stream])
     counts = []
     for item in plan.work:
-        start, c, _ = cpu_v2._rans_part(plan.src, item)
+        start, c, _, _ = cpu_v2._rans_part(plan.src, item)
         counts.append(sum(1 for k in range(c) if plan.src[start + 2 + k]) if c else 0)
     return counts
 
 
-def test_32_lane_pairs_decode_like_single_tiles() -> None:
-    for c, shape in ((3, (256, 320)), (4, (256, 320)), (3, (200, 250))):
-        image = _mixed(c, *shape, c=c)
+def test_vector_pairs_decode_like_single_tiles() -> None:
+    for c, shape in ((3, (256, 320)), (4, (256, 320)), (3, (200, 250)), (1, (256, 320))):
+        image = _mixed(c, *shape, c=c) if c > 1 else _grey(c, *shape)
         stream = cpu_v2.encode(image)
+        if c == 1:
+            assert {8, 16, 32} <= set(_lanes(stream))
         counts = _rans_planes(stream)
         pairs = [(a, b) for a, b in zip(counts[::2], counts[1::2], strict=False) if a and b]
         assert len(pairs) >= 6  # the pair path really runs (the serial loop pairs tiles 0-1, 2-3, ...)
-        if shape == (256, 320):
+        if shape == (256, 320) and c > 1:
             assert stream[5] & f2.FLAG_PLANE_CONTEXT  # plane bits inside the pair loop
             assert any(a != b for a, b in pairs)  # one tile of a pair finishes first
             assert 1 in counts  # the palette tile
-        else:
+        elif c > 1:
             assert 0 in counts  # edge tiles of odd sizes decode on their own
         _assert_pairs_decode_the_image(stream, image, (5, 7, 190, 240))
 
 
-def test_32_lane_pair_loop_decodes_two_images_cleanly() -> None:
+def test_pair_loop_decodes_two_images_cleanly() -> None:
     """Tiles of two one-tile images as a pair: each image's own tables, and the pair loop
     itself returns no error (an error there would fall back to single tiles unseen)."""
     images = [_mixed(k, 64, 64) for k in range(4)]
@@ -219,10 +237,11 @@ def test_32_lane_pair_loop_decodes_two_images_cleanly() -> None:
         assert errors_ab == ((0, 0) if rans_avx2.AVAILABLE else (-1, -1))
 
 
-def test_damaged_32_lane_pairs_give_the_single_tiles_errors_and_pixels() -> None:
+def test_damaged_vector_pairs_give_the_single_tiles_errors_and_pixels() -> None:
     rng = np.random.default_rng(12)
-    image = _mixed(5, 128, 256)
-    stream = cpu_v2.encode(image)
-    assert sum(1 for n in _rans_planes(stream) if n) >= 6
-    words_start = int(f2.read_stream(np.frombuffer(stream, np.uint8)).words_start[0])
-    assert _damage_both_ways(stream, words_start - 128, rng) > 10  # inside the lane states and words
+    for image in (_mixed(5, 128, 256), _grey(6, 128, 320)):
+        stream = cpu_v2.encode(image)
+        assert sum(1 for n in _rans_planes(stream) if n) >= 6
+        s = f2.read_stream(np.frombuffer(stream, np.uint8))
+        words_start = int(s.words_start[0]) - 4 * (1 << int(s.lanes_log2[0]))
+        assert _damage_both_ways(stream, words_start, rng) > 10  # inside the lane states and words

@@ -43,6 +43,7 @@ CONTEXT16 = CONTEXT_OF[:, :16].astype(np.uint8)  # the vector steps' shuffle tab
 # context loops know one kind; the decoders read both.
 assert all(f2.encoder_wide_context(c) for c in (1, 3, 4)), "the numba encoder writes wide contexts only"
 _NO_WORDS = runs.NO_WORDS  # what _rans reads (and refuses) when a payload has no words left
+TAIL_WORDS = 32  # the most words a round takes (32 lanes): _rans' unchecked rounds need them ahead
 
 
 # ----------------------------------------------------------------------------- shared pieces
@@ -1912,13 +1913,19 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
             i += 1
         if i + lanes <= stop:
             n_words = np.uint64(max(end - pos, 0) >> 1)
-            words = src[pos : pos + 2 * np.int64(n_words)].view(np.uint16) if n_words > 0 else _NO_WORDS
+            # The rounds read whole rounds of words unchecked while TAIL_WORDS words of src lie
+            # ahead, the tile's own or those after it: a valid tile never takes a word past its
+            # own (its last rounds need not go one symbol at a time), and w > n_words is refused
+            # below whatever was read.
+            n_ahead = np.uint64(max(min(src.size, end + 2 * TAIL_WORDS) - pos, 0) >> 1)
+            words = src[pos : pos + 2 * np.int64(n_ahead)].view(np.uint16) if n_ahead > 0 else _NO_WORDS
             last_word = n_words - np.uint64(1) if n_words > 0 else np.uint64(0)
+            last_ahead = n_ahead - np.uint64(1) if n_ahead > 0 else np.uint64(0)
             w = np.uint64(0)
             if lanes == 2:  # tiny tiles (masks): the two states in registers, not memory
                 i, w = _rans_two_lanes(words, last_word, w, i, stop, table_of, ctx16, wmask, back, bases, flat,
                                        symbols, states)
-            i, w = _rans_rounds(words, n_words, last_word, w, i, stop, lanes, table_of, ctx16, wmask, back, bases,
+            i, w = _rans_rounds(words, n_ahead, last_ahead, w, i, stop, lanes, table_of, ctx16, wmask, back, bases,
                                 xstates, flat, symbols, states)
             if _any_empty(empty, tset, tshift if back else 2):  # (the plane-bit tables only with plane bits)
                 for q in range(first, i):  # (an empty table's slots are undefined: bounded garbage)

@@ -19,6 +19,7 @@ from numba import njit
 
 from prepkit.bench.machine import machine_line
 from prepkit.lossless import cpu_v2, frequencies, rans_avx2
+from prepkit.lossless import format_v2 as f2
 
 SYM0 = cpu_v2.SYM0
 TABLES = 8
@@ -28,9 +29,8 @@ def synthetic_tables() -> np.ndarray:
     """Flat decode tables (cpu_v2.decode_table's layout) of TABLES geometric distributions."""
     flat = np.zeros(TABLES * 4096, np.uint32)
     for t in range(TABLES):
-        p = (0.35 + 0.07 * t) ** np.arange(256) + 1e-9
-        freq = np.maximum(1, np.floor(p / p.sum() * 4096)).astype(np.int64)
-        freq[0] += 4096 - freq.sum()
+        counts = np.maximum(1, np.round(1e6 * (0.35 + 0.07 * t) ** np.arange(256))).astype(np.int64)
+        freq = f2.normalize(counts).astype(np.int64)
         cum = np.concatenate([[0], np.cumsum(freq)[:-1]])
         frequencies.expand_into(freq, cum, flat[t * 4096 : (t + 1) * 4096])
     return flat

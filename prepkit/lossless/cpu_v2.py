@@ -43,7 +43,7 @@ CONTEXT16 = CONTEXT_OF[:, :16].astype(np.uint8)  # the vector steps' shuffle tab
 # context loops know one kind; the decoders read both.
 assert all(f2.encoder_wide_context(c) for c in (1, 3, 4)), "the numba encoder writes wide contexts only"
 _NO_WORDS = runs.NO_WORDS  # what _rans reads (and refuses) when a payload has no words left
-TAIL_WORDS = 32  # the most words a round takes (32 lanes): _rans' unchecked rounds need them ahead
+TAIL_WORDS = MAX_LANES  # the most words a round takes (one per lane): _rans' unchecked rounds need them ahead
 
 
 # ----------------------------------------------------------------------------- shared pieces
@@ -1730,6 +1730,24 @@ def _lane_symbol(row, j, x, base, flat):
 
 if rans_avx2.AVAILABLE:
 
+    @njit(nogil=True, cache=True, boundscheck=False, inline="always")
+    def _block32(symbols, i, lanes, x, flat, tbase, ctx16, wmask, back, bases, words, w, permute):
+        """Symbols i .. i + 31 of a tile of 8, 16 or 32 lanes (whole rounds; their context
+        symbols, at least 63 back, decoded): a 32-lane tile's round with its table rows in
+        registers (rans_round32), else table_bases32 and the rounds' steps. The caller
+        guarantees 32 readable words at w. Returns the new w."""
+        if lanes == 32:
+            return rans_avx2.rans_round32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], x, flat, tbase, ctx16,
+                                          wmask, _prev32(symbols, i, back), _plane_bit32(back), words, w, permute)
+        rans_avx2.table_bases32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], np.uint64(0), tbase, ctx16, wmask,
+                                _prev32(symbols, i, back), _plane_bit32(back), bases)
+        ulanes = np.uint64(lanes)
+        for b0 in range(np.uint64(0), np.uint64(32), ulanes):
+            row = symbols[np.uint64(i) + b0 : np.uint64(i + SYM0) + b0 + ulanes]
+            for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
+                w = rans_avx2.rans_step8(row, j0, x, j0, flat, bases, b0 + j0, words, w, permute)
+        return w
+
     @njit(nogil=True, cache=True, boundscheck=False)
     def _vector_rounds(words, n_words, w, i, stop, lanes, tbase, ctx16, wmask, back, bases, x, flat, symbols, states):
         """Whole rounds of `lanes` (8, 16 or 32) symbols, eight lanes per AVX2 step
@@ -1750,8 +1768,7 @@ if rans_avx2.AVAILABLE:
         # its rows in registers (rans_round32) while 32 words are left.
         if lanes == 32:
             while i + 32 <= stop and w + np.uint64(32) <= n_words:
-                w = rans_avx2.rans_round32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], x, flat, tbase, ctx16,
-                                           wmask, _prev32(symbols, i, back), _plane_bit32(back), words, w, permute)
+                w = _block32(symbols, i, 32, x, flat, tbase, ctx16, wmask, back, bases, words, w, permute)
                 i += 32
         while i + lanes <= stop and w + ulanes <= n_words:
             rans_avx2.table_bases32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], np.uint64(0), tbase, ctx16, wmask,
@@ -2037,23 +2054,6 @@ def _next_plane(src, start, c, k, i, plane, base, tshift):
 
 if rans_avx2.AVAILABLE:
 
-    @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-    def _block32(symbols, i, lanes, x, flat, tbase, ctx16, wmask, back, bases, words, w, permute):
-        """Symbols i .. i + 31 of a tile of 8, 16 or 32 lanes (whole rounds, their contexts
-        known: _vector_rounds' work for one block); the caller guarantees 32 readable words at
-        w. Returns the new w."""
-        if lanes == 32:
-            return rans_avx2.rans_round32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], x, flat, tbase, ctx16,
-                                          wmask, _prev32(symbols, i, back), _plane_bit32(back), words, w, permute)
-        rans_avx2.table_bases32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], np.uint64(0), tbase, ctx16, wmask,
-                                _prev32(symbols, i, back), _plane_bit32(back), bases)
-        ulanes = np.uint64(lanes)
-        for b0 in range(np.uint64(0), np.uint64(32), ulanes):
-            row = symbols[np.uint64(i) + b0 : np.uint64(i + SYM0) + b0 + ulanes]
-            for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
-                w = rans_avx2.rans_step8(row, j0, x, j0, flat, bases, b0 + j0, words, w, permute)
-        return w
-
     @njit(nogil=True, cache=True, boundscheck=False, _nrt=False, inline="always")
     def _pair_rounds(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b,
                      both32):
@@ -2097,19 +2097,13 @@ if rans_avx2.AVAILABLE:
         stop_a, stop_b = plane_a, plane_b
         wa = wb = np.uint64(0)
         u32 = np.uint64(32)
+        # both32 (a constant) makes the lane counts constants, so that the loop is two rounds alone.
+        block_a, block_b = (32, 32) if both32 else (lanes_a, lanes_b)
         while ka < c_a and kb < c_b and wa + u32 <= n_words_a and wb + u32 <= n_words_b:
-            if both32:
-                wa = rans_avx2.rans_round32(sym_a[np.uint64(ia) : np.uint64(ia + SYM0 + 32)], xa, flat, tbase_a,
-                                            ctx16_a, wmask_a, _prev32(sym_a, ia, back_a), _plane_bit32(back_a),
-                                            words_a, wa, permute)
-                wb = rans_avx2.rans_round32(sym_b[np.uint64(ib) : np.uint64(ib + SYM0 + 32)], xb, flat, tbase_b,
-                                            ctx16_b, wmask_b, _prev32(sym_b, ib, back_b), _plane_bit32(back_b),
-                                            words_b, wb, permute)
-            else:
-                wa = _block32(sym_a, ia, lanes_a, xa, flat, tbase_a, ctx16_a, wmask_a, back_a, scratch_a[2], words_a,
-                              wa, permute)
-                wb = _block32(sym_b, ib, lanes_b, xb, flat, tbase_b, ctx16_b, wmask_b, back_b, scratch_b[2], words_b,
-                              wb, permute)
+            wa = _block32(sym_a, ia, block_a, xa, flat, tbase_a, ctx16_a, wmask_a, back_a, scratch_a[2], words_a, wa,
+                          permute)
+            wb = _block32(sym_b, ib, block_b, xb, flat, tbase_b, ctx16_b, wmask_b, back_b, scratch_b[2], words_b, wb,
+                          permute)
             ia += 32
             ib += 32
             if ia == stop_a:

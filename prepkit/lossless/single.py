@@ -38,7 +38,6 @@ NOT_HERE = -1  # the stream is not one this path decodes (not v2)
 MANY_TILES = -2  # more tiles than max_tiles
 
 
-
 @njit(nogil=True, cache=True)
 def _decode_one(src, max_tiles, windows, window_empty, symbols, planes, ctx_of):
     """(code, pixels, height, width, channels, header flags) of one stream: code 0 when

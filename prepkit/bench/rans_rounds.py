@@ -3,7 +3,7 @@ three tiles' rounds interleaved (cpu_v2._pair_rounds decodes tiles in pairs).
 
     python -m prepkit.bench.rans_rounds [--rounds 4096] [--repeat 5]
 
-Synthetic tables (eight contexts of geometric residual distributions, about 2.6 bits per
+Synthetic tables (eight contexts of geometric residual distributions, 2.2 to 4.5 bits per
 symbol) and random words; ns per decoded symbol, one thread. A tile's rounds are one chain:
 each round's table loads wait for the lane states and the contexts from the round before,
 so a second tile's independent rounds in the same loop fill the wait; the third-tile column

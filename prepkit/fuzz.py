@@ -116,7 +116,7 @@ def palette_images(rng: np.random.Generator) -> list[np.ndarray]:
 
 def runs_images(rng: np.random.Generator) -> list[np.ndarray]:
     """Segmentation-like masks (grey and RGB discs on a background, 64 x 48) for runs tiles
-    (mode 3; too small for the encoders to keep a runs table set: reference_v2.runs_stream)."""
+    (modes 3 and 4; too small for the encoders to keep a runs table set: reference_v2.runs_stream)."""
     yy, xx = np.mgrid[0:64, 0:48]
     out = []
     for c in (1, 3):
@@ -157,6 +157,8 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
     seeds.extend(reference_v2.runs_stream(image, tile=32) for image in runs_images(np_rng))
     # The first v2 streams' u32 tile offsets (FLAG_SHORT_TILE_TABLE clear) are still decoded.
     seeds.extend(format_v2.with_tile_table(stream, short=False) for stream in seeds[-6:])
+    # Runs tiles without row repeats (mode 3), as encoders wrote them before mode 4.
+    seeds.extend(reference_v2.runs_stream(image, tile=32, repeats=False) for image in runs_images(np_rng))
     report = FuzzReport("lossless")
     go_on = budget(seconds, cases)
     while go_on(report):

@@ -45,7 +45,8 @@ def _seeds(seed: int) -> list[bytes]:
     from prepkit.fuzz import runs_images
     from prepkit.lossless import reference_v2
 
-    seeds.extend(reference_v2.runs_stream(image, tile=32) for image in runs_images(rng))  # runs tiles (mode 3)
+    for repeats in (True, False):  # runs tiles with row repeats (mode 4) and without (mode 3)
+        seeds.extend(reference_v2.runs_stream(image, tile=32, repeats=repeats) for image in runs_images(rng))
     seeds.append(reference_v2.encode(images[0], tile=16, plane_context=True))  # plane contexts (A4)
     return seeds
 

@@ -681,36 +681,46 @@ def _runs_scratch():
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _index_changes(padded, th, tw):
-    """How many pixels of an index plane (padded as _tile_palette writes it) differ from their
-    left neighbour: its runs' boundaries. (Flat unsigned indices: a loop LLVM vectorises.)"""
+def _runs_floor(padded, th, tw, repeats):
+    """The fewest run symbols an index plane (padded as _tile_palette writes it) can code to:
+    each row a label and an END, each boundary (a pixel unlike its left neighbour) at least a
+    run symbol and a label; with `repeats` (A2 mode 4), none for a row equal to the row above.
+    (Flat unsigned indices: loops LLVM vectorises.)"""
     flat = padded.reshape(-1)
     stride = np.uint64(padded.shape[1])
-    changes = 0
+    floor = 0
     for y in range(1, th + 1):
         row = np.uint64(y) * stride
+        if repeats and y > 1:
+            differ = np.uint8(0)
+            for x in range(np.uint64(1), np.uint64(tw + 1)):
+                differ |= flat[row + x] ^ flat[row - stride + x]
+            if differ == 0:
+                continue
         in_row = np.int32(0)
         for x in range(np.uint64(2), np.uint64(tw + 1)):
             in_row += np.int32(flat[row + x] != flat[row + x - np.uint64(1)])
-        changes += in_row
-    return changes
+        floor += 2 + 2 * in_row
+    return floor
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_runs(padded, th, tw, scratch, kept_syms, kept_ctxs):
-    """The run symbols of the index plane in padded (_tile_palette): their count, cut short
-    past the most a runs tile may have (runs.tile_symbols), and when at most RUNS_CAP the
-    symbols and contexts in kept_syms, kept_ctxs. A noise-like tile is out before its symbols:
-    each row codes a label and an END, each boundary at least a run symbol and a label."""
+def _tile_runs(padded, th, tw, n_colours, scratch, kept_syms, kept_ctxs):
+    """The run symbols of the index plane in padded (_tile_palette) of n_colours colours (A2
+    mode 4 where format_v2.runs_mode gives it, else 3): their count, cut short past the most
+    a runs tile may have (runs.tile_symbols), and when at most RUNS_CAP the symbols and
+    contexts in kept_syms, kept_ctxs. A noise-like tile is out before its symbols
+    (_runs_floor)."""
     index, syms, ctxs, above, starts = scratch
+    repeats = n_colours <= f2.REPEAT_MAX_COLOURS
     limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
-    floor = 2 * th + 2 * _index_changes(padded, th, tw)
+    floor = _runs_floor(padded, th, tw, repeats)
     if floor > limit:
         return floor
     for y in range(th):
         for x in range(tw):
             index[y * tw + x] = padded[y + 1, x + 1]
-    n = runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, limit)
+    n = runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats)
     if n <= RUNS_CAP:
         for j in range(n):
             kept_syms[j] = syms[j]
@@ -743,7 +753,7 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
                 continue
             padded = planes[chunk, 0]
             if runs_counts.shape[0]:
-                n = _tile_runs(padded, th, tw, scratch, kept_syms[i], kept_ctxs[i])
+                n = _tile_runs(padded, th, tw, n_colours, scratch, kept_syms[i], kept_ctxs[i])
                 runs_counts[i] = n
                 if runs_first and runs.sure(n, th * tw):
                     continue
@@ -1341,7 +1351,7 @@ def _rans_one_lane(syms, ctxs, n, table_base, coder, words, out, pos, limit):
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, tshift, coder, out,
                      starts, lengths, limits, words):
-    """Runs payloads (A2 mode 3) of tiles i = cands[kept[k]] at out[starts[k]:] from their
+    """Runs payloads (A2 mode 4, or 3 for 256 colours) of tiles i = cands[kept[k]] at out[starts[k]:] from their
     kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes
     (the tile keeps its payload). table_set << tshift: the row of the runs set's first table."""
     chunks = words.shape[0]
@@ -1355,7 +1365,7 @@ def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept
             lengths[k] = 0
             if pos + 4 >= base + limits[k]:
                 continue
-            out[base] = f2.TILE_RUNS
+            out[base] = f2.TILE_RUNS_REPEAT if n_colours <= f2.REPEAT_MAX_COLOURS else f2.TILE_RUNS  # runs_mode
             out[base + 1] = table_set
             out[base + 2] = n_colours - 1
             _write_palette(colours[i], n_colours, c, out, base + f2.RUNS_HEADER)
@@ -2400,7 +2410,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
             d0 = out_base + ((oy + y) * out_w + ox + xa) * c
             memops.copy(out, d0, src, s0, (xb - xa) * c)
         return 0
-    if src[start] == f2.TILE_RUNS:
+    if src[start] == f2.TILE_RUNS or src[start] == f2.TILE_RUNS_REPEAT:
         # planes (4 planes back to back) leaves the 64 bytes after plane 0 that the fills need.
         err = runs.decode_tile(src, start, end, th, tw, c, base, tshift, dec.reshape(-1), empty, planes.reshape(-1),
                                scratch[6], scratch[5][:64], scratch[5][64:])

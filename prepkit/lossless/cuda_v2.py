@@ -264,12 +264,16 @@ def _palette_pixels(src, pal_at, c, smem, th, tw, out, out_base, out_w, oy, ox, 
 
 @cuda.jit(device=True)
 def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bounds):
-    """A runs tile (A2 mode 3) on one thread: its index plane into smem (row pitch 64);
+    """A runs tile (A2 mode 3, or 4 with row repeats) on one thread: its index plane into smem (row pitch 64);
     returns an error code (the checks of runs.decode_tile). bounds: 128 bytes of shared
     memory for the run boundaries (columns < 64) of the row above and of this row (not a
     local array: that would put a stack frame on every tile of the kernel)."""
+    repeats = src[start] == f2.TILE_RUNS_REPEAT
     tset = i32(base + i32(i32(src[start + u64(1)]) << tshift))
     if empty[u32(tset + i32(f2.RUN_CTX_LABEL))] != 0:
+        return i32(plan_mod.ERR_TABLE)
+    row_ctx = i32(f2.RUN_CTX_ROW) if repeats else i32(f2.RUN_CTX_LABEL)  # a row's first symbol after row 0
+    if th > i32(1) and empty[u32(tset + row_ctx)] != 0:
         return i32(plan_mod.ERR_TABLE)
     n_colours = i32(i32(src[start + u64(2)]) + i32(1))
     pal = start + u64(f2.RUNS_HEADER)
@@ -292,12 +296,28 @@ def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bound
     above = bounds[:64]
     starts = bounds[64:128]
     n_above = i32(0)
-    for yy in range(th):
-        y = i32(yy)
+    y = i32(-1)
+    while i32(y + i32(1)) < th:
+        y = i32(y + i32(1))
         row = i32(y << i32(PITCH_LOG2))
         up = i32(row - i32(1 << PITCH_LOG2))
         c0 = i32(smem[u32(up)]) if y > i32(0) else i32(-1)
-        rank, x, w = _runs_symbol(src, dec, i32(tset + i32(f2.RUN_CTX_LABEL)), x, ws, nw, w)
+        first_ctx = row_ctx if y > i32(0) else i32(f2.RUN_CTX_LABEL)
+        rank, x, w = _runs_symbol(src, dec, i32(tset + first_ctx), x, ws, nw, w)
+        if repeats and y > i32(0) and rank == i32(f2.RUN_REPEAT):
+            if empty[u32(tset + i32(f2.RUN_CTX_LENGTH))] != 0:
+                return i32(plan_mod.ERR_TABLE)
+            more, x, w = _runs_symbol(src, dec, i32(tset + i32(f2.RUN_CTX_LENGTH)), x, ws, nw, w)
+            if i32(y + more) >= th:
+                return i32(plan_mod.ERR_RUNS)
+            for k in range(i32(more + i32(1))):  # (the boundaries above stay the repeated row's)
+                at = i32(row + i32(i32(k) << i32(PITCH_LOG2)))
+                for q in range(tw):
+                    smem[u32(at + i32(q))] = smem[u32(up + i32(q))]
+            y = i32(y + more)
+            if w > nw:
+                return i32(plan_mod.ERR_WORDS)
+            continue
         label = _runs_label(rank, c0, i32(-1), i32(-1), i32(-1), n_colours)
         if label < i32(0):
             return i32(plan_mod.ERR_RUNS)
@@ -407,7 +427,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
             errors[item] = 0
         return
 
-    if src[start] == f2.TILE_RUNS:
+    if src[start] == f2.TILE_RUNS or src[start] == f2.TILE_RUNS_REPEAT:
         # One thread decodes the runs (each symbol's table depends on the one before); the
         # warp then checks and writes the index plane as a palette tile's.
         code = i32(0)

@@ -61,7 +61,7 @@ CONTEXT_HISTORY = 128  # the farthest back a context looks (decoders keep 128 ze
 NARROW_THRESHOLDS = (0, 2, 8)
 WIDE_THRESHOLDS = (0, 2, 6)
 MAX_LANES_LOG2 = 5
-MAX_SETS_PER_CHANNEL = 2  # table sets per image: 1 .. 2 * C + 1 (max_sets; the reference encoder uses C)
+MAX_SETS_PER_CHANNEL = 2  # table sets per image: 1 .. 2 * C + 2 (max_sets; the reference encoder uses C)
 
 TILE_RAW = 0
 TILE_CODED = 1
@@ -71,6 +71,14 @@ PALETTE_MAX = 256
 # the row above's (after CCITT group 4 fax coding, with labels). One rANS lane; decoders that
 # predate it refuse the mode.
 TILE_RUNS = 3
+# A2 mode 4: mode 3 with row repeats (P at most REPEAT_MAX_COLOURS) and one more context. A
+# row's start (y > 0) is a RUN_CTX_ROW symbol: a label rank, or RUN_REPEAT and then a
+# RUN_CTX_LENGTH symbol n: this row and the n rows after it repeat the row above. Half a mask's
+# rows repeat the row above: each cost a label, a move and a label per boundary, and an END,
+# every one a symbol decoded after the one before. Decoders that predate the mode refuse it.
+TILE_RUNS_REPEAT = 4
+RUN_REPEAT = 255
+REPEAT_MAX_COLOURS = 255  # so that RUN_REPEAT is never a label rank
 RUNS_HEADER = 3  # mode, table set, P - 1
 RUN_END = 0  # run symbols (contexts RUN_CTX_NEAR / RUN_CTX_FAR): the row's last run goes to its end
 RUN_LENGTH = 1  # the next boundary at a0 + 1 + (a RUN_CTX_LENGTH symbol)
@@ -82,6 +90,8 @@ RUN_CTX_NEAR = 0  # run symbol with a boundary b1 of the row above right of a0
 RUN_CTX_FAR = 1  # run symbol without one (only RUN_END and RUN_LENGTH are then valid)
 RUN_CTX_LENGTH = 2
 RUN_CTX_LABEL = 3  # a run's palette index, as its rank in the candidate list (A2)
+RUN_CTX_ROW = 4  # mode 4: a row's first label (y > 0) or RUN_REPEAT
+RUN_CONTEXTS = 5  # a runs tile's tables: G*s + context (with G = 4, context 4 is set s + 1's)
 CH_CONST = 0
 CH_RANS = 1
 # A channel byte 1 | P<<2 | s<<4 names predictors 0-3; 3 | s<<4 (bit 1 set, bits 2-3 zero)
@@ -89,6 +99,11 @@ CH_RANS = 1
 CH_EXTENDED = 2  # bit 1 of a rANS channel byte: the predictor is 4 + bits 2-3
 PREDICTORS = 5  # 0 none, 1 left, 2 up, 3 gradient, 4 MED (median edge detector, A4)
 PRED_MED = 4
+
+
+def runs_mode(n_colours: int) -> int:
+    """The mode the encoders give a runs tile of P colours: with row repeats where it can be."""
+    return TILE_RUNS_REPEAT if n_colours <= REPEAT_MAX_COLOURS else TILE_RUNS
 
 
 def channel_byte(predictor: int, table_set: int) -> int:
@@ -390,8 +405,14 @@ def encoder_tries_one_set(n_tiles: int) -> bool:
 
 
 def max_sets(channels: int) -> int:
-    """Most table sets of a stream: MAX_SETS_PER_CHANNEL per channel, and one for runs tiles."""
-    return MAX_SETS_PER_CHANNEL * channels + 1
+    """Most table sets of a stream: MAX_SETS_PER_CHANNEL per channel, and two for runs tiles
+    (RUN_CONTEXTS tables: one set of eight, or two of four)."""
+    return MAX_SETS_PER_CHANNEL * channels + 2
+
+
+def runs_sets(tables_per_set: int) -> int:
+    """How many sets the runs tables take (RUN_CONTEXTS, rounded up to whole sets)."""
+    return -(-RUN_CONTEXTS // tables_per_set)
 
 
 def max_tables_size(channels: int, tables_per_set: int = MAX_SET_TABLES) -> int:
@@ -416,7 +437,7 @@ class StreamV2:
     header: fmt.Header
     tables: TablesV2
     offsets: np.ndarray  # int64 (N + 1): absolute tile offsets
-    mode: np.ndarray  # int64 (N,): TILE_RAW, TILE_CODED, TILE_PALETTE or TILE_RUNS
+    mode: np.ndarray  # int64 (N,): TILE_RAW, TILE_CODED, TILE_PALETTE, TILE_RUNS or TILE_RUNS_REPEAT
     colour: np.ndarray  # int64 (N,)
     lanes_log2: np.ndarray  # int64 (N,)
     ch_mode: np.ndarray  # int64 (N, C)
@@ -476,8 +497,8 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     th, tw = fmt.tile_geometry(header)
     first = offsets[:-1]
     mode = buf[first].astype(np.int64)
-    _check(mode > TILE_RUNS, mode, "tile mode", "0 (raw), 1 (coded), 2 (palette) or 3 (runs)")
-    runs = mode == TILE_RUNS
+    _check(mode > TILE_RUNS_REPEAT, mode, "tile mode", "0 (raw), 1 (coded), 2 (palette), 3 (runs) or 4 (runs with repeats)")
+    runs = (mode == TILE_RUNS) | (mode == TILE_RUNS_REPEAT)
     raw = mode == TILE_RAW
     pal = mode == TILE_PALETTE
     raw_len = 1 + th * tw * c
@@ -493,6 +514,13 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     # Runs tiles: byte 1 is the table set, byte 2 P - 1, then the palette, one lane state, words.
     runs_set = byte(1, runs)
     _check(runs_set >= n_sets, runs_set, "runs tile table set", f"below {n_sets}")
+    repeats = mode == TILE_RUNS_REPEAT
+    repeat_colours = byte(2, repeats) + 1
+    _check(repeat_colours > REPEAT_MAX_COLOURS, repeat_colours, "palette size of a runs tile with row repeats",
+           f"at most {REPEAT_MAX_COLOURS}")
+    g = set_tables(header.flags)
+    _check(repeats & (runs_set * g + RUN_CONTEXTS > n_sets * g), runs_set, "table set of a runs tile with row repeats",
+           f"below {n_sets - runs_sets(g) + 1} (its {RUN_CONTEXTS} tables in the stream)")
     runs_fixed = RUNS_HEADER + (byte(2, runs) + 1) * c + 4
     _check(runs & ((lengths < runs_fixed) | ((lengths - runs_fixed) % 2 != 0)), lengths, "runs tile length",
            "header + palette + state + whole words")

@@ -116,9 +116,9 @@ def _read_headers(src, starts, stops, rows, info):
                 continue
             if flags & f2.FLAG_2D and c != 1:
                 continue
-            if not 1 <= n_sets <= f2.MAX_SETS_PER_CHANNEL * c + 1:  # f2.max_sets
+            if not 1 <= n_sets <= f2.MAX_SETS_PER_CHANNEL * c + 2:  # f2.max_sets
                 continue
-            if z > (f2.MAX_SETS_PER_CHANNEL * c + 1) * _set_tables(flags) * (1 + 32 + 2 * 256):  # f2.max_tables_size
+            if z > (f2.MAX_SETS_PER_CHANNEL * c + 2) * _set_tables(flags) * (1 + 32 + 2 * 256):  # f2.max_tables_size
                 continue
         else:
             continue
@@ -278,8 +278,9 @@ def _bad_channel(chb, n_sets):
 
 
 @njit(nogil=True, cache=True)
-def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
-    """The per-tile checks of format_v2.read_stream (modes, lane counts, channel bytes, lengths)."""
+def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, g, offsets):
+    """The per-tile checks of format_v2.read_stream (modes, lane counts, channel bytes, lengths;
+    g: the tables per set)."""
     # Every length first, as read_stream does: with the first and last offsets checked, that
     # puts every tile inside the stream before any tile byte is read (offsets that climb past
     # the end and come back down would otherwise send the reads below outside the buffer).
@@ -290,7 +291,7 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
         length = offsets[i + 1] - offsets[i]
         first = s + offsets[i]
         mode = src[first]
-        if mode > f2.TILE_RUNS:
+        if mode > f2.TILE_RUNS_REPEAT:
             return False
         th = min(t, h - t * (i // tiles_x))
         tw = min(t, w - t * (i % tiles_x))
@@ -298,9 +299,12 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, offsets):
             if length != 1 + th * tw * c:
                 return False
             continue
-        if mode == f2.TILE_RUNS:
+        if mode == f2.TILE_RUNS or mode == f2.TILE_RUNS_REPEAT:
             # byte 1: the table set; byte 2: P - 1; then the palette, one lane state, words
             if length < f2.RUNS_HEADER or np.int64(src[first + 1]) >= n_sets:
+                return False
+            if mode == f2.TILE_RUNS_REPEAT and (np.int64(src[first + 2]) + 1 > f2.REPEAT_MAX_COLOURS
+                                                or np.int64(src[first + 1]) * g + f2.RUN_CONTEXTS > n_sets * g):
                 return False
             words = length - (f2.RUNS_HEADER + (np.int64(src[first + 2]) + 1) * c + 4)
             if words < 0 or words % 2 != 0:
@@ -386,7 +390,7 @@ def _validate_fill(src, starts, stops, rows, info, rois, crop, lay, work, owner,
             else:
                 table_ok = _tile_table(src, s, size, at, n, offsets)
             if not table_ok or not _check_v2(
-                src, s, size, h, w, c, t, tiles_x, n, info[r, I_SETS], offsets
+                src, s, size, h, w, c, t, tiles_x, n, info[r, I_SETS], _set_tables(info[r, I_FLAGS]), offsets
             ):
                 continue
         errors[r] = 0

@@ -271,16 +271,27 @@ def label_order(candidates: list[int], left: int, n_colours: int) -> list[int]:
     return order
 
 
-def runs_symbols(index: np.ndarray, n_colours: int) -> tuple[np.ndarray, np.ndarray]:
-    """(symbols, contexts) of an index plane coded as runs (A2 mode 3). The encoder's choice
-    per boundary a1 (not normative): the next boundary b1 of the row above when it is within
-    RUN_REACH, else a pass when b1 lies left of a1, else an explicit length."""
+def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(symbols, contexts) of an index plane coded as runs (A2 mode 3, or mode 4 with
+    `repeats`). The encoder's choices (not normative): every row equal to the row above starts a
+    repeat of as many rows as equal it; per boundary a1, the next boundary b1 of the row above
+    when it is within RUN_REACH, else a pass when b1 lies left of a1, else an explicit length."""
     th, tw = index.shape
     syms: list[tuple[int, int]] = []  # (context, symbol)
     above: list[int] = []
-    for y in range(th):
+    y = -1
+    while y + 1 < th:
+        y += 1
         row = index[y]
-        syms.append((f2.RUN_CTX_LABEL, label_order(label_candidates(index, y, 0, 0), -1, n_colours).index(int(row[0]))))
+        if repeats and y > 0 and (row == index[y - 1]).all():
+            n = 0
+            while y + n + 1 < th and (index[y + n + 1] == row).all():
+                n += 1
+            syms += [(f2.RUN_CTX_ROW, f2.RUN_REPEAT), (f2.RUN_CTX_LENGTH, n)]
+            y += n  # the boundaries above stay those of the repeated row
+            continue
+        first = f2.RUN_CTX_ROW if repeats and y > 0 else f2.RUN_CTX_LABEL
+        syms.append((first, label_order(label_candidates(index, y, 0, 0), -1, n_colours).index(int(row[0]))))
         a0, j = 0, 0
         for a1 in [*run_starts(row), None]:
             while True:
@@ -311,30 +322,43 @@ def runs_symbols(index: np.ndarray, n_colours: int) -> tuple[np.ndarray, np.ndar
 
 
 class RunsChoice:
-    """A runs tile (A2 mode 3): palette (as PaletteChoice's), index plane, its run symbols."""
+    """A runs tile (A2 mode 3 or 4): palette (as PaletteChoice's), index plane, its run
+    symbols, and the mode they are for (format_v2.runs_mode)."""
 
-    def __init__(self, palette: np.ndarray, index: np.ndarray) -> None:
+    def __init__(self, palette: np.ndarray, index: np.ndarray, repeats: bool = True) -> None:
         self.palette = palette
         self.index = index
-        self.symbols, self.contexts = runs_symbols(index, palette.shape[0])
+        self.mode = f2.runs_mode(palette.shape[0]) if repeats else f2.TILE_RUNS
+        self.symbols, self.contexts = runs_symbols(index, palette.shape[0], self.mode == f2.TILE_RUNS_REPEAT)
 
     def fixed_bytes(self) -> int:
         """Payload bytes besides the words: header, palette, the one lane state."""
         return f2.RUNS_HEADER + self.palette.size + 4
 
     def histogram(self) -> np.ndarray:
-        counts = np.zeros((f2.CONTEXTS, 256), np.int64)
+        counts = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
         np.add.at(counts, (self.contexts, self.symbols), 1)
         return counts
 
 
-def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: int) -> np.ndarray:
-    """The index plane of a runs tile; next_symbol(context) decodes the tile's next symbol."""
+def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: int,
+                repeats: bool = False) -> np.ndarray:
+    """The index plane of a runs tile (mode 4 with `repeats`); next_symbol(context) decodes the
+    tile's next symbol."""
     index = np.zeros((th, tw), np.int64)
     above: list[int] = []
-    for y in range(th):
+    y = -1
+    while y + 1 < th:
+        y += 1
         order = label_order(label_candidates(index, y, 0, 0), -1, n_colours)
-        rank = next_symbol(f2.RUN_CTX_LABEL)
+        rank = next_symbol(f2.RUN_CTX_ROW if repeats and y > 0 else f2.RUN_CTX_LABEL)
+        if repeats and y > 0 and rank == f2.RUN_REPEAT:
+            n = next_symbol(f2.RUN_CTX_LENGTH)
+            if y + n >= th:
+                raise CodecError(f"runs tile: a repeat of {n + 1} rows from row {y} of {th}")
+            index[y : y + n + 1] = index[y - 1]
+            y += n  # the boundaries above stay those of the repeated row
+            continue
         if rank >= len(order):
             raise CodecError(f"runs tile: label rank {rank} of {len(order)}")
         label = order[rank]
@@ -609,7 +633,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
             payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2, sflags))
     if runs_choices:
         payloads, freq = with_runs(runs_choices, payloads, freq, sflags)
-        if any(payloads[i][0] != f2.TILE_RUNS for i in sure):
+        if any(payloads[i][0] not in (f2.TILE_RUNS, f2.TILE_RUNS_REPEAT) for i in sure):
             # A sure tile that did not become a runs tile: the image again, every candidate
             # weighed against its coded payload.
             return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False, colours, one_set, plane_context)
@@ -646,7 +670,7 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     for i, ch, take in zip(cands, choices, chosen, strict=True):
         if take:
             body = rans_encode(ch.symbols, s * stride + ch.contexts, all_freq, cum, 1)
-            head = bytes([f2.TILE_RUNS, s, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
+            head = bytes([ch.mode, s, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
             if len(head) + len(body) < len(out[i]):
                 out[i] = head + body
     if out == payloads:
@@ -654,18 +678,20 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     return out, all_freq
 
 
-def runs_stream(image: np.ndarray, tile: int = 64) -> bytes:
+def runs_stream(image: np.ndarray, tile: int = 64, repeats: bool = True) -> bytes:
     """A stream whose every tile of 2 .. max_palette(C) colours is a runs tile, however small
     the image (the encoders keep a runs table set only where it pays): one table set, the
-    other tiles constant or raw. Tests and fuzz seeds of images the simulator can decode."""
+    other tiles constant or raw; mode 3 tiles only when not `repeats` (as encoders before
+    mode 4 wrote). Tests and fuzz seeds of images the simulator can decode."""
     image, flags = prepare(image, tile)
     h, w, c = image.shape
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c),
                                                         f2.encoder_plane_context(c, len(tiles))), f2.VERSION)
     pals = [choose_palette(t) for t in tiles]
-    choices = {i: RunsChoice(pal.palette, pal.index) for i, pal in enumerate(pals) if pal is not None and len(pal.palette) > 1}
-    counts = sum((ch.histogram() for ch in choices.values()), np.zeros((f2.CONTEXTS, 256), np.int64))
+    choices = {i: RunsChoice(pal.palette, pal.index, repeats) for i, pal in enumerate(pals)
+               if pal is not None and len(pal.palette) > 1}
+    counts = sum((ch.histogram() for ch in choices.values()), np.zeros((f2.RUN_CONTEXTS, 256), np.int64))
     freq = runs.table_set(np.stack([normalize(row) for row in counts]), f2.set_tables(header.flags))
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
@@ -673,7 +699,7 @@ def runs_stream(image: np.ndarray, tile: int = 64) -> bytes:
     for i, t in enumerate(tiles):
         if i in choices:
             ch = choices[i]
-            payloads.append(bytes([f2.TILE_RUNS, 0, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
+            payloads.append(bytes([ch.mode, 0, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
                             + rans_encode(ch.symbols, ch.contexts, freq, cum, 1))
         elif (t == t[:1, :1]).all():
             payloads.append(bytes([f2.TILE_CODED, 0] + [f2.CH_CONST] * c + [int(v) for v in t[0, 0]]))
@@ -834,7 +860,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
     start, end = int(s.offsets[i]), int(s.offsets[i + 1])
     if s.mode[i] == f2.TILE_RAW:
         return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
-    if s.mode[i] == f2.TILE_RUNS:
+    if s.mode[i] in (f2.TILE_RUNS, f2.TILE_RUNS_REPEAT):
         n_colours = int(s.palette_size[i])
         palette = buf[start + f2.RUNS_HEADER : start + f2.RUNS_HEADER + n_colours * c].reshape(n_colours, c)
         packed = pack_colours(palette[None].astype(np.int64))[0]
@@ -842,7 +868,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
             raise CodecError("runs tile: palette colours not in increasing order")
         lane = OneLane(buf, int(s.words_start[i]) - 4, end, s.tables, lut, int(s.table_set[i, 0]),
                        f2.set_tables(flags))
-        index = runs_decode(lane.symbol, th, tw, n_colours)
+        index = runs_decode(lane.symbol, th, tw, n_colours, s.mode[i] == f2.TILE_RUNS_REPEAT)
         lane.finish()
         return palette[index].astype(np.int64)
     if s.mode[i] == f2.TILE_PALETTE:

@@ -26,11 +26,12 @@ NO_WORDS = np.zeros(1, np.uint16)
 
 
 def table_set(freq: np.ndarray, tables_per_set: int) -> np.ndarray:
-    """The runs tiles' table set (f2.CONTEXTS tables, contexts RUN_CTX_*) as a set of
-    tables_per_set tables (format_v2.set_tables): with plane contexts, four empty tables after
-    them. Both encoders append it to the stream's tables."""
-    out = np.zeros((tables_per_set, 256), freq.dtype)
-    out[: f2.CONTEXTS] = freq
+    """The runs tiles' tables (f2.RUN_CONTEXTS, contexts RUN_CTX_*) as whole sets of
+    tables_per_set tables (format_v2.set_tables, format_v2.runs_sets): one set of eight with
+    plane contexts, else two of four, empty tables after them. Both encoders append them to the
+    stream's tables; a runs tile names the first set."""
+    out = np.zeros((f2.runs_sets(tables_per_set) * tables_per_set, 256), freq.dtype)
+    out[: f2.RUN_CONTEXTS] = freq
     return out
 
 
@@ -105,17 +106,35 @@ def same_row(flat, row, up, n):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit):
+def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats):
     """The run symbols of an index plane (uint8, row-major th x tw) into syms, their
-    contexts into ctxs; returns their count, or a count above `limit` as soon as a row ends
-    past it (the tile cannot be a runs tile: MIN_PIXELS_PER_SYMBOL; syms and ctxs hold
+    contexts into ctxs (A2 mode 4 with `repeats`, else mode 3; the choices of
+    reference_v2.runs_symbols); returns their count, or a count above `limit` as soon as a row
+    ends past it (the tile cannot be a runs tile: MIN_PIXELS_PER_SYMBOL; syms and ctxs hold
     limit + 4 tw). above, starts: int64 scratch of tw entries."""
     n = 0
     n_above = 0
-    for y in range(th):
+    y = -1
+    while y + 1 < th:
+        y += 1
         row = y * tw
         up = row - tw
-        if y > 0 and same_row(index, row, up, tw):
+        if repeats and y > 0 and same_row(index, row, up, tw):
+            # The row above again, and as many rows after it as equal it: one repeat. The
+            # boundaries above stay those of the repeated row.
+            more = 0
+            while y + more + 1 < th and same_row(index, row + (more + 1) * tw, up, tw):
+                more += 1
+            syms[n] = f2.RUN_REPEAT
+            ctxs[n] = f2.RUN_CTX_ROW
+            syms[n + 1] = more
+            ctxs[n + 1] = f2.RUN_CTX_LENGTH
+            n += 2
+            y += more
+            if n > limit:
+                return n
+            continue
+        if y > 0 and same_row(index, row, up, tw):  # (mode 3: without repeats)
             # The row above again (most rows of a mask): its label, then at each of its
             # boundaries a zero offset and the label above (rank 0: the run's left neighbour
             # differs from it), then END with no boundary above to its right. The loop below
@@ -137,7 +156,7 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit):
             continue
         c0 = np.int64(index[up]) if y > 0 else NO_LABEL
         syms[n] = _rank(np.int64(index[row]), c0, NO_LABEL, NO_LABEL, NO_LABEL)
-        ctxs[n] = f2.RUN_CTX_LABEL
+        ctxs[n] = f2.RUN_CTX_ROW if repeats and y > 0 else f2.RUN_CTX_LABEL
         n += 1
         n_starts = _row_starts(index, row, tw, starts)
         a0 = 0
@@ -211,10 +230,11 @@ def _fill(plane, at, v):
 # Without reference counts, as the CPU decoder's other kernels (the note above cpu_v2._rans_rounds).
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, maps, above, starts):
-    """Decode runs tile src[start:end] (validated by format_v2.read_stream or hostplan) into
-    plane (uint8, row-major th x tw, then at least 64 bytes of slack): the palette colours
-    themselves when C = 1, else the palette indices; return an error code. base: the
-    stream's first table row; tshift: log2 of the tables per set (3 with plane contexts, 2); flat: the packed decode tables (cpu_v2.decode_table,
+    """Decode runs tile src[start:end] (A2 mode 3, or 4 with row repeats; validated by
+    format_v2.read_stream or hostplan) into plane (uint8, row-major th x tw, then at least 64
+    bytes of slack): the palette colours themselves when C = 1, else the palette indices;
+    return an error code. base: the stream's first table row; tshift: log2 of the tables per
+    set (3 with plane contexts, 2); flat: the packed decode tables (cpu_v2.decode_table,
     flattened); empty[t]: 1 for an empty table; maps: uint8 scratch of 512 entries; above,
     starts: int64 scratch of 64 entries.
 
@@ -222,10 +242,16 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
     space: maps[:256] turns an index into its colour, maps[256:] a colour back into its index
     (for the labels' candidates), and the plane is the tile's pixels. Every symbol is checked
     where it is used: a run symbol past RUN_SYMBOLS, a pass or a boundary move without a
-    boundary above, a boundary outside (a0, tw), a label rank past the order. The loop ends:
-    each symbol moves a0 or j right, or ends the row."""
+    boundary above, a boundary outside (a0, tw), a label rank past the order, a repeat past
+    the last row. The loop ends: each symbol moves a0 or j right, or ends the row, or repeats
+    at least one row."""
+    repeats = src[start] == f2.TILE_RUNS_REPEAT
     tset = base + (np.int64(src[start + 1]) << tshift)
     if empty[tset + f2.RUN_CTX_LABEL]:  # every tile decodes a label first
+        return plan_mod.ERR_TABLE
+    # A row's first symbol: mode 4's own context after row 0 (every row of mode 3).
+    row_ctx = f2.RUN_CTX_ROW if repeats else f2.RUN_CTX_LABEL
+    if th > 1 and empty[tset + row_ctx]:
         return plan_mod.ERR_TABLE
     n_colours = np.int64(src[start + 2]) + 1
     pal = start + f2.RUNS_HEADER
@@ -254,11 +280,25 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
     last = max(n_words - 1, 0)
     w = 0
     n_above = 0
-    for y in range(th):
+    y = -1
+    while y + 1 < th:
+        y += 1
         row = y * tw
         up = row - tw
         c0 = np.int64(index_of[plane[up]]) if y > 0 else NO_LABEL
-        rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, last, w)
+        rank, x, w = _symbol(flat, tset, row_ctx if y > 0 else f2.RUN_CTX_LABEL, x, words, last, w)
+        if repeats and y > 0 and rank == f2.RUN_REPEAT:
+            if empty[tset + f2.RUN_CTX_LENGTH]:
+                return plan_mod.ERR_TABLE
+            more, x, w = _symbol(flat, tset, f2.RUN_CTX_LENGTH, x, words, last, w)
+            if y + more >= th:
+                return plan_mod.ERR_RUNS
+            for k in range(more + 1):  # (the boundaries above stay those of the repeated row)
+                memops.copy(plane, row + k * tw, plane, up, tw)
+            y += more
+            if w > n_words:
+                return plan_mod.ERR_WORDS
+            continue
         label = _label(rank, c0, NO_LABEL, NO_LABEL, NO_LABEL, n_colours)
         if label < 0:
             return plan_mod.ERR_RUNS
@@ -334,8 +374,8 @@ def sure(n_symbols, pixels):
 
 @njit(nogil=True, cache=True)
 def _chosen_counts(syms, ctxs, rows, n_symbols, chosen):
-    """The (4, 256) counts of (context, symbol) over the chosen tiles' symbols."""
-    out = np.zeros((f2.CONTEXTS, 256), np.int64)
+    """The (RUN_CONTEXTS, 256) counts of (context, symbol) over the chosen tiles' symbols."""
+    out = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
     for i in range(rows.shape[0]):
         if chosen[i]:
             r = rows[i]
@@ -409,7 +449,7 @@ def _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq):
 
 def choose(syms: np.ndarray, ctxs: np.ndarray, rows: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray,
            current: np.ndarray, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Which candidate tiles become runs tiles, and the runs table set's frequencies (4, 256);
+    """Which candidate tiles become runs tiles, and the runs tables' frequencies (RUN_CONTEXTS, 256);
     None when none should. syms, ctxs: uint8 (any, cap), candidate k's run symbols and their
     contexts in syms[rows[k], :n_symbols[k]] (needed only where n_symbols[k] *
     MIN_PIXELS_PER_SYMBOL <= pixels[k], the tiles that may be chosen; cap at least pixels /
@@ -423,7 +463,7 @@ def choose(syms: np.ndarray, ctxs: np.ndarray, rows: np.ndarray, n_symbols: np.n
     it; the set is kept only when the tiles save more than its tables cost. The work is per
     symbol, not per (context, symbol) of every tile: a mask's tiles have about 200 symbols.
     """
-    freq = np.zeros((f2.CONTEXTS, 256), np.int64)
+    freq = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
     rows, n_symbols, fixed, current, pixels = (np.ascontiguousarray(a, np.int64)
                                                for a in (rows, n_symbols, fixed, current, pixels))
     chosen = _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq)

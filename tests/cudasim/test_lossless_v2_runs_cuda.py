@@ -1,14 +1,16 @@
-"""Runs tiles (A2 mode 3) on the v2 CUDA decoder under numba's simulator: identical to the
-CPU decoder and the reference, ROIs included; CPU and CUDA refuse or agree on damaged ones."""
+"""Runs tiles (A2 modes 3 and 4) on the v2 CUDA decoder under numba's simulator: identical to
+the CPU decoder and the reference, ROIs included; CPU and CUDA refuse or agree on damaged ones."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from prepkit import lossless
 from prepkit.errors import CodecError
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2
+from tests.lossless.images import repeat_symbols, runs_tile_stream
 
 
 def _blobs(c: int | None, seed: int) -> np.ndarray:
@@ -22,16 +24,18 @@ def _blobs(c: int | None, seed: int) -> np.ndarray:
     return image[:, :, 0] if c is None else image
 
 
-def _streams() -> list[bytes]:
+def _streams(repeats: bool = True) -> list[bytes]:
     """Every tile of two colours or more a runs tile (the encoders keep no runs table set on
-    images this small)."""
-    return [reference_v2.runs_stream(_blobs(c, seed), tile=32) for c, seed in ((None, 1), (3, 2))]
+    images this small): mode 4 tiles, or mode 3 without `repeats`."""
+    return [reference_v2.runs_stream(_blobs(c, seed), tile=32, repeats=repeats) for c, seed in ((None, 1), (3, 2))]
 
 
-def test_runs_tiles_match_cpu_and_reference() -> None:
-    streams = _streams()
+@pytest.mark.parametrize("repeats", [True, False])
+def test_runs_tiles_match_cpu_and_reference(repeats: bool) -> None:
+    streams = _streams(repeats)
+    mode = f2.TILE_RUNS_REPEAT if repeats else f2.TILE_RUNS
     for stream in streams:
-        assert (f2.read_stream(np.frombuffer(stream, np.uint8)).mode == f2.TILE_RUNS).sum() >= 2
+        assert (f2.read_stream(np.frombuffer(stream, np.uint8)).mode == mode).sum() >= 2
     got = lossless.decode_batch(streams, device="cuda")
     for out, stream, image in zip(got, streams, [_blobs(None, 1), _blobs(3, 2)], strict=True):
         np.testing.assert_array_equal(out.copy_to_host(), image)
@@ -46,7 +50,7 @@ def test_cpu_and_cuda_refuse_or_agree_on_damaged_runs_tiles() -> None:
     data = _streams()[0]
     s = f2.read_stream(np.frombuffer(data, np.uint8))
     rng = np.random.default_rng(5)
-    runs_tiles = np.flatnonzero(s.mode == f2.TILE_RUNS)
+    runs_tiles = np.flatnonzero(s.mode == f2.TILE_RUNS_REPEAT)
     refused = 0
     for k in range(10):
         i = int(runs_tiles[k % runs_tiles.size])
@@ -64,3 +68,13 @@ def test_cpu_and_cuda_refuse_or_agree_on_damaged_runs_tiles() -> None:
             raise AssertionError(f"CUDA decoded a stream the CPU refused (byte {at})") from None
         np.testing.assert_array_equal(lossless.decode_batch([bytes(bad)], device="cuda")[0].copy_to_host(), expected)
     assert refused >= 3  # the loop saw refusals, not only harmless changes
+
+
+def test_a_repeat_past_the_last_row_or_in_the_first_is_refused() -> None:
+    good = runs_tile_stream(repeat_symbols(6), 8, 10)
+    np.testing.assert_array_equal(lossless.decode_batch([good], device="cuda")[0].copy_to_host(),
+                                  np.zeros((8, 10), np.uint8))
+    first_row = [(f2.RUN_CTX_LABEL, f2.RUN_REPEAT), (f2.RUN_CTX_LENGTH, 0), *repeat_symbols(6)]
+    for bad in (runs_tile_stream(repeat_symbols(7), 8, 10), runs_tile_stream(first_row, 8, 10)):
+        with pytest.raises(CodecError, match="run symbol, run boundary or label"):
+            lossless.decode_batch([bad], device="cuda")

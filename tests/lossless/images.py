@@ -5,6 +5,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from prepkit.lossless import format as fmt
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import reference_v2, runs
+
 
 def make_image(kind: str, h: int, w: int, c: int | None, seed: int) -> np.ndarray:
     """A test image: noise, constant, gradient or smooth (photo-like) content."""
@@ -24,6 +28,22 @@ def make_image(kind: str, h: int, w: int, c: int | None, seed: int) -> np.ndarra
     if c is None:
         return img
     return np.stack([np.roll(img, k, axis=1) for k in range(c)], axis=2)
+
+
+def mixed_image(c: int | None = 3) -> np.ndarray:
+    """Two textures of one context statistics but different residuals (fine noise; sparse
+    steps of 10) side by side, and flat label tiles in colour (a grey image's palette tiles
+    would take its second set): one table per plane fits neither texture. 128 x 192: 2 x 3
+    tiles of 64."""
+    smooth = make_image("gradient", 128, 192, c, seed=4).astype(np.int64)
+    rng = np.random.default_rng(5)
+    image = np.clip(smooth + rng.integers(-2, 3, smooth.shape), 0, 255)
+    steps = np.clip(smooth + rng.choice([-10, 0, 10], smooth.shape), 0, 255)
+    image[:, 64:128] = steps[:, 64:128]
+    if c is not None:
+        labels = (np.arange(64)[:, None] // 16 + np.arange(64)[None, :] // 16) % 3 * 90
+        image[:64, 128:] = labels[..., None]
+    return image.astype(np.uint8)
 
 
 @st.composite
@@ -55,3 +75,23 @@ def assert_byte_flips_refused_or_agree(data: bytes, flips: int = 300, seed: int 
                 lossless.decode(bytes(bad))
             continue
         np.testing.assert_array_equal(lossless.decode(bytes(bad)), expected)
+
+
+def repeat_symbols(more: int) -> list[tuple[int, int]]:
+    """(context, symbol) of a tile of one colour per row: a first row, then a repeat of `more`."""
+    return [(f2.RUN_CTX_LABEL, 0), (f2.RUN_CTX_FAR, f2.RUN_END), (f2.RUN_CTX_ROW, f2.RUN_REPEAT),
+            (f2.RUN_CTX_LENGTH, more)]
+
+
+def runs_tile_stream(pairs: list[tuple[int, int]], th: int, tw: int) -> bytes:
+    """A one-channel stream (2-D) of one runs tile of two colours (mode 4, th x tw) coding
+    exactly `pairs`, with tables made from them."""
+    ctxs, syms = (np.array(v, np.int64) for v in zip(*pairs, strict=True))
+    counts = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
+    np.add.at(counts, (ctxs, syms), 1)
+    header = fmt.Header(th, tw, 1, 64, f2.encoder_flags(f2.FLAG_2D, True), f2.VERSION)
+    freq = runs.table_set(np.stack([f2.normalize(row) for row in counts]), f2.set_tables(header.flags))
+    cum = np.zeros((freq.shape[0], 257), np.int64)
+    cum[:, 1:] = np.cumsum(freq, axis=1)
+    payload = bytes([f2.TILE_RUNS_REPEAT, 0, 1, 0, 9]) + reference_v2.rans_encode(syms, ctxs, freq, cum, 1)
+    return f2.assemble(header, freq, [payload])

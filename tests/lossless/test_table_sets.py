@@ -11,27 +11,18 @@ from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 from prepkit.lossless import table_sets
 
-from .images import assert_byte_flips_refused_or_agree, make_image
-
-
-def _mixed_image(c: int | None = 3) -> np.ndarray:
-    """Two textures of one context statistics but different residuals (fine noise; sparse
-    steps of 10) side by side, and flat label tiles in colour (a grey image's palette tiles
-    would take its second set): one table per plane fits neither texture. 128 x 192: 2 x 3
-    tiles of 64."""
-    smooth = make_image("gradient", 128, 192, c, seed=4).astype(np.int64)
-    rng = np.random.default_rng(5)
-    image = np.clip(smooth + rng.integers(-2, 3, smooth.shape), 0, 255)
-    steps = np.clip(smooth + rng.choice([-10, 0, 10], smooth.shape), 0, 255)
-    image[:, 64:128] = steps[:, 64:128]
-    if c is not None:
-        labels = (np.arange(64)[:, None] // 16 + np.arange(64)[None, :] // 16) % 3 * 90
-        image[:64, 128:] = labels[..., None]
-    return image.astype(np.uint8)
+from .images import assert_byte_flips_refused_or_agree, mixed_image
 
 
 def _n_sets(stream: bytes) -> int:
     return f2.read_header(np.frombuffer(stream, np.uint8))[1]
+
+
+def _n_runs_sets(stream: bytes) -> int:
+    """The sets of the runs tables (after the others) when the stream has runs tiles, else 0."""
+    modes = f2.read_stream(np.frombuffer(stream, np.uint8)).mode
+    has_runs = np.isin(modes, [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT]).any()
+    return f2.runs_sets(f2.set_tables(stream[5])) if has_runs else 0
 
 
 def _one_set_per_plane(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,18 +32,19 @@ def _one_set_per_plane(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("c", [None, 3])
 def test_mixed_content_gets_more_sets_than_planes_and_both_encoders_agree(
         c: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    image = _mixed_image(c)
+    image = mixed_image(c)
     channels = 1 if c is None else c
     stream = lossless.encode(image, version=2)
     assert stream == r2.encode(image)
-    assert channels < _n_sets(stream) <= f2.MAX_SETS_PER_CHANNEL * channels
+    assert channels < _n_sets(stream) - _n_runs_sets(stream) <= f2.MAX_SETS_PER_CHANNEL * channels
     np.testing.assert_array_equal(lossless.decode(stream), image)
     np.testing.assert_array_equal(r2.decode(stream), image)
     with monkeypatch.context() as one_set:
         _one_set_per_plane(one_set)
         plain = lossless.encode(image, version=2)
         assert plain == r2.encode(image)
-    assert _n_sets(plain) == channels + (c is not None)  # the colour image has palette tiles
+    assert _n_sets(plain) - _n_runs_sets(plain) == channels  # one set per plane
+    assert _n_runs_sets(plain) == (2 if c is not None else 0)  # the colour image's label tile, four tables a set
     assert _n_sets(stream) > _n_sets(plain)
     assert len(stream) < len(plain)
 
@@ -60,7 +52,7 @@ def test_mixed_content_gets_more_sets_than_planes_and_both_encoders_agree(
 def test_the_planes_of_one_tile_can_name_any_set() -> None:
     """Channel bytes name sets beyond the plane's own index: the decoders follow the bytes,
     not the plane number."""
-    image = _mixed_image(3)
+    image = mixed_image(3)
     stream = lossless.encode(image, version=2)
     s = f2.read_stream(np.frombuffer(stream, np.uint8))
     coded = (s.mode == f2.TILE_CODED)[:, None] & (s.ch_mode != f2.CH_CONST)
@@ -70,11 +62,11 @@ def test_the_planes_of_one_tile_can_name_any_set() -> None:
 
 
 def test_images_over_the_budget_keep_one_set_per_plane(monkeypatch: pytest.MonkeyPatch) -> None:
-    image = _mixed_image(3)
+    image = mixed_image(3)
     monkeypatch.setattr(table_sets, "ITEMS_BUDGET", 0)
     stream = lossless.encode(image, version=2)
     assert stream == r2.encode(image)
-    assert _n_sets(stream) == 4  # one per plane and the palette tiles' set
+    assert _n_sets(stream) - _n_runs_sets(stream) == 3  # one per plane, then the runs tiles' sets
 
 
 def _two_classes(m: int) -> np.ndarray:
@@ -124,7 +116,7 @@ def test_applies_follows_the_histogram_budget_and_not_fast_decode() -> None:
 
 
 def test_fast_decode_streams_keep_one_set_per_plane() -> None:
-    image = _mixed_image(3)
+    image = mixed_image(3)
     stream = lossless.encode(image, version=2, fast_decode=True)
     assert stream == r2.encode(image, fast_decode=True)
-    assert _n_sets(stream) == 4
+    assert _n_sets(stream) - _n_runs_sets(stream) == 3

@@ -107,7 +107,7 @@ def _with(data: bytes, at: int, value: bytes) -> bytes:
     [
         (lambda d: _with(d, 4, b"\x03"), "unsupported codec version: Expected 1 or 2. Got 3"),
         (lambda d: _with(d, 5, b"\x02"), "unknown flags"),
-        (lambda d: _with(d, 7, b"\x08"), "table sets"),  # C = 3: at most 2C + 1
+        (lambda d: _with(d, 7, b"\x09"), "table sets"),  # C = 3: at most 2C + 2
         (lambda d: _with(d, 18, b"\x01"), "reserved"),
         (lambda d: d[:-1], "tile lengths: expected them to add up to the rest of the stream"),
         (lambda d: f2.with_tile_table(d, short=False)[:-1], "last tile offset"),

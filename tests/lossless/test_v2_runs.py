@@ -1,6 +1,7 @@
-"""Version 2 runs tiles (docs/LOSSLESS.md A2 mode 3): the run symbols of the numba encoder
-equal the reference's and decode back; both encoders pick runs tiles on masks, byte-identical;
-the decoders agree on every damaged stream; malformed runs tiles are refused."""
+"""Version 2 runs tiles (docs/LOSSLESS.md A2 modes 3 and 4): the run symbols of the numba
+encoder equal the reference's and decode back, with row repeats and without; both encoders
+pick runs tiles on masks, byte-identical; mode 3 streams still decode; the decoders agree on
+every damaged stream; malformed runs tiles are refused."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
 from prepkit.lossless import reference_v2 as r2
 
-from .images import assert_byte_flips_refused_or_agree
+from .images import assert_byte_flips_refused_or_agree, mixed_image, repeat_symbols, runs_tile_stream
 
 
 def blobs(h: int, w: int, c: int | None, seed: int, n: int = 7) -> np.ndarray:
@@ -51,9 +52,10 @@ def _index_planes() -> list[tuple[np.ndarray, int]]:
     return out
 
 
-def test_run_symbols_decode_back_and_match_the_numba_encoder() -> None:
+@pytest.mark.parametrize("repeats", [True, False])
+def test_run_symbols_decode_back_and_match_the_numba_encoder(repeats: bool) -> None:
     for index, n_colours in _index_planes():
-        syms, ctxs = r2.runs_symbols(index, n_colours)
+        syms, ctxs = r2.runs_symbols(index, n_colours, repeats)
         assert syms.size <= 4 * index.size + 2  # within the decoder's symbol scratch
         position = iter(range(syms.size))
 
@@ -64,19 +66,19 @@ def test_run_symbols_decode_back_and_match_the_numba_encoder() -> None:
             return int(syms[i])
 
         th, tw = index.shape
-        np.testing.assert_array_equal(r2.runs_decode(next_symbol, th, tw, n_colours), index)
+        np.testing.assert_array_equal(r2.runs_decode(next_symbol, th, tw, n_colours, repeats), index)
         assert next(position, None) is None
         got_syms = np.zeros(4 * index.size + 64, np.int64)
         got_ctxs = np.zeros_like(got_syms)
         flat = index.astype(np.uint8).reshape(-1)
         n = runs.tile_symbols(flat, th, tw, got_syms, got_ctxs, np.zeros(64, np.int64), np.zeros(64, np.int64),
-                              4 * index.size)
+                              4 * index.size, repeats)
         np.testing.assert_array_equal(got_syms[:n], syms)
         np.testing.assert_array_equal(got_ctxs[:n], ctxs)
         # With a limit the count stops past it at a row's end, the symbols so far unchanged.
         limit = syms.size // 3
         cut = runs.tile_symbols(flat, th, tw, got_syms, got_ctxs, np.zeros(64, np.int64), np.zeros(64, np.int64),
-                                limit)
+                                limit, repeats)
         assert cut == syms.size or limit < cut <= limit + 4 * tw
         np.testing.assert_array_equal(got_syms[:cut], syms[:cut])
 
@@ -87,8 +89,9 @@ def test_encoders_make_runs_tiles_of_masks(c: int | None) -> None:
     data = lossless.encode(image, version=2)
     assert data == r2.encode(image)
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    assert (s.mode == f2.TILE_RUNS).sum() >= 4
-    assert data[7] == s.table_set[s.mode == f2.TILE_RUNS, 0].max() + 1  # the runs set comes last
+    assert (s.mode == f2.TILE_RUNS_REPEAT).sum() >= 4 and not (s.mode == f2.TILE_RUNS).any()
+    runs_set = s.table_set[s.mode == f2.TILE_RUNS_REPEAT, 0].max()
+    assert data[7] == runs_set + f2.runs_sets(f2.set_tables(data[5]))  # the runs sets come last
     np.testing.assert_array_equal(lossless.decode(data), image)
     np.testing.assert_array_equal(r2.decode(data), image)
     np.testing.assert_array_equal(lossless.decode(data, roi=(7, 11, 140, 99)), image[7:140, 11:99])
@@ -113,7 +116,7 @@ def test_runs_first_and_weighed_encoders_agree() -> None:
         assert data == r2.encode(image, runs_first=first)
         np.testing.assert_array_equal(lossless.decode(data), image)
         s = f2.read_stream(np.frombuffer(data, np.uint8))
-        assert (s.mode[sure] == f2.TILE_RUNS).all()
+        assert (s.mode[sure] == f2.TILE_RUNS_REPEAT).all()
 
 
 def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,7 +129,7 @@ def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> No
     data = cpu_v2.encode(image)
     assert seen[0].sum() >= 2
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    assert (s.mode[seen[0]] == f2.TILE_RUNS).all()
+    assert (s.mode[seen[0]] == f2.TILE_RUNS_REPEAT).all()
 
 
 def test_a_sure_tile_left_out_encodes_again_weighing_every_tile(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,19 +150,72 @@ def test_noise_never_becomes_runs_tiles() -> None:
     rng = np.random.default_rng(1)
     image = rng.integers(0, 12, (128, 128), dtype=np.uint8) * 20
     s = f2.read_stream(np.frombuffer(lossless.encode(image, version=2), np.uint8))
-    assert not (s.mode == f2.TILE_RUNS).any() and (s.mode == f2.TILE_PALETTE).all()
+    assert (s.mode == f2.TILE_PALETTE).all()
 
 
 def _runs_stream() -> tuple[bytes, int]:
     """A stream with runs tiles, and its first runs tile."""
     data = lossless.encode(blobs(96, 100, 3, seed=5), tile=32, version=2)
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    return data, int(np.flatnonzero(s.mode == f2.TILE_RUNS)[0])
+    return data, int(np.flatnonzero(s.mode == f2.TILE_RUNS_REPEAT)[0])
 
 
 def test_every_byte_change_is_refused_or_agrees_with_reference() -> None:
     data, _ = _runs_stream()
     assert_byte_flips_refused_or_agree(data, flips=300, seed=7)
+    old = r2.runs_stream(blobs(64, 70, None, seed=9), tile=32, repeats=False)
+    assert_byte_flips_refused_or_agree(old, flips=150, seed=8)
+
+
+@pytest.mark.parametrize("c", [None, 3])
+def test_streams_without_row_repeats_still_decode(c: int | None) -> None:
+    """Mode 3 runs tiles (no row repeats, as every encoder wrote them before mode 4) decode to
+    the image in every decoder; the same tiles with repeats code fewer symbols."""
+    image = blobs(100, 90, c, seed=12)
+    old = r2.runs_stream(image, tile=32, repeats=False)
+    new = r2.runs_stream(image, tile=32)
+    modes_old = f2.read_stream(np.frombuffer(old, np.uint8)).mode
+    modes_new = f2.read_stream(np.frombuffer(new, np.uint8)).mode
+    runs_tiles = modes_old == f2.TILE_RUNS
+    assert runs_tiles.sum() >= 4 and not (modes_old == f2.TILE_RUNS_REPEAT).any()
+    assert (modes_new[runs_tiles] == f2.TILE_RUNS_REPEAT).all()
+    pals = [r2.choose_palette(t.astype(np.int64)) for t in r2.tiles_of(image if c else image[:, :, None], 32)]
+    n_old = sum(r2.RunsChoice(p.palette, p.index, False).symbols.size for p in pals if p and len(p.palette) > 1)
+    n_new = sum(r2.RunsChoice(p.palette, p.index).symbols.size for p in pals if p and len(p.palette) > 1)
+    assert n_new < 0.8 * n_old
+    for data in (old, new):
+        np.testing.assert_array_equal(lossless.decode(data), image)
+        np.testing.assert_array_equal(r2.decode(data), image)
+        np.testing.assert_array_equal(lossless.decode(data, roi=(5, 3, 97, 80)), image[5:97, 3:80])
+
+
+def test_a_tile_of_256_colours_is_coded_without_repeats() -> None:
+    """Mode 4 takes at most 255 colours (RUN_REPEAT is then never a label rank): a runs tile
+    of 256 colours is a mode 3 tile, and its repeated rows are coded as runs."""
+    index = np.repeat(np.arange(256).reshape(4, 64), 16, axis=0)  # 64 x 64, rows repeat 15 times
+    palette = np.stack([np.arange(256)] * 3, axis=1)
+    choice = r2.RunsChoice(palette, index)
+    assert choice.mode == f2.TILE_RUNS
+    np.testing.assert_array_equal(choice.symbols, r2.runs_symbols(index, 256, repeats=False)[0])
+    assert choice.symbols.size > r2.runs_symbols(index, 256)[0].size
+    assert r2.RunsChoice(palette[:255], np.minimum(index, 254)).mode == f2.TILE_RUNS_REPEAT
+
+
+def test_repeats_decode_and_a_repeat_past_the_last_row_is_refused() -> None:
+    good = runs_tile_stream(repeat_symbols(6), 8, 10)
+    expected = np.zeros((8, 10), np.uint8)
+    np.testing.assert_array_equal(lossless.decode(good), expected)
+    np.testing.assert_array_equal(r2.decode(good), expected)
+    bad = runs_tile_stream(repeat_symbols(7), 8, 10)  # rows 1 .. 8 of 8
+    with pytest.raises(CodecError, match="repeat of 8 rows from row 1"):
+        r2.decode(bad)
+    with pytest.raises(CodecError, match="run symbol, run boundary or label"):
+        lossless.decode(bad)
+    first_row = [(f2.RUN_CTX_LABEL, f2.RUN_REPEAT), (f2.RUN_CTX_LENGTH, 0)] + repeat_symbols(6)
+    with pytest.raises(CodecError, match="label rank 255"):  # no row above the first
+        r2.decode(runs_tile_stream(first_row, 8, 10))
+    with pytest.raises(CodecError, match="run symbol, run boundary or label"):
+        lossless.decode(runs_tile_stream(first_row, 8, 10))
 
 
 def _payload(data: bytes, i: int) -> bytearray:
@@ -207,7 +263,8 @@ def test_bad_runs_headers_are_refused_by_both_validators() -> None:
         (bytes([f2.TILE_RUNS, n_sets]) + bytes(payload[2:]), "runs tile table set"),
         (bytes(payload[:-1]), "runs tile length"),
         (bytes(payload[:2]), "runs tile length"),
-        (bytes([f2.TILE_RUNS + 1]) + bytes(payload[1:]), "tile mode"),
+        (bytes([f2.TILE_RUNS_REPEAT + 1]) + bytes(payload[1:]), "tile mode"),
+        (bytes(payload[:2]) + bytes([255]) + bytes(payload[3:]), "palette size of a runs tile with row repeats"),
     ]
     for bad_payload, message in cases:
         bad = f2.with_payloads(data, {i: bad_payload})
@@ -218,10 +275,11 @@ def test_bad_runs_headers_are_refused_by_both_validators() -> None:
 
 
 def test_a_runs_set_above_the_old_limit_is_read() -> None:
-    """One channel allows 2C + 1 = 3 table sets: the runs set after two for the other tiles."""
-    image = blobs(200, 260, None, seed=11)
+    """One channel allows 2C + 2 = 4 table sets: the two runs sets (six tables, four per set)
+    after two for the other tiles (two textures that take a set each beside a mask)."""
+    image = np.concatenate([mixed_image(None), blobs(128, 192, None, seed=11)], axis=1)
     data = lossless.encode(image, version=2)
-    assert data[7] == f2.max_sets(1) == 3
+    assert data[7] == f2.max_sets(1) == 4
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
@@ -243,15 +301,15 @@ def test_choose_with_a_context_no_chosen_tile_uses() -> None:
     assert picked is not None
     chosen, freq = picked
     assert chosen.tolist() == [True, True, False]
-    assert freq.shape == (f2.CONTEXTS, 256)
-    assert not freq[f2.RUN_CTX_LENGTH].any()
+    assert freq.shape == (f2.RUN_CONTEXTS, 256)
+    assert not freq[[f2.RUN_CTX_LENGTH, f2.RUN_CTX_ROW]].any()
     assert (freq[[f2.RUN_CTX_NEAR, f2.RUN_CTX_FAR, f2.RUN_CTX_LABEL]].sum(axis=1) == f2.PROB_SCALE).all()
 
 
 def _dense_choice(syms: np.ndarray, ctxs: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray,
                   current: np.ndarray, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """runs.choose's rule spelled out over dense per-tile histograms (how it was first written)."""
-    hists = np.zeros((syms.shape[0], f2.CONTEXTS, 256), np.int64)
+    hists = np.zeros((syms.shape[0], f2.RUN_CONTEXTS, 256), np.int64)
     for k in range(syms.shape[0]):
         np.add.at(hists[k], (ctxs[k, : n_symbols[k]], syms[k, : n_symbols[k]]), 1)
     chosen = n_symbols * runs.MIN_PIXELS_PER_SYMBOL <= pixels
@@ -281,7 +339,7 @@ def test_choose_from_symbols_follows_the_rule_on_random_candidates() -> None:
         n_symbols = rng.integers(1, cap, m)
         n_symbols[rng.random(m) < 0.2] = 5000  # too many: never chosen
         syms = rng.integers(0, 12 if trial % 2 else 4, (m, cap)).astype(np.uint8)
-        ctxs = rng.integers(0, f2.CONTEXTS, (m, cap)).astype(np.uint8)
+        ctxs = rng.integers(0, f2.RUN_CONTEXTS, (m, cap)).astype(np.uint8)
         rows = rng.permutation(m + 3)[:m]  # candidates k at any rows of a larger array
         all_syms = np.full((m + 3, cap), 255, np.uint8)
         all_ctxs = np.full((m + 3, cap), 3, np.uint8)

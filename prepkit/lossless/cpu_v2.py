@@ -2388,6 +2388,25 @@ def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
         _copy_line(out, np.uint64(out_base + ((oy + y) * out_w + ox + xa) * c), line, width)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False, inline="always")
+def _prefetch_output(item, out):
+    """Prefetch for writing the cache lines of out that work item `item` will write.
+
+    A tile's rows are a few cache lines each, one row apart in the output: as many streams as
+    rows, more than the hardware prefetchers follow, so without this every line of an output
+    that is not in the caches is a demand miss when the tile's rows are copied out."""
+    th, tw, c = item[2], item[3], item[4]
+    out_base, out_h, out_w, oy, ox = item[6], item[7], item[8], item[9], item[10]
+    ya, yb = max(0, -oy), min(th, out_h - oy)
+    xa, xb = max(0, -ox), min(tw, out_w - ox)
+    width = (xb - xa) * c
+    for y in range(ya, yb):
+        d = out_base + ((oy + y) * out_w + ox + xa) * c
+        for q in range(0, width, 64):
+            memops.prefetch_write(out, d + q)
+        memops.prefetch_write(out, d + width - 1)
+
+
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scratch, decoded=False):
     """Decode one v2 work item (plan.py columns) into the flat output; return an error code.
@@ -2544,6 +2563,9 @@ def _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty,
     while j < n:
         i = items[j]
         k = j + stride
+        _prefetch_output(work[i], out)  # (the item after it too: the pair loops decode both)
+        if k < n:
+            _prefetch_output(work[items[k]], out)
         base = _window_base(work[i, plan_mod.TABLE_BASE], freq, cum, empty, n_tables_at, window, window_empty, tags)
         if pairs and k < n:
             plane = _two_lane_plane(src, work[i])

@@ -69,3 +69,21 @@ def store32(typingctx, array, at, value):
         return context.get_dummy_value()
 
     return types.none(array, at, value), codegen
+
+
+@intrinsic
+def prefetch_write(typingctx, array, at):
+    """Ask for the cache line of array[at] (uint8 array) for writing, into every level: a hint,
+    no fault on any address."""
+
+    def codegen(context, builder, signature, args):
+        arr, start = args
+        ptr = _byte_address(context, builder, signature.args[0], arr, start)
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+            "llvm.prefetch.p0i8")
+        builder.call(fn, [ptr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(array, at), codegen

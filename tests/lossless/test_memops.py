@@ -46,3 +46,18 @@ def test_store32_writes_four_little_endian_bytes_anywhere() -> None:
         want[at : at + 4] = np.frombuffer(value.to_bytes(4, "little"), np.uint8)
         _store32(a, np.uint64(at), np.uint32(value))
         np.testing.assert_array_equal(a, want)
+
+
+@njit(cache=False)
+def _prefetch_rows(a, first, rows, stride):  # type: ignore[no-untyped-def]
+    for r in range(rows):
+        memops.prefetch_write(a, first + r * stride)
+
+
+def test_prefetch_write_emits_a_write_prefetch_and_changes_nothing() -> None:
+    a = np.arange(4096, dtype=np.uint8)
+    _prefetch_rows(a, np.int64(5), np.int64(60), np.int64(64))
+    np.testing.assert_array_equal(a, np.arange(4096, dtype=np.uint8))
+    llvm = next(iter(_prefetch_rows.inspect_llvm().values()))
+    # llvm.prefetch(address, rw = 1: for writing, locality 3, data cache)
+    assert "@llvm.prefetch" in llvm and ", i32 1, i32 3, i32 1)" in llvm

@@ -274,6 +274,25 @@ def test_bad_runs_headers_are_refused_by_both_validators() -> None:
             hostplan.plan_buffers([bad])
 
 
+def test_a_repeat_tile_whose_tables_are_not_all_in_the_stream_is_refused() -> None:
+    """With four tables per set a mode 4 tile's fifth table is in the next set: a tile that
+    names the last set would read a table past the stream's."""
+    data = lossless.encode(blobs(96, 100, None, seed=5), tile=32, version=2)
+    s = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert f2.set_tables(data[5]) == 4 and (s.mode == f2.TILE_RUNS_REPEAT).any()
+    i = int(np.flatnonzero(s.mode == f2.TILE_RUNS_REPEAT)[0])
+    assert s.table_set[i, 0] == data[7] - 2  # the runs tables: the last two sets
+    payload = _payload(data, i)
+    payload[1] = data[7] - 1
+    bad = f2.with_payloads(data, {i: bytes(payload)})
+    with pytest.raises(CodecError, match="table set of a runs tile with row repeats"):
+        f2.read_stream(np.frombuffer(bad, np.uint8))
+    with pytest.raises(CodecError):
+        hostplan.plan_buffers([bad])
+    payload[0] = f2.TILE_RUNS  # mode 3 has four tables: the last set is a valid one for it
+    f2.read_stream(np.frombuffer(f2.with_payloads(data, {i: bytes(payload)}), np.uint8))
+
+
 def test_a_runs_set_above_the_old_limit_is_read() -> None:
     """One channel allows 2C + 2 = 4 table sets: the two runs sets (six tables, four per set)
     after two for the other tiles (two textures that take a set each beside a mask)."""

@@ -1,12 +1,14 @@
-"""Runs tiles (bitstream v2, A2 mode 3): the numba CPU encoder and decoder, and the choice
+"""Runs tiles (bitstream v2, A2 modes 3 and 4): the numba CPU encoder and decoder, and the choice
 of which tiles become runs tiles, shared by both encoders.
 
 A runs tile is a palette and its index plane as rows of runs; each row's run boundaries are
 coded against the boundaries of the row above (as CCITT group 4 fax coding does for two
 colours), and each run's palette index as its rank among a few candidates taken from the row
 above and the run before. Segmentation masks and flat renders have about 30 pixels per run,
-so a tile decodes about a tenth as many symbols as its pixels, each run a fill. One rANS lane:
-the next symbol's table depends on the symbol before, so there is nothing to interleave.
+so a tile decodes about a tenth as many symbols as its pixels, each run a fill. In mode 4 a
+row equal to the row above, with the rows after it that equal it too, is two symbols and a
+copy (a repeat). One rANS lane: the next symbol's table depends on the symbol before, so
+there is nothing to interleave.
 reference_v2.runs_symbols and runs_decode are the plain versions these match.
 """
 
@@ -354,7 +356,9 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
 # The encoder makes a runs tile only of a tile with at least this many pixels per run symbol:
 # one thread decodes a runs tile symbol after symbol (a GPU warp's other 31 lanes wait), so
 # a tile of short runs, noise-like, would be smaller as runs and decode many times slower.
-# Segmentation masks have about 17 pixels per symbol (docs/BENCHMARKS.md "Runs tiles").
+# Segmentation masks have about 17 pixels per symbol (docs/BENCHMARKS.md "Runs tiles"); the 12
+# evaluation masks' tiles of two colours or more 13.7 in mode 3 and 21.3 with row repeats
+# ("Row repeats in runs tiles").
 MIN_PIXELS_PER_SYMBOL = 4
 # The encoders take a candidate with at least this many pixels per run symbol as a runs tile
 # before any other choice (`sure`): of the evaluation masks' candidates, 746 of 849 have that

@@ -707,12 +707,12 @@ def _runs_floor(padded, th, tw, repeats):
 @njit(nogil=True, cache=True, boundscheck=False)
 def _tile_runs(padded, th, tw, n_colours, scratch, kept_syms, kept_ctxs):
     """The run symbols of the index plane in padded (_tile_palette) of n_colours colours (A2
-    mode 4 where format_v2.runs_mode gives it, else 3): their count, cut short past the most
+    mode 4 where runs.mode_of gives it, else 3): their count, cut short past the most
     a runs tile may have (runs.tile_symbols), and when at most RUNS_CAP the symbols and
     contexts in kept_syms, kept_ctxs. A noise-like tile is out before its symbols
     (_runs_floor)."""
     index, syms, ctxs, above, starts = scratch
-    repeats = n_colours <= f2.REPEAT_MAX_COLOURS
+    repeats = runs.mode_of(n_colours) == f2.TILE_RUNS_REPEAT
     limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
     floor = _runs_floor(padded, th, tw, repeats)
     if floor > limit:
@@ -1365,7 +1365,7 @@ def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept
             lengths[k] = 0
             if pos + 4 >= base + limits[k]:
                 continue
-            out[base] = f2.TILE_RUNS_REPEAT if n_colours <= f2.REPEAT_MAX_COLOURS else f2.TILE_RUNS  # runs_mode
+            out[base] = runs.mode_of(n_colours)
             out[base + 1] = table_set
             out[base + 2] = n_colours - 1
             _write_palette(colours[i], n_colours, c, out, base + f2.RUNS_HEADER)
@@ -2389,16 +2389,23 @@ def _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False, inline="always")
+def _region(item):
+    """(ya, yb, xa, xb): the rows and columns of work item `item`'s tile that lie inside its
+    output (all of them, or a crop's part)."""
+    th, tw = item[2], item[3]
+    out_h, out_w, oy, ox = item[7], item[8], item[9], item[10]
+    return max(0, -oy), min(th, out_h - oy), max(0, -ox), min(tw, out_w - ox)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, _nrt=False, inline="always")
 def _prefetch_output(item, out):
     """Prefetch for writing the cache lines of out that work item `item` will write.
 
     A tile's rows are a few cache lines each, one row apart in the output: as many streams as
     rows, more than the hardware prefetchers follow, so without this every line of an output
     that is not in the caches is a demand miss when the tile's rows are copied out."""
-    th, tw, c = item[2], item[3], item[4]
-    out_base, out_h, out_w, oy, ox = item[6], item[7], item[8], item[9], item[10]
-    ya, yb = max(0, -oy), min(th, out_h - oy)
-    xa, xb = max(0, -ox), min(tw, out_w - ox)
+    c, out_base, out_w, oy, ox = item[4], item[6], item[8], item[9], item[10]
+    ya, yb, xa, xb = _region(item)
     width = (xb - xa) * c
     for y in range(ya, yb):
         d = out_base + ((oy + y) * out_w + ox + xa) * c
@@ -2414,15 +2421,14 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
     the tile's rANS symbols are in `symbols` already (_pair_symbols)."""
     start, end = item[0], item[1]
     th, tw, c = item[2], item[3], item[4]
-    out_base, out_h, out_w, oy, ox = item[6], item[7], item[8], item[9], item[10]
+    out_base, out_w, oy, ox = item[6], item[8], item[9], item[10]
     wide = item[plan_mod.WIDE]
     ctx = ctx_of[wide]  # the stream's contexts: CONTEXT_OF row 0 or 1
     ctx16 = CONTEXT16[wide]
     wmask = np.uint8(255) if wide else np.uint8(0)
     tshift = 2 + item[plan_mod.PLANE]  # eight tables per set with plane contexts, else four
     plane = th * tw
-    ya, yb = max(0, -oy), min(th, out_h - oy)
-    xa, xb = max(0, -ox), min(tw, out_w - ox)
+    ya, yb, xa, xb = _region(item)
     if src[start] == f2.TILE_RAW:
         for y in range(ya, yb):
             s0 = start + 1 + (y * tw + xa) * c
@@ -2560,12 +2566,13 @@ def _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty,
     counts (the note above _rans_rounds)."""
     j = np.int64(first)  # (a parfor index may be unsigned: uint64 + int64 would be a float)
     n = items.shape[0]
+    ahead = j  # the first item whose output is not prefetched yet
     while j < n:
         i = items[j]
         k = j + stride
-        _prefetch_output(work[i], out)  # (the item after it too: the pair loops decode both)
-        if k < n:
-            _prefetch_output(work[items[k]], out)
+        while ahead <= k and ahead < n:  # this item's output and the next one's (pairs decode both)
+            _prefetch_output(work[items[ahead]], out)
+            ahead += stride
         base = _window_base(work[i, plan_mod.TABLE_BASE], freq, cum, empty, n_tables_at, window, window_empty, tags)
         if pairs and k < n:
             plane = _two_lane_plane(src, work[i])

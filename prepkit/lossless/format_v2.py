@@ -101,11 +101,6 @@ PREDICTORS = 5  # 0 none, 1 left, 2 up, 3 gradient, 4 MED (median edge detector,
 PRED_MED = 4
 
 
-def runs_mode(n_colours: int) -> int:
-    """The mode the encoders give a runs tile of P colours: with row repeats where it can be."""
-    return TILE_RUNS_REPEAT if n_colours <= REPEAT_MAX_COLOURS else TILE_RUNS
-
-
 def channel_byte(predictor: int, table_set: int) -> int:
     """The channel byte of a rANS-coded plane (A2): predictor 0..4, table set s."""
     if predictor >= 4:

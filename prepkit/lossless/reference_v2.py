@@ -323,12 +323,12 @@ def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True) -> tup
 
 class RunsChoice:
     """A runs tile (A2 mode 3 or 4): palette (as PaletteChoice's), index plane, its run
-    symbols, and the mode they are for (format_v2.runs_mode)."""
+    symbols, and the mode they are for (runs.mode_of)."""
 
     def __init__(self, palette: np.ndarray, index: np.ndarray, repeats: bool = True) -> None:
         self.palette = palette
         self.index = index
-        self.mode = f2.runs_mode(palette.shape[0]) if repeats else f2.TILE_RUNS
+        self.mode = int(runs.mode_of(palette.shape[0])) if repeats else f2.TILE_RUNS
         self.symbols, self.contexts = runs_symbols(index, palette.shape[0], self.mode == f2.TILE_RUNS_REPEAT)
 
     def fixed_bytes(self) -> int:

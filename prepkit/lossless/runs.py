@@ -370,6 +370,13 @@ SURE_PIXELS_PER_SYMBOL = 8
 
 
 @njit(nogil=True, cache=True)
+def mode_of(n_colours):
+    """The mode the encoders give a runs tile of n_colours colours: with row repeats (A2 mode
+    4) where it can be, else mode 3. Compiled, so that both encoders share one test."""
+    return f2.TILE_RUNS_REPEAT if n_colours <= f2.REPEAT_MAX_COLOURS else f2.TILE_RUNS
+
+
+@njit(nogil=True, cache=True)
 def sure(n_symbols, pixels):
     """Whether candidates (run symbol counts, pixel counts: integers or arrays) are sure to
     become runs tiles. Compiled, so that the encoders' kernels and Python share one test."""

@@ -81,11 +81,9 @@ bench: setup
 # image's numba-cuda registers np.row_stack, which numpy 2.5 removed, so `numba.cuda` fails to
 # import there (seen 2026-11-26 on an H200). On the device: `make gpu-check` (about 450 s), or
 # `make gpu-correct` and `make gpu-bench` as two calls; each packs GPU_OUT into $OUT.
-# - gpu-correct: the CUDA tests on the device, prepkit.bench.gpucheck's identity, fuzz and
-#   reader stages and compute-sanitizer as three processes side by side (each is mostly numba
-#   compiling on one core; the tests in eight pytest-xdist workers, test by test: 177 s on the
-#   H200 machine in stop 37, where four workers file by file ran past the 280 s limit), then an
-#   ncu profile of the v2 decode kernel alone;
+# - gpu-correct: prepkit.bench.gpucheck's identity, fuzz and reader stages beside
+#   compute-sanitizer, then the CUDA tests on the device (eight pytest-xdist workers, test by
+#   test: 177 s on the H200 machine in stop 37), then an ncu profile of the v2 decode kernel;
 # - gpu-bench: prepkit.bench.gpucheck's benchmarks, alone on the GPU (with stack samples of
 #   the Reader's threads), then the Reader's host work on that machine (bench.hostprep).
 GPU_PY ?= python3
@@ -114,16 +112,18 @@ gpu-install:
 	-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current \
 	  --format=csv > $(GPU_OUT)/nvidia-smi.txt
 
-# Fails (after printing every summary) when any of its four parts failed.
+# Fails (after printing every summary) when any of its four parts failed. The checks and the
+# sanitizer run side by side (about 60 s each, alone on the H200 machine), then the tests alone:
+# with all three at once (stop 41) the checks' CPU decodes and memcheck ran past their limits.
 gpu-correct: gpu-install
-	@$(GPU_RUN) timeout 280 $(GPU_PY) -m pytest -q $(GPU_XDIST) -p no:cacheprovider --noconftest tests/cudasim \
-	  --ignore=tests/cudasim/test_simulator_active.py tests/lossless/test_ptx.py tests/augment/test_ptx.py \
-	  > $(GPU_OUT)/pytest.log 2>&1 & tests=$$!; \
-	$(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages sanitize --sanitize-timeout 70 \
+	@$(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages sanitize --sanitize-timeout 70 \
 	  --out $(GPU_OUT)/sanitize > $(GPU_OUT)/sanitize.log 2>&1 & sanitize=$$!; \
 	$(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages env,identity,fuzz,reader \
 	  --out $(GPU_OUT)/check 2>&1 | tee $(GPU_OUT)/check.log | tail -8; checks=$$?; \
-	wait $$tests; tests=$$?; wait $$sanitize; sanitize=$$?; \
+	wait $$sanitize; sanitize=$$?; \
+	$(GPU_RUN) timeout 280 $(GPU_PY) -m pytest -q $(GPU_XDIST) -p no:cacheprovider --noconftest tests/cudasim \
+	  --ignore=tests/cudasim/test_simulator_active.py tests/lossless/test_ptx.py tests/augment/test_ptx.py \
+	  > $(GPU_OUT)/pytest.log 2>&1; tests=$$?; \
 	$(GPU_RUN) timeout 120 ncu --set basic -k regex:decode_kernel -s 1 -c 1 \
 	  $(GPU_PY) -m prepkit.bench.gpucheck --child profile > $(GPU_OUT)/ncu.txt 2>&1; profile=$$?; \
 	tail -3 $(GPU_OUT)/pytest.log; tail -2 $(GPU_OUT)/sanitize.log; \

@@ -125,6 +125,27 @@ def edge_images(smoke: bool) -> list[np.ndarray]:
     return images
 
 
+def content_images(smoke: bool) -> list[np.ndarray]:
+    """Images whose tiles take the palette and runs modes (row repeats included): segmentation
+    masks, a terminal screenshot and a photograph inside a black disc, as a fundus image."""
+    from prepkit.bench import evalsets
+
+    if smoke:  # two 16x16 runs tiles with repeated rows
+        mask = np.zeros((16, 32), np.uint8)
+        mask[4:12, 3:9] = 7
+        mask[:, 20:] = (np.arange(16)[None, :12] // 4 % 3).astype(np.uint8) * 40
+        return [mask]
+    masks = [evalsets.polygon_mask(width, height, seed) for seed, (width, height) in
+             enumerate([(2048, 1024), (640, 480), (513, 257), (1000, 700)])]
+    terminal = evalsets.render_terminal(1280, 720)
+    photo = sample_photos()[0]
+    h, w = photo.shape[:2]
+    yy, xx = np.mgrid[0:h, 0:w]
+    disc = (yy - h / 2) ** 2 + (xx - w / 2) ** 2 < (0.45 * min(h, w)) ** 2
+    fundus = np.where(disc[..., None], photo, 0).astype(np.uint8)
+    return masks + [masks[0][..., None], terminal, fundus, fundus[..., 1]]
+
+
 # -- stages ---------------------------------------------------------------------------
 def stage_env(run: Run) -> dict[str, Any]:
     """Versions and device; whether numba and torch share one context, also from a thread."""
@@ -210,7 +231,8 @@ def stage_identity(run: Run) -> dict[str, Any]:
     from prepkit.lossless import cuda as lossless_cuda
 
     sets = image_sets(run.smoke)
-    groups = {"big": sets["big"], "small": sets["small"], "edge": edge_images(run.smoke)}
+    groups = {"big": sets["big"], "small": sets["small"], "edge": edge_images(run.smoke),
+              "content": content_images(run.smoke)}
     if not run.smoke:
         groups["samples"] = sample_photos()
     bad: list[str] = []
@@ -219,7 +241,7 @@ def stage_identity(run: Run) -> dict[str, Any]:
     version = versions[-1]  # of the checks below: v2 (the default) on a GPU, v1 under the simulator
     for name, images in groups.items():
         for tile in (16,) if run.smoke else (64,) if name == "big" else (16, 32, 64):
-            for version in versions:
+            for version in versions[-1:] if name == "content" else versions:  # v1 has no runs tiles
                 streams = [lossless.encode(image, tile=tile, version=version) for image in images]
                 on_gpu = lossless.decode_batch(streams, device="cuda")
                 on_cpu = lossless.decode_batch(streams, device="cpu")

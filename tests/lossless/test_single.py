@@ -1,5 +1,6 @@
-"""lossless.decode's one-call path for one whole small v2 stream (prepkit.lossless.single):
-the batch path's pixels and refusals, and the cases it leaves to the batch path."""
+"""The one-call paths for whole v2 streams (prepkit.lossless.single): lossless.decode's for one
+stream, decode_batch and decode_batch_packed's for many; the batch path's pixels and refusals,
+and the cases they leave to the batch path."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ import pytest
 from prepkit import lossless
 from prepkit.errors import CodecError
 from prepkit.lossless import cpu, single
+
+
+def _batch_path(buffers: list[bytes], out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batch path itself (hostplan's plan, then cpu.decode_plan): what the one-call paths
+    must reproduce."""
+    plan = lossless._build_plan(buffers, None, "cpu")
+    return cpu.decode_plan(plan, out), plan.offsets, plan.shapes
 
 
 def _images() -> list[np.ndarray]:
@@ -99,7 +107,7 @@ def test_damaged_streams_are_refused_like_the_batch_path() -> None:
             data[int(rng.integers(len(data)))] = int(rng.integers(256))
         fast = single.decode(bytes(data))
         try:
-            batch = lossless.decode_batch([bytes(data)])[0]
+            batch = _batch_path([bytes(data)])[0]
         except CodecError as error:
             assert fast is None, "the one-call path decoded a stream the batch path refuses"
             with pytest.raises(CodecError) as raised:
@@ -108,6 +116,90 @@ def test_damaged_streams_are_refused_like_the_batch_path() -> None:
             refused += 1
             continue
         if fast is not None:
-            np.testing.assert_array_equal(fast, batch)
+            np.testing.assert_array_equal(fast.reshape(-1), batch)
             decoded += 1
     assert refused > 100 and decoded > 20  # both outcomes seen
+
+
+@pytest.fixture
+def one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba on one thread, as far as the paths' choice goes: the batch path would decode a
+    batch of any size on the calling thread."""
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: np.iinfo(np.int64).max)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_batches_decode_in_one_call_like_the_batch_path() -> None:
+    images = _images()
+    streams = [lossless.encode(image, tile=tile) for tile in (16, 64) for image in images]
+    want_flat, want_offsets, want_shapes = _batch_path(streams)
+    done = single.decode_many(streams)
+    assert done is not None
+    flat, offsets, shapes, _ = done
+    np.testing.assert_array_equal(flat, want_flat)
+    np.testing.assert_array_equal(offsets, want_offsets)
+    np.testing.assert_array_equal(shapes, want_shapes)
+    assert offsets.dtype == want_offsets.dtype and shapes.dtype == want_shapes.dtype
+    out = np.full(want_flat.size + 100, 77, np.uint8)  # written in place; the bytes past the pixels kept
+    flat, offsets, shapes = lossless.decode_batch_packed(streams, out=out)
+    assert np.shares_memory(flat, out) and flat.size == want_flat.size
+    np.testing.assert_array_equal(out[: want_flat.size], want_flat)
+    assert (out[want_flat.size :] == 77).all()
+    for decoded, image in zip(lossless.decode_batch(streams), images + images, strict=True):
+        assert decoded.shape == image.shape  # 2-D images stay 2-D
+        np.testing.assert_array_equal(decoded, image)
+    joined = single.decode_many([streams[1]])  # one stream: read in place
+    assert joined is not None
+    np.testing.assert_array_equal(joined[0], images[1].reshape(-1))
+
+
+def test_batches_left_to_the_batch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: np.iinfo(np.int64).max)
+    images = _images()
+    streams = [lossless.encode(image, tile=16) for image in images]
+    total = sum(image.size for image in images)
+    mixed = streams + [lossless.encode(images[0], version=1)]
+    assert single.decode_many(mixed) is None  # version 1 in the batch
+    for decoded, image in zip(lossless.decode_batch(mixed), images + images[:1], strict=True):
+        np.testing.assert_array_equal(decoded, image)
+    assert single.decode_many([]) is None
+    small = np.zeros(total - 1, np.uint8)
+    assert single.decode_many(streams, small) is None
+    with pytest.raises(ValueError, match="out"):  # the batch path's error for a short buffer
+        lossless.decode_batch_packed(streams, out=small)
+    for unusable in (np.zeros(total, np.int32), np.zeros((total, 1), np.uint8), np.zeros(2 * total, np.uint8)[::2]):
+        assert single.decode_many(streams, unusable) is None
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: 2 * cpu.MIN_TILES_PER_THREAD - 1)  # numba on two threads
+    tiles = cpu.MIN_TILES_PER_THREAD  # per image: two of them make more than two threads' share
+    many = [lossless.encode(np.full((16 * tiles, 16, 3), k, np.uint8), tile=16) for k in range(2)]
+    assert single.decode_many(many) is None
+    assert single.decode_many(many[:1]) is not None  # these tiles stay on one thread
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_damaged_stream_in_a_batch_is_named_by_the_batch_path() -> None:
+    """A batch with one refused stream goes to the batch path, whose CodecError names the image;
+    a batch this path decodes must be one the batch path decodes to the same pixels."""
+    rng = np.random.default_rng(11)
+    seeds = [lossless.encode(image, tile=16) for image in _images()]
+    refused = decoded = 0
+    for _ in range(300):
+        batch = list(seeds)
+        k = int(rng.integers(len(batch)))
+        data = bytearray(batch[k])
+        data[int(rng.integers(len(data)))] = int(rng.integers(256))
+        batch[k] = bytes(data)
+        done = single.decode_many(batch)
+        try:
+            want = _batch_path(batch)[0]
+        except CodecError as error:
+            assert done is None, "the one-call path decoded a batch the batch path refuses"
+            assert str(error).startswith(f"image {k}: ")
+            with pytest.raises(CodecError, match=f"^image {k}: "):
+                lossless.decode_batch_packed(batch)
+            refused += 1
+            continue
+        if done is not None:
+            np.testing.assert_array_equal(done[0], want)
+            decoded += 1
+    assert refused > 50 and decoded > 20  # both outcomes seen

@@ -1,28 +1,31 @@
-"""One whole v2 stream decoded on the CPU in one compiled call: ``lossless.decode``'s fast path.
+"""Whole v2 streams decoded on the CPU in one compiled call: the fast path of
+``lossless.decode``, ``decode_batch`` and ``decode_batch_packed``.
 
 The batch path (``hostplan.plan_buffers`` then ``cpu.decode_plan``) makes a dozen numba and
 numpy calls per batch. For one small image those calls cost more than the decoding: a 32x32
-photograph crop took about 60 us where libspng takes 20. Here the same steps, with the same
-validation (``hostplan._read_headers``, ``_layout``, ``_validate_fill``) and the same kernel
-(``cpu_v2._decode_strided``), run in one call on the stream's own bytes (no copy).
+photograph crop took about 60 us where libspng takes 20. For a batch of the 12 evaluation
+masks they took 0.21-0.25 ms against 2 ms of decoding, and 1.0-1.2 ms when the process had
+been asleep (its code and data fetched from memory again). Here the same steps, with the same
+validation (``hostplan._read_headers``, ``_layout``, ``_validate_fill``) and the same kernels
+(``cpu_v2._decode_strided`` on the calling thread, ``cpu_v2._decode_items`` on numba's threads,
+chosen as ``cpu.use_parallel`` chooses), run in one call: on the stream's own bytes for one
+stream, on the streams copied back to back into the thread's reused buffer for several.
 
-Only the common case is handled: a whole v2 stream that the batch path would decode on one
-thread (at most MAX_TILES tiles; any number when numba has one thread, or fewer than
-``cpu.MIN_TILES_PER_THREAD`` per thread). Anything else (version 1, a region, a refused
-stream, an image the batch path splits over threads) returns None and the caller takes the
-batch path, which decodes it or raises the CodecError that names the reason.
+Only whole v2 streams are handled. Anything else (version 1, a region, a refused stream, an
+``out`` the batch path would refuse) returns None and the caller takes the batch path, which
+decodes it or raises the CodecError that names the image and the reason.
 
-Why any size on one thread: the batch path plans in Python (about 35 us per call) and stages
-a copy of the bytes, and one image per call decoded faster here at every size measured. One
-numba thread: evaluation masks 62-263 us here against 120-368 us on the batch path, a
-2560x2560 wallpaper 28.8-29.5 ms against 31.0-31.5 (docs/BENCHMARKS.md "Decoder kernels
-without reference counts (stop 38)").
+Measured (docs/BENCHMARKS.md "Decoder kernels without reference counts (stop 38)", "A batch
+of whole streams in one compiled call (stop 41)"): one numba thread, evaluation masks one per
+call 62-263 us here against 120-368 us on the batch path, a 2560x2560 wallpaper 28.8-29.5 ms
+against 31.0-31.5; the 12 masks as one batch 2.09-2.14 ms against 2.28-2.32.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 from numba import njit
 
@@ -32,21 +35,16 @@ from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
 
-# Images of more tiles than this may go to the batch path, which decodes them on several
-# threads (cpu.use_parallel); below it, this path takes them without asking numba its threads.
-MAX_TILES = 2 * cpu.MIN_TILES_PER_THREAD - 1
-
 NOT_HERE = -1  # the stream is not one this path decodes (not v2)
-MANY_TILES = -2  # more tiles than max_tiles
-OUT_TOO_SMALL = -3  # the caller's output buffer is smaller than the batch's pixels
+OUT_TOO_SMALL = -2  # the caller's output buffer is smaller than the batch's pixels
 
 
 @njit(nogil=True, cache=True)
-def _validate(src, starts, stops, max_tiles):
+def _validate(src, starts, stops):
     """(code, info, lay, work, freq, cum, n_out) of the streams src[starts[r]:stops[r]], which
     lie back to back from byte 0: code 0 when every one is a whole v2 stream that validates,
-    NOT_HERE when one is not v2, MANY_TILES when they hold more than max_tiles tiles, else the
-    first refusal code (the batch path then names the stream and the reason)."""
+    NOT_HERE when one is not v2, else the first refusal code (the batch path then names the
+    stream and the reason)."""
     n = starts.size
     rows = np.arange(n)
     info = np.zeros((n, hostplan.N_INFO), np.int64)
@@ -66,8 +64,6 @@ def _validate(src, starts, stops, max_tiles):
     totals = np.empty(5, np.int64)
     hostplan._layout(info, regions, False, starts, stops, lay, totals)
     n_items, n_segs, n_tables, n_out = totals[0], totals[1], totals[2], totals[3]
-    if n_items > max_tiles:
-        return MANY_TILES, info, lay, work, freq, cum, n_out
     work = np.empty((n_items, plan_mod.N_COLS), np.int64)
     owner = np.empty(n_items, np.int64)
     segs = np.empty((n_segs, 4), np.int64)
@@ -85,9 +81,11 @@ def _validate(src, starts, stops, max_tiles):
 
 
 @njit(nogil=True, cache=True)
-def _decode_into(src, work, freq, cum, out, windows, window_empty, symbols, planes, ctx_of):
-    """Decode every validated work item into out (one thread); the first tile's error code, or 0.
-    The work items point into the streams as staged back to back from byte 0: src itself."""
+def _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty, symbols, planes, ctx_of):
+    """Decode every validated work item into out; the first tile's error code, or 0. On numba's
+    threads (the scratch holds one chunk per thread) when cpu.use_parallel would choose them
+    for this many tiles (serial_tiles: cpu.serial_tiles()), else on the calling thread. The
+    work items point into the streams as staged back to back from byte 0: src itself."""
     n_tables = freq.shape[0]
     empty = np.zeros(n_tables, np.int64)
     for t in range(n_tables):
@@ -97,8 +95,12 @@ def _decode_into(src, work, freq, cum, out, windows, window_empty, symbols, plan
     n_items = work.shape[0]
     items = np.arange(n_items)
     codes = np.zeros(n_items, np.int64)
-    cpu_v2._decode_strided(src, work, items, 0, 1, out, codes, freq, cum, empty, n_tables_at, windows[0],
-                           window_empty[0], ctx_of, symbols[0], symbols[1], planes[0], True)
+    if n_items >= 2 * cpu.MIN_TILES_PER_THREAD and n_items > serial_tiles:
+        cpu_v2._decode_items(src, work, items, out, codes, freq, cum, empty, n_tables_at, windows, window_empty,
+                             ctx_of, symbols, planes)
+    else:
+        cpu_v2._decode_strided(src, work, items, 0, 1, out, codes, freq, cum, empty, n_tables_at, windows[0],
+                               window_empty[0], ctx_of, symbols[0], symbols[1], planes[0], True)
     for k in range(n_items):
         if codes[k] != 0:
             return codes[k]
@@ -106,26 +108,26 @@ def _decode_into(src, work, freq, cum, out, windows, window_empty, symbols, plan
 
 
 @njit(nogil=True, cache=True)
-def _decode_one(src, max_tiles, windows, window_empty, symbols, planes, ctx_of):
+def _decode_one(src, serial_tiles, windows, window_empty, symbols, planes, ctx_of):
     """(code, pixels, height, width, channels, header flags) of one stream: code 0 when
     decoded, NOT_HERE or a refusal code otherwise (then the pixels are undefined)."""
     starts = np.zeros(1, np.int64)
     stops = np.full(1, src.size, np.int64)
-    code, info, lay, work, freq, cum, n_out = _validate(src, starts, stops, max_tiles)
+    code, info, lay, work, freq, cum, n_out = _validate(src, starts, stops)
     h, w, c, flags = info[0, hostplan.I_H], info[0, hostplan.I_W], info[0, hostplan.I_C], info[0, hostplan.I_FLAGS]
     if code != 0:
         return code, np.empty(0, np.uint8), h, w, c, flags
     out = np.empty(n_out, np.uint8)
-    code = _decode_into(src, work, freq, cum, out, windows, window_empty, symbols, planes, ctx_of)
+    code = _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty, symbols, planes, ctx_of)
     return code, out, h, w, c, flags
 
 
 @njit(nogil=True, cache=True)
-def _decode_many(src, starts, stops, max_tiles, out, windows, window_empty, symbols, planes, ctx_of):
+def _decode_many(src, starts, stops, serial_tiles, out, windows, window_empty, symbols, planes, ctx_of):
     """(code, pixels, offsets, shapes, header flags) of streams back to back in src, decoded
     into out (into a new buffer when out is empty; OUT_TOO_SMALL when it is too small)."""
     n = starts.size
-    code, info, lay, work, freq, cum, n_out = _validate(src, starts, stops, max_tiles)
+    code, info, lay, work, freq, cum, n_out = _validate(src, starts, stops)
     offsets = lay[:, hostplan.L_OUT].copy()
     shapes = np.empty((n, 3), np.int32)
     for r in range(n):
@@ -139,25 +141,24 @@ def _decode_many(src, starts, stops, max_tiles, out, windows, window_empty, symb
         out = np.empty(n_out, np.uint8)
     elif out.size < n_out:
         return OUT_TOO_SMALL, out, offsets, shapes, flags
-    code = _decode_into(src, work, freq, cum, out, windows, window_empty, symbols, planes, ctx_of)
+    code = _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty, symbols, planes, ctx_of)
     return code, out[:n_out], offsets, shapes, flags
+
+
+def _scratch() -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """cpu.serial_tiles() and this thread's decoder scratch for numba's threads."""
+    return cpu.serial_tiles(), cpu_v2._decode_scratch(numba.get_num_threads())
 
 
 def decode(data: object) -> np.ndarray | None:
     """The pixels of one whole v2 stream (HxW or HxWxC, as lossless.decode returns them), or
-    None when the batch path must decode it: not v2, more tiles than it decodes on one thread
-    (cpu.serial_tiles), or refused (that path raises the CodecError). Raises CodecError when data
-    is not bytes-like."""
+    None when the batch path must decode it: not v2, or refused (that path raises the
+    CodecError). Raises CodecError when data is not bytes-like."""
     array = fmt.as_bytes(data).view()
     array.flags.writeable = False  # one specialization: the kernels see read-only input
-    symbols, planes, windows, window_empty = cpu_v2._decode_scratch(1)
-    code, out, h, w, c, flags = _decode_one(array, MAX_TILES, windows, window_empty, symbols, planes,
+    serial_tiles, (symbols, planes, windows, window_empty) = _scratch()
+    code, out, h, w, c, flags = _decode_one(array, serial_tiles, windows, window_empty, symbols, planes,
                                             cpu_v2.CONTEXT_OF)
-    if code == MANY_TILES:
-        limit = cpu.serial_tiles()
-        if limit > MAX_TILES:
-            code, out, h, w, c, flags = _decode_one(array, limit, windows, window_empty, symbols, planes,
-                                                    cpu_v2.CONTEXT_OF)
     if code != 0:
         return None
     return out.reshape((h, w) if flags & fmt.FLAG_2D else (h, w, c))
@@ -167,14 +168,10 @@ def decode_many(buffers: Sequence[object], out: object | None = None, workspace:
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """(flat, offsets, shapes, header flags) of whole v2 streams decoded in one compiled call,
     as ``lossless.decode_batch_packed`` returns them (flat is out[:total] when out is given),
-    or None when the batch path must decode them: not every one v2, more tiles than it decodes
-    on one thread, refused (that path raises the CodecError naming the image), or an ``out``
-    it would refuse. Several streams are copied back to back into ``workspace``'s reused
-    buffer first (one source array for one call; the batch path copies them too).
-
-    Why: the batch path's dozen numba and numpy calls took 0.21-0.25 ms for the 12 evaluation
-    masks on the dev VM, and 1.0-1.1 ms when the machine had left the process asleep for
-    100 ms (its code and data fetched from memory again), against 2.0-2.9 ms of decoding."""
+    or None when the batch path must decode them: not every one v2, refused (that path raises
+    the CodecError naming the image), or an ``out`` it would refuse. Several streams are
+    copied back to back into ``workspace``'s reused buffer first (one source array for one
+    call; the batch path copies them too)."""
     if not buffers or (out is not None and not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and
                                                  out.ndim == 1 and out.flags.c_contiguous and out.flags.writeable)):
         return None
@@ -187,15 +184,9 @@ def decode_many(buffers: Sequence[object], out: object | None = None, workspace:
         src = np.empty(int(stops[-1]), np.uint8) if workspace is None else workspace.take("joined", (int(stops[-1]),), np.uint8)
         np.concatenate(arrays, out=src)
     src.flags.writeable = False  # one specialization: the kernels see read-only input
-    into = _NO_OUT if out is None else out
-    symbols, planes, windows, window_empty = cpu_v2._decode_scratch(1)
-    code, flat, offsets, shapes, flags = _decode_many(src, starts, stops, MAX_TILES, into, windows, window_empty,
-                                                      symbols, planes, cpu_v2.CONTEXT_OF)
-    if code == MANY_TILES:
-        limit = cpu.serial_tiles()
-        if limit > MAX_TILES:
-            code, flat, offsets, shapes, flags = _decode_many(src, starts, stops, limit, into, windows, window_empty,
-                                                              symbols, planes, cpu_v2.CONTEXT_OF)
+    serial_tiles, (symbols, planes, windows, window_empty) = _scratch()
+    code, flat, offsets, shapes, flags = _decode_many(src, starts, stops, serial_tiles, _NO_OUT if out is None else out,
+                                                      windows, window_empty, symbols, planes, cpu_v2.CONTEXT_OF)
     if code != 0:
         return None
     return flat, offsets, shapes, flags
@@ -206,6 +197,6 @@ _NO_OUT = np.empty(0, np.uint8)  # decode_many without out: _decode_many makes t
 
 # Last, once every cached function above exists: the modules compiled into _decode_one are
 # part of its cache key.
-guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies, hostplan, cpu_v2, med_simd, memops, prefix_simd,
+guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies, hostplan, cpu, cpu_v2, med_simd, memops, prefix_simd,
                               rans_avx2, runs),
                  extra=f"avx2={rans_avx2.AVAILABLE}")

@@ -51,36 +51,31 @@ def test_small_v2_streams_decode_in_one_call_like_the_batch_path(index: int) -> 
         np.testing.assert_array_equal(lossless.decode(bytearray(data)), image)  # writable input too
 
 
-def test_streams_left_to_the_batch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_streams_left_to_the_batch_path() -> None:
     rng = np.random.default_rng(2)
     photo = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
     assert single.decode(lossless.encode(photo, version=1)) is None  # version 1
-    many = rng.integers(0, 256, (16 * 8, 16 * 4, 3), dtype=np.uint8)  # 32 tiles of 16: the batch path's threads
-    data = lossless.encode(many, tile=16)
-    monkeypatch.setattr(cpu, "serial_tiles", lambda: 2 * cpu.MIN_TILES_PER_THREAD - 1)  # numba on two threads
-    assert single.decode(data) is None
-    np.testing.assert_array_equal(lossless.decode(data), many)
     with pytest.raises(CodecError, match="Expected a contiguous bytes-like object"):
         single.decode(3)
 
 
-def test_one_thread_takes_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With one numba thread the batch path would decode any image on that thread, so this
-    path takes images of any tile count; with more, those the batch path splits stay there."""
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_any_size_on_the_threads_the_batch_path_would_use(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """The tiles go to numba's threads when the batch path would split them (cpu.use_parallel),
+    else stay on the calling thread; the pixels are the same either way."""
     rng = np.random.default_rng(3)
     y, x = np.mgrid[0:16 * 9, 0:16 * 8]
     image = np.clip(((y + 2 * x)[:, :, None] + np.arange(3) * 40) % 256 + rng.normal(0, 3, (16 * 9, 16 * 8, 3)),
                     0, 255).astype(np.uint8)  # 72 tiles of 16
     data = lossless.encode(image, tile=16)
-    monkeypatch.setattr(cpu, "serial_tiles", lambda: np.iinfo(np.int64).max)  # numba on one thread
+    limit = np.iinfo(np.int64).max if threads == 1 else threads * cpu.MIN_TILES_PER_THREAD - 1
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: limit)
     fast = single.decode(data)
     assert fast is not None
     np.testing.assert_array_equal(fast, image)
-    np.testing.assert_array_equal(fast, lossless.decode_batch([data])[0])
-    monkeypatch.setattr(cpu, "serial_tiles", lambda: 4 * cpu.MIN_TILES_PER_THREAD - 1)  # four threads: 63 tiles
-    assert single.decode(data) is None
-    monkeypatch.setattr(cpu, "serial_tiles", lambda: 5 * cpu.MIN_TILES_PER_THREAD - 1)  # five: 79 tiles
-    np.testing.assert_array_equal(single.decode(data), image)
+    done = single.decode_many([data, data[:]])
+    assert done is not None
+    np.testing.assert_array_equal(done[0], np.concatenate([image.reshape(-1)] * 2))
 
 
 def test_serial_tiles_follows_numba_threads() -> None:
@@ -121,14 +116,16 @@ def test_damaged_streams_are_refused_like_the_batch_path() -> None:
     assert refused > 100 and decoded > 20  # both outcomes seen
 
 
-@pytest.fixture
-def one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """numba on one thread, as far as the paths' choice goes: the batch path would decode a
-    batch of any size on the calling thread."""
-    monkeypatch.setattr(cpu, "serial_tiles", lambda: np.iinfo(np.int64).max)
+@pytest.fixture(params=[1, 2])
+def threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """numba on one thread or two, as far as the paths' choice of kernel goes (cpu.serial_tiles):
+    the batches below have enough tiles for two threads."""
+    limit = np.iinfo(np.int64).max if request.param == 1 else 2 * cpu.MIN_TILES_PER_THREAD - 1
+    monkeypatch.setattr(cpu, "serial_tiles", lambda: limit)
+    return int(request.param)
 
 
-@pytest.mark.usefixtures("one_thread")
+@pytest.mark.usefixtures("threads")
 def test_batches_decode_in_one_call_like_the_batch_path() -> None:
     images = _images()
     streams = [lossless.encode(image, tile=tile) for tile in (16, 64) for image in images]
@@ -153,8 +150,7 @@ def test_batches_decode_in_one_call_like_the_batch_path() -> None:
     np.testing.assert_array_equal(joined[0], images[1].reshape(-1))
 
 
-def test_batches_left_to_the_batch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu, "serial_tiles", lambda: np.iinfo(np.int64).max)
+def test_batches_left_to_the_batch_path() -> None:
     images = _images()
     streams = [lossless.encode(image, tile=16) for image in images]
     total = sum(image.size for image in images)
@@ -169,14 +165,9 @@ def test_batches_left_to_the_batch_path(monkeypatch: pytest.MonkeyPatch) -> None
         lossless.decode_batch_packed(streams, out=small)
     for unusable in (np.zeros(total, np.int32), np.zeros((total, 1), np.uint8), np.zeros(2 * total, np.uint8)[::2]):
         assert single.decode_many(streams, unusable) is None
-    monkeypatch.setattr(cpu, "serial_tiles", lambda: 2 * cpu.MIN_TILES_PER_THREAD - 1)  # numba on two threads
-    tiles = cpu.MIN_TILES_PER_THREAD  # per image: two of them make more than two threads' share
-    many = [lossless.encode(np.full((16 * tiles, 16, 3), k, np.uint8), tile=16) for k in range(2)]
-    assert single.decode_many(many) is None
-    assert single.decode_many(many[:1]) is not None  # these tiles stay on one thread
 
 
-@pytest.mark.usefixtures("one_thread")
+@pytest.mark.usefixtures("threads")
 def test_a_damaged_stream_in_a_batch_is_named_by_the_batch_path() -> None:
     """A batch with one refused stream goes to the batch path, whose CodecError names the image;
     a batch this path decodes must be one the batch path decodes to the same pixels."""

@@ -123,9 +123,9 @@ def _decode_one(src, serial_tiles, windows, window_empty, symbols, planes, ctx_o
 
 
 @njit(nogil=True, cache=True)
-def _decode_many(src, starts, stops, serial_tiles, out, windows, window_empty, symbols, planes, ctx_of):
+def _decode_many(src, starts, stops, serial_tiles, out, new_out, windows, window_empty, symbols, planes, ctx_of):
     """(code, pixels, offsets, shapes, header flags) of streams back to back in src, decoded
-    into out (into a new buffer when out is empty; OUT_TOO_SMALL when it is too small)."""
+    into out (into a new buffer when new_out; OUT_TOO_SMALL when out is too small)."""
     n = starts.size
     code, info, lay, work, freq, cum, n_out = _validate(src, starts, stops)
     offsets = lay[:, hostplan.L_OUT].copy()
@@ -137,7 +137,7 @@ def _decode_many(src, starts, stops, serial_tiles, out, windows, window_empty, s
     flags = info[:, hostplan.I_FLAGS].copy()
     if code != 0:
         return code, out, offsets, shapes, flags
-    if out.size == 0:
+    if new_out:
         out = np.empty(n_out, np.uint8)
     elif out.size < n_out:
         return OUT_TOO_SMALL, out, offsets, shapes, flags
@@ -186,7 +186,8 @@ def decode_many(buffers: Sequence[object], out: object | None = None, workspace:
     src.flags.writeable = False  # one specialization: the kernels see read-only input
     serial_tiles, (symbols, planes, windows, window_empty) = _scratch()
     code, flat, offsets, shapes, flags = _decode_many(src, starts, stops, serial_tiles, _NO_OUT if out is None else out,
-                                                      windows, window_empty, symbols, planes, cpu_v2.CONTEXT_OF)
+                                                      out is None, windows, window_empty, symbols, planes,
+                                                      cpu_v2.CONTEXT_OF)
     if code != 0:
         return None
     return flat, offsets, shapes, flags

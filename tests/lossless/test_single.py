@@ -159,10 +159,10 @@ def test_batches_left_to_the_batch_path() -> None:
     for decoded, image in zip(lossless.decode_batch(mixed), images + images[:1], strict=True):
         np.testing.assert_array_equal(decoded, image)
     assert single.decode_many([]) is None
-    small = np.zeros(total - 1, np.uint8)
-    assert single.decode_many(streams, small) is None
-    with pytest.raises(ValueError, match="out"):  # the batch path's error for a short buffer
-        lossless.decode_batch_packed(streams, out=small)
+    for small in (np.zeros(total - 1, np.uint8), np.zeros(0, np.uint8)):
+        assert single.decode_many(streams, small) is None
+        with pytest.raises(ValueError, match="out"):  # the batch path's error for a short buffer
+            lossless.decode_batch_packed(streams, out=small)
     for unusable in (np.zeros(total, np.int32), np.zeros((total, 1), np.uint8), np.zeros(2 * total, np.uint8)[::2]):
         assert single.decode_many(streams, unusable) is None
 

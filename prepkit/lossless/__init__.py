@@ -81,7 +81,8 @@ def decode(data: object, roi: Roi | None = None) -> np.ndarray:
         image = single.decode(data)
         if image is not None:
             return image
-    return decode_batch([data], "cpu", None if roi is None else [roi])[0]
+    # The batch path itself: it decodes what the one-call path left, or raises the CodecError.
+    return _planned_batch([data], "cpu", None if roi is None else [roi])[0]
 
 
 _host_buffers = threading.local()
@@ -181,6 +182,11 @@ def decode_batch(
             flat_cpu, offsets, shapes, flags = done
             return [flat_cpu[o : o + h * w * c].reshape((h, w) if f & _fmt.FLAG_2D else (h, w, c))
                     for o, (h, w, c), f in zip(offsets.tolist(), shapes.tolist(), flags.tolist(), strict=True)]
+    return _planned_batch(buffers, device, rois)
+
+
+def _planned_batch(buffers: Sequence[object], device: str, rois: Sequence[Roi | None] | None) -> list:
+    """decode_batch through the host plan (every batch the one-call path does not take)."""
     plan = _build_plan(buffers, rois, device)
     flat: Any  # a numpy array, or a numba device array on "cuda" (numba is untyped)
     if device == "cpu":

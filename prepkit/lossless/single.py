@@ -37,6 +37,7 @@ from prepkit.lossless import plan as plan_mod
 
 NOT_HERE = -1  # the stream is not one this path decodes (not v2)
 OUT_TOO_SMALL = -2  # the caller's output buffer is smaller than the batch's pixels
+_NO_OUT = np.empty(0, np.uint8)  # the out of a call that makes its own buffer (new_out)
 
 
 @njit(nogil=True, cache=True)
@@ -83,8 +84,8 @@ def _validate(src, starts, stops):
 @njit(nogil=True, cache=True)
 def _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty, symbols, planes, ctx_of):
     """Decode every validated work item into out; the first tile's error code, or 0. On numba's
-    threads (the scratch holds one chunk per thread) when cpu.use_parallel would choose them
-    for this many tiles (serial_tiles: cpu.serial_tiles()), else on the calling thread. The
+    threads (the scratch holds one chunk per thread) when there are more tiles than
+    serial_tiles (cpu.serial_tiles(): cpu.use_parallel's rule), else on the calling thread. The
     work items point into the streams as staged back to back from byte 0: src itself."""
     n_tables = freq.shape[0]
     empty = np.zeros(n_tables, np.int64)
@@ -95,7 +96,7 @@ def _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty,
     n_items = work.shape[0]
     items = np.arange(n_items)
     codes = np.zeros(n_items, np.int64)
-    if n_items >= 2 * cpu.MIN_TILES_PER_THREAD and n_items > serial_tiles:
+    if n_items > serial_tiles:
         cpu_v2._decode_items(src, work, items, out, codes, freq, cum, empty, n_tables_at, windows, window_empty,
                              ctx_of, symbols, planes)
     else:
@@ -105,21 +106,6 @@ def _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty,
         if codes[k] != 0:
             return codes[k]
     return 0
-
-
-@njit(nogil=True, cache=True)
-def _decode_one(src, serial_tiles, windows, window_empty, symbols, planes, ctx_of):
-    """(code, pixels, height, width, channels, header flags) of one stream: code 0 when
-    decoded, NOT_HERE or a refusal code otherwise (then the pixels are undefined)."""
-    starts = np.zeros(1, np.int64)
-    stops = np.full(1, src.size, np.int64)
-    code, info, lay, work, freq, cum, n_out = _validate(src, starts, stops)
-    h, w, c, flags = info[0, hostplan.I_H], info[0, hostplan.I_W], info[0, hostplan.I_C], info[0, hostplan.I_FLAGS]
-    if code != 0:
-        return code, np.empty(0, np.uint8), h, w, c, flags
-    out = np.empty(n_out, np.uint8)
-    code = _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty, symbols, planes, ctx_of)
-    return code, out, h, w, c, flags
 
 
 @njit(nogil=True, cache=True)
@@ -143,6 +129,16 @@ def _decode_many(src, starts, stops, serial_tiles, out, new_out, windows, window
         return OUT_TOO_SMALL, out, offsets, shapes, flags
     code = _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty, symbols, planes, ctx_of)
     return code, out[:n_out], offsets, shapes, flags
+
+
+@njit(nogil=True, cache=True)
+def _decode_one(src, serial_tiles, windows, window_empty, symbols, planes, ctx_of):
+    """(code, pixels, height, width, channels, header flags) of one stream: _decode_many of
+    the whole of src into a new buffer (the pixels are undefined unless code is 0)."""
+    code, out, _, shapes, flags = _decode_many(src, np.zeros(1, np.int64), np.full(1, src.size, np.int64),
+                                               serial_tiles, np.empty(0, np.uint8), True, windows, window_empty,
+                                               symbols, planes, ctx_of)
+    return code, out, shapes[0, 0], shapes[0, 1], shapes[0, 2], flags[0]
 
 
 def _scratch() -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
@@ -176,8 +172,9 @@ def decode_many(buffers: Sequence[object], out: object | None = None, workspace:
                                                  out.ndim == 1 and out.flags.c_contiguous and out.flags.writeable)):
         return None
     arrays = [fmt.as_bytes(b) for b in buffers]
-    stops = np.cumsum([a.size for a in arrays], dtype=np.int64)
-    starts = stops - [a.size for a in arrays]
+    sizes = np.array([a.size for a in arrays], np.int64)
+    stops = np.cumsum(sizes)
+    starts = stops - sizes
     if len(arrays) == 1:
         src = arrays[0].view()
     else:
@@ -193,11 +190,8 @@ def decode_many(buffers: Sequence[object], out: object | None = None, workspace:
     return flat, offsets, shapes, flags
 
 
-_NO_OUT = np.empty(0, np.uint8)  # decode_many without out: _decode_many makes the buffer
-
-
-# Last, once every cached function above exists: the modules compiled into _decode_one are
-# part of its cache key.
-guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies, hostplan, cpu, cpu_v2, med_simd, memops, prefix_simd,
+# Last, once every cached function above exists: the modules compiled into these kernels are
+# part of their cache key.
+guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies, hostplan, cpu_v2, med_simd, memops, prefix_simd,
                               rans_avx2, runs),
                  extra=f"avx2={rans_avx2.AVAILABLE}")

@@ -1682,6 +1682,15 @@ def _plane_bit32(back):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _rounds32_left(i, stop, w, n_words):
+    """How many whole 32-symbol rounds surely fit before symbol `stop` and in the words
+    left (a round reads at most 32 words: one per lane)."""
+    if i >= stop or w >= n_words:
+        return np.int64(0)
+    return min(np.int64(stop - i) >> 5, np.int64(n_words - w) >> 5)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _two_symbols(words, last_word, w, i, row0, row1, x0, x1, flat, symbols):
     """Symbols i and i + 1 (lanes 0 and 1) from the table rows row0, row1 of the flat decode
     table: each to symbols[SYM0 + i], its lane state updated and renormalised from the
@@ -1767,19 +1776,24 @@ if rans_avx2.AVAILABLE:
         for j in range(lanes):
             x[j] = states[j]
         permute = rans_avx2.PERMUTE
-        if wmask == 0 and back == 0:  # narrow contexts: each step takes its contexts itself
+        # Narrow contexts of 8 or 16 lanes: each step takes its contexts itself.
+        if wmask == 0 and back == 0 and lanes != 32:
             while i + lanes <= stop and w + ulanes <= n_words:
                 row = symbols[np.uint64(i) : np.uint64(i + SYM0 + lanes)]
                 for j0 in range(np.uint64(0), ulanes, np.uint64(8)):
                     w = rans_avx2.rans_step8_narrow(row, j0, x, j0, flat, tbase, words, w, permute)
                 i += lanes
-        # Wide contexts, blocks of 32 symbols: their table rows at once (their context symbols
-        # are at least 63 back: decoded), then the block's rounds. A 32-lane tile's round keeps
-        # its rows in registers (rans_round32) while 32 words are left.
+        # Blocks of 32 symbols: their table rows at once (their context symbols are at least
+        # 63 back: decoded), then the block's rounds. A 32-lane tile runs as many rounds as
+        # surely fit in the plane and the words in one call (rans_rounds32: table rows and
+        # lane states in registers), then again on what is left.
         if lanes == 32:
-            while i + 32 <= stop and w + np.uint64(32) <= n_words:
-                w = _block32(symbols, i, 32, x, flat, tbase, ctx16, wmask, back, bases, words, w, permute)
-                i += 32
+            n = _rounds32_left(i, stop, w, n_words)
+            while n > 0:
+                w = rans_avx2.rans_rounds32(np.uint64(n), symbols, np.uint64(i), x, tbase, ctx16, wmask,
+                                            np.uint64(back), words, w, flat, permute)
+                i += 32 * n
+                n = _rounds32_left(i, stop, w, n_words)
         while i + lanes <= stop and w + ulanes <= n_words:
             rans_avx2.table_bases32(symbols[np.uint64(i) : np.uint64(i + SYM0 + 32)], np.uint64(0), tbase, ctx16, wmask,
                                     _prev32(symbols, i, back), _plane_bit32(back), bases)
@@ -2107,15 +2121,25 @@ if rans_avx2.AVAILABLE:
         stop_a, stop_b = plane_a, plane_b
         wa = wb = np.uint64(0)
         u32 = np.uint64(32)
-        # both32 (a constant) makes the lane counts constants, so that the loop is two rounds alone.
-        block_a, block_b = (32, 32) if both32 else (lanes_a, lanes_b)
-        while ka < c_a and kb < c_b and wa + u32 <= n_words_a and wb + u32 <= n_words_b:
-            wa = _block32(sym_a, ia, block_a, xa, flat, tbase_a, ctx16_a, wmask_a, back_a, scratch_a[2], words_a, wa,
-                          permute)
-            wb = _block32(sym_b, ib, block_b, xb, flat, tbase_b, ctx16_b, wmask_b, back_b, scratch_b[2], words_b, wb,
-                          permute)
-            ia += 32
-            ib += 32
+        while ka < c_a and kb < c_b:
+            if both32:  # (a constant) as many rounds as surely fit in both tiles' planes and
+                # words in one call (rans_pair32: the 64 lane states in registers)
+                n = min(_rounds32_left(ia, stop_a, wa, n_words_a), _rounds32_left(ib, stop_b, wb, n_words_b))
+                if n <= 0:
+                    break
+                wa, wb = rans_avx2.rans_pair32(np.uint64(n), sym_a, np.uint64(ia), xa, tbase_a, ctx16_a, wmask_a,
+                                               back_a, words_a, wa, sym_b, np.uint64(ib), xb, tbase_b, ctx16_b,
+                                               wmask_b, back_b, words_b, wb, flat, permute)
+            else:  # one block of 32 symbols of each
+                if wa + u32 > n_words_a or wb + u32 > n_words_b:
+                    break
+                n = 1
+                wa = _block32(sym_a, ia, lanes_a, xa, flat, tbase_a, ctx16_a, wmask_a, back_a, scratch_a[2], words_a,
+                              wa, permute)
+                wb = _block32(sym_b, ib, lanes_b, xb, flat, tbase_b, ctx16_b, wmask_b, back_b, scratch_b[2], words_b,
+                              wb, permute)
+            ia += 32 * n
+            ib += 32 * n
             if ia == stop_a:
                 ka, tbase_a, back_a = _next_plane(src, start_a, c_a, ka + 1, ia, plane_a, base_a, tshift_a)
                 stop_a += plane_a
@@ -2134,8 +2158,8 @@ if rans_avx2.AVAILABLE:
 
     @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
     def _pair_rounds32(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a, scratch_b):
-        """_pair_rounds of two 32-lane tiles: a loop of two rans_round32 alone (the blocks of
-        fewer lanes in the same loop cost the rendered set 2-4%, docs/BENCHMARKS.md)."""
+        """_pair_rounds of two 32-lane tiles: their rounds in rans_pair32 (the blocks of fewer
+        lanes in the same loop cost the rendered set 2-4%, docs/BENCHMARKS.md)."""
         return _pair_rounds(src, item_a, base_a, item_b, base_b, dec, empty, ctx_of, sym_a, sym_b, scratch_a,
                             scratch_b, True)
 

@@ -26,7 +26,11 @@ A 32-lane tile of a wide stream runs whole rounds as `rans_round32`: the 32 tabl
 the four steps in one intrinsic, the rows in registers instead of stored to `bases` and
 loaded back by each step. That took the 2.6-6.8% that wide contexts cost colour images'
 decodes back to the speed of narrow ones (docs/BENCHMARKS.md "Wide contexts for colour
-images"). Narrow streams keep `rans_step8_narrow`, which takes its contexts in the step.
+images"). `rans_rounds32` (one tile) and `rans_pair32` (two tiles, a round of each in turn)
+run many such rounds in one loop of IR whose lane states are loop values, which LLVM keeps
+in registers: in an array, as between calls of rans_round32, each round stored them and
+loaded them back (docs/BENCHMARKS.md "Lane states in registers"). Tiles of 8 or 16 lanes
+of narrow streams keep `rans_step8_narrow`, which takes its contexts in the step.
 
 The permutation of each of the 256 lane masks is a row of PERMUTE (vpermd's indices). The
 caller guarantees 8 readable words at `w` and 136 bytes of `row` from `at`; the decoded values
@@ -76,7 +80,7 @@ def _address(builder: ir.IRBuilder, context, aryty, array, index: ir.Value, vect
 
 
 def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v, ctx16_ty, ctx16_v,
-                   wmask_v, prev_ty, prev_v, pbit_v) -> list[ir.Value]:
+                   wmask_v, prev_ty, prev_v, pbit_v, prev_at=None) -> list[ir.Value]:
     """The table rows of the 32 symbols row[at+SYM0 : at+SYM0+32] as four <8 x i32> (tbase +
     4096 * context, A4), plus pbit (uint8: PLANE_CONTEXT or 0) where prev[0:32] (the symbols
     one plane back) is not 0: table_bases32's computation, which rans_round32 keeps in
@@ -126,7 +130,9 @@ def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v,
     table32 = builder.shuffle_vector(table16, table16, ir.Constant(_V32I32, list(range(16)) * 2))
     ctx = builder.call(pshufb, [table32, u])
     # The plane bit (FLAG_PLANE_CONTEXT): + pbit where the symbol one plane back is not 0.
-    prev = builder.load(_address(builder, context, prev_ty, prev_v, ir.Constant(ir.IntType(64), 0), _V32I8), align=1)
+    if prev_at is None:
+        prev_at = ir.Constant(ir.IntType(64), 0)
+    prev = builder.load(_address(builder, context, prev_ty, prev_v, prev_at, _V32I8), align=1)
     zero = ir.Constant(_V32I8, [0] * 32)
     ctx = builder.add(ctx, builder.select(builder.icmp_unsigned("!=", prev, zero), splat32(pbit_v, _V32I8), zero))
     base = builder.insert_element(ir.Constant(_V8I32, ir.Undefined), builder.trunc(tbase_v, _I32),
@@ -165,7 +171,7 @@ def table_bases32(typingctx, row, at, tbase, ctx16, wmask, prev, pbit, bases):
 
 
 def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: ir.Value, table_base: ir.Value,
-                 flat_v, words_v, w_v, permute_v) -> ir.Value:
+                 flat_v, words_v, w_v, permute_v):
     """The rANS step of 8 lanes once each lane's table row (table_base, <8 x i32>) is known:
     gather, symbol store to row[at+SYM0 : at+SYM0+8], state update and renormalisation (the
     states back to states_p); returns the new word index. tys: the argument types of
@@ -194,8 +200,12 @@ def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: 
     perm_p = _address(builder, context, tys[-1], permute_v, perm_row, _V8I32)
     word = builder.call(permd, [builder.zext(next_words, _V8I32), builder.load(perm_p, align=4)])
     refilled = builder.or_(builder.shl(x, _splat(16)), word)
-    builder.store(builder.select(need, refilled, x), states_p, align=4)
-    return builder.add(w_v, builder.zext(count, w_v.type))
+    x = builder.select(need, refilled, x)
+    w_v = builder.add(w_v, builder.zext(count, w_v.type))
+    if states_p is None:
+        return x, w_v
+    builder.store(x, states_p, align=4)
+    return w_v
 
 
 @intrinsic
@@ -278,6 +288,108 @@ def rans_step8_narrow(typingctx, row, at, states, j0, flat, tbase, words, w, per
         table_base = builder.add(base, builder.shl(ctx, _splat(12)))
         return _decode_step(context, builder, tys, row_v, at_v, states_p, x, table_base, flat_v, words_v, w_v,
                             permute_v)
+
+    return sig, codegen
+
+
+def _rounds_loop(context, builder: ir.IRBuilder, n_v: ir.Value, tiles: list[tuple], flat: tuple,
+                 permute: tuple) -> list[ir.Value]:
+    """The IR of n_v rounds of 32-lane tiles, a round of each tile in turn (rans_round32's
+    code), looping with the lane states as loop values: LLVM keeps them in registers, where
+    states in an array go to memory and back every round (docs/BENCHMARKS.md "Lane states in
+    registers"). Each tile is a tuple of (type, value) pairs (symbols, i, states, tbase,
+    ctx16, wmask, back, words, w); flat and permute are (type, value). Returns each tile's
+    new w."""
+    i64 = ir.IntType(64)
+    zero64 = ir.Constant(i64, 0)
+
+    def states_at(tile, k):
+        (states_ty, states_v) = tile[2]
+        return _address(builder, context, states_ty, states_v, ir.Constant(i64, 8 * k), _V8I32)
+
+    first_states = [builder.load(states_at(tile, k), align=4) for tile in tiles for k in range(4)]
+    entry = builder.block
+    head = builder.append_basic_block("rounds32.head")
+    body = builder.append_basic_block("rounds32.body")
+    done = builder.append_basic_block("rounds32.done")
+    builder.branch(head)
+    builder.position_at_end(head)
+    round_phi = builder.phi(i64)
+    round_phi.add_incoming(zero64, entry)
+    w_phis = [builder.phi(i64) for _ in tiles]
+    x_phis = [builder.phi(_V8I32) for _ in first_states]
+    for phi, value in zip(w_phis + x_phis, [tile[8][1] for tile in tiles] + first_states, strict=True):
+        phi.add_incoming(value, entry)
+    builder.cbranch(builder.icmp_unsigned("<", round_phi, n_v), body, done)
+
+    builder.position_at_end(body)
+    offset = builder.shl(round_phi, ir.Constant(i64, 5))
+    new_w, new_x = [], []
+    for t, tile in enumerate(tiles):
+        (sym_ty, sym_v), (_, i_v), _, (_, tbase_v), (c16_ty, c16_v), (_, wmask_v), (_, back_v), (words_ty, words_v), _ = tile
+        at = builder.add(i_v, offset)
+        # The plane bit's symbols (_prev32): `back` before each, or none (pbit 0) when back is 0.
+        has_back = builder.icmp_unsigned("!=", back_v, zero64)
+        prev_at = builder.select(has_back, builder.sub(builder.add(at, ir.Constant(i64, SYM0)), back_v), at)
+        pbit = builder.select(has_back, ir.Constant(_I8, f2.PLANE_CONTEXT), ir.Constant(_I8, 0))
+        vectors = _bases_vectors(context, builder, sym_ty, sym_v, at, tbase_v, c16_ty, c16_v, wmask_v, sym_ty,
+                                 sym_v, pbit, prev_at)
+        # _decode_step reads the types of (row, at, states, j0, flat, _, words, w, permute)
+        step_tys = (sym_ty, types.uint64, None, types.uint64, flat[0], None, words_ty, types.uint64, permute[0])
+        w_v = w_phis[t]
+        for k in range(4):
+            x, w_v = _decode_step(context, builder, step_tys, sym_v, builder.add(at, ir.Constant(i64, 8 * k)), None,
+                                  x_phis[4 * t + k], vectors[k], flat[1], words_v, w_v, permute[1])
+            new_x.append(x)
+        new_w.append(w_v)
+    round_phi.add_incoming(builder.add(round_phi, ir.Constant(i64, 1)), builder.block)
+    for phi, value in zip(w_phis + x_phis, new_w + new_x, strict=True):
+        phi.add_incoming(value, builder.block)
+    builder.branch(head)
+
+    builder.position_at_end(done)
+    for t, tile in enumerate(tiles):
+        for k in range(4):
+            builder.store(x_phis[4 * t + k], states_at(tile, k), align=4)
+    return list(w_phis)
+
+
+def _tile_types(symbols, states, ctx16, words) -> list:
+    """The argument types of one tile of rans_rounds32 / rans_pair32."""
+    u64 = types.uint64
+    return [symbols, u64, states, types.int64, ctx16, types.uint8, u64, words, u64]
+
+
+@intrinsic
+def rans_rounds32(typingctx, n, symbols, i, states, tbase, ctx16, wmask, back, words, w, flat, permute):
+    """n rounds of a 32-lane tile from symbol i: rans_round32 n times, the lane states
+    (uint32, loaded from states and stored back at the end) in registers in between.
+    back: the plane bit's distance (_plane_back; 0: no plane bits). The caller guarantees
+    32n readable words at w and that the n rounds stay in the tile's plane. Returns the
+    new w."""
+    sig = types.uint64(types.uint64, *_tile_types(symbols, states, ctx16, words), flat, permute)
+
+    def codegen(context, builder, signature, args):
+        pairs = list(zip(signature.args, args, strict=True))
+        return _rounds_loop(context, builder, args[0], [tuple(pairs[1:10])], pairs[10], pairs[11])[0]
+
+    return sig, codegen
+
+
+@intrinsic
+def rans_pair32(typingctx, n, sym_a, i_a, x_a, tbase_a, ctx16_a, wmask_a, back_a, words_a, w_a,
+                sym_b, i_b, x_b, tbase_b, ctx16_b, wmask_b, back_b, words_b, w_b, flat, permute):
+    """rans_rounds32 of two tiles in one loop, a round of one then a round of the other (the
+    other's round fills each round's wait for its table loads, as in cpu_v2._pair_rounds).
+    Returns (w_a, w_b)."""
+    sig = types.UniTuple(types.uint64, 2)(types.uint64, *_tile_types(sym_a, x_a, ctx16_a, words_a),
+                                          *_tile_types(sym_b, x_b, ctx16_b, words_b), flat, permute)
+
+    def codegen(context, builder, signature, args):
+        pairs = list(zip(signature.args, args, strict=True))
+        w_values = _rounds_loop(context, builder, args[0], [tuple(pairs[1:10]), tuple(pairs[10:19])], pairs[19],
+                                pairs[20])
+        return context.make_tuple(builder, signature.return_type, w_values)
 
     return sig, codegen
 

@@ -129,6 +129,63 @@ def test_fused_round_matches_four_reference_steps(wide: bool, plane_bits: bool) 
         _assert_same((w_v, row_v, states_v), (w_r, row_r, states_r))
 
 
+@njit
+def _pair32(n, sym_a, i_a, x_a, tbase_a, ctx16_a, wmask_a, back_a, words_a, w_a, sym_b, i_b, x_b, tbase_b, ctx16_b,
+            wmask_b, back_b, words_b, w_b, flat):
+    return rans_avx2.rans_pair32(np.uint64(n), sym_a, np.uint64(i_a), x_a, tbase_a, ctx16_a, wmask_a,
+                                 np.uint64(back_a), words_a, np.uint64(w_a), sym_b, np.uint64(i_b), x_b, tbase_b,
+                                 ctx16_b, wmask_b, np.uint64(back_b), words_b, np.uint64(w_b), flat,
+                                 rans_avx2.PERMUTE)
+
+
+def _reference_rounds(n: int, row: np.ndarray, i: int, states: np.ndarray, flat: np.ndarray, tbase: int,
+                      wide: bool, back: int, words: np.ndarray, w: int) -> int:
+    """n rounds of a 32-lane tile from symbol i by step_reference, with plane bits from the
+    symbols `back` before each (none when back is 0). Returns the new w."""
+    for r in range(n):
+        at = i + 32 * r
+        prev = None
+        if back:  # step_reference reads prev[at + lane]: the symbol `back` before that lane's
+            start = at + cpu_v2.SYM0 - back
+            prev = np.concatenate([np.zeros(at, np.uint8), row[start : start + 32]])
+        for j0 in (0, 8, 16, 24):
+            w = rans_avx2.step_reference(row, at + j0, states, j0, flat, tbase, wide, words, w, prev)
+    return w
+
+
+@needs_avx2
+@pytest.mark.parametrize("backs", [(0, 0), (96, 0), (0, 160), (224, 96)])
+@pytest.mark.parametrize("wides", [(False, True), (True, False), (True, True)])
+def test_pair_of_32_lane_tiles_matches_the_reference_rounds(wides: tuple[bool, bool],
+                                                            backs: tuple[int, int]) -> None:
+    """rans_pair32 (n rounds of two 32-lane tiles, lane states in registers) against
+    step_reference round by round on each tile, with different contexts, plane bits and
+    starting symbols per tile."""
+    rng = np.random.default_rng(7 + 2 * wides[0] + 4 * wides[1] + backs[0] + backs[1])
+    flat = random_tables(rng, 12)
+    values = np.array([0, 0, 0, 0, 1, 2, 3, 6, 7, 8, 9, 15, 16, 200, 255], np.uint8)
+    for _ in range(60):
+        n = int(rng.integers(1, 5))
+        tiles = []
+        for wide, back in zip(wides, backs, strict=True):
+            i = back + 32 * int(rng.integers(0, 3))  # plane bits look a whole plane back
+            tiles.append(dict(row=rng.choice(values, cpu_v2.SYM0 + i + 32 * n + 8),
+                              i=i, states=rng.integers(1 << 16, 1 << 32, 32, dtype=np.uint64).astype(np.uint32),
+                              tbase=int(rng.integers(0, 5)) * 4096, wide=wide, back=back,
+                              words=rng.integers(0, 1 << 16, 32 * n + 40).astype(np.uint16),
+                              w=int(rng.integers(0, 40))))
+        vector = [{**t, "row": t["row"].copy(), "states": t["states"].copy()} for t in tiles]
+        a, b = vector
+        w_a, w_b = _pair32(n, a["row"], a["i"], a["states"], a["tbase"], shuffle_table(a["wide"]),
+                           np.uint8(255 if a["wide"] else 0), a["back"], a["words"], a["w"], b["row"], b["i"],
+                           b["states"], b["tbase"], shuffle_table(b["wide"]), np.uint8(255 if b["wide"] else 0),
+                           b["back"], b["words"], b["w"], flat)
+        for t, v, w_v in zip(tiles, vector, (w_a, w_b), strict=True):
+            w_r = _reference_rounds(n, t["row"], t["i"], t["states"], flat, t["tbase"], t["wide"], t["back"],
+                                    t["words"], t["w"])
+            _assert_same((w_v, v["row"], v["states"]), (w_r, t["row"], t["states"]))
+
+
 @needs_avx2
 @pytest.mark.parametrize("back", [0, 100])
 @pytest.mark.parametrize("wide", [False, True])

@@ -7,12 +7,17 @@ Synthetic tables (eight contexts of geometric residual distributions, 2.2 to 4.5
 symbol) and random words; ns per decoded symbol, one thread. A tile's rounds are one chain:
 each round's table loads wait for the lane states and the contexts from the round before,
 so a second tile's independent rounds in the same loop fill the wait; the third-tile column
-shows where the loop stops being latency-bound. Needs AVX2 (rans_avx2.AVAILABLE).
+shows where the loop stops being latency-bound. The rows "in registers" run the same rounds
+as the decoder does since stop 42: many rounds per call with the lane states kept in registers
+(rans_avx2.rans_rounds32, rans_pair32), with 8 lanes per step (AVX2) and, on a CPU with
+AVX-512 VBMI2, 16. Needs AVX2 (rans_avx2.AVAILABLE).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import time
+from collections.abc import Callable
 
 import numpy as np
 from numba import njit
@@ -73,6 +78,31 @@ def three_tiles(sym_a, sym_b, sym_c, x_a, x_b, x_c, flat, ctx16, words, permute,
     return w_a + w_b + w_c
 
 
+@functools.cache
+def registers_loop(width: int, tiles: int) -> Callable:
+    """`rounds` rounds of one tile (rans_rounds32) or two (rans_pair32) in one call, `width`
+    lanes per step; returns the words read."""
+    if tiles == 1:
+        rounds32 = rans_avx2.ROUNDS32[width]
+
+        @njit(nogil=True, boundscheck=False)
+        def one(sym_a, sym_b, x_a, x_b, flat, ctx16, words, permute, rounds):
+            return rounds32(np.uint64(rounds), sym_a, np.uint64(0), x_a, 0, ctx16, np.uint8(255), np.uint64(0),
+                            words, np.uint64(0), flat, permute)
+
+        return one
+    pair32 = rans_avx2.PAIR32[width]
+
+    @njit(nogil=True, boundscheck=False)
+    def two(sym_a, sym_b, x_a, x_b, flat, ctx16, words, permute, rounds):
+        w_a, w_b = pair32(np.uint64(rounds), sym_a, np.uint64(0), x_a, 0, ctx16, np.uint8(255), np.uint64(0), words,
+                          np.uint64(0), sym_b, np.uint64(0), x_b, 0, ctx16, np.uint8(255), np.uint64(0), words,
+                          np.uint64(0), flat, permute)
+        return w_a + w_b
+
+    return two
+
+
 def measure(rounds: int, repeat: int) -> dict[str, float]:
     """The fastest ns per symbol of each loop over `repeat` runs."""
     rng = np.random.default_rng(1)
@@ -84,6 +114,10 @@ def measure(rounds: int, repeat: int) -> dict[str, float]:
         return np.zeros(SYM0 + rounds * 32 + 64, np.uint8), rng.integers(1 << 16, 1 << 31, 32).astype(np.uint32)
 
     best = {"one tile": np.inf, "two tiles": np.inf, "three tiles": np.inf}
+    widths = (8, 16) if rans_avx2.AVX512 else (8,)
+    registers = {f"{name}, in registers, {width} lanes per step": (registers_loop(width, tiles), tiles)
+                 for width in widths for name, tiles in (("one tile", 1), ("two tiles", 2))}
+    best.update({name: np.inf for name in registers})
     for _ in range(repeat + 1):  # the first pass compiles
         (s_a, x_a), (s_b, x_b), (s_c, x_c) = tile(), tile(), tile()
         start = time.perf_counter()
@@ -95,6 +129,10 @@ def measure(rounds: int, repeat: int) -> dict[str, float]:
         start = time.perf_counter()
         three_tiles(s_a, s_b, s_c, x_a, x_b, x_c, flat, ctx16, words, rans_avx2.PERMUTE, rounds)
         best["three tiles"] = min(best["three tiles"], (time.perf_counter() - start) / (96 * rounds))
+        for name, (loop, tiles) in registers.items():
+            start = time.perf_counter()
+            loop(s_a, s_b, x_a, x_b, flat, ctx16, words, rans_avx2.PERMUTE, rounds)
+            best[name] = min(best[name], (time.perf_counter() - start) / (32 * tiles * rounds))
     return {name: seconds * 1e9 for name, seconds in best.items()}
 
 

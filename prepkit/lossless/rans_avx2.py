@@ -29,8 +29,11 @@ decodes back to the speed of narrow ones (docs/BENCHMARKS.md "Wide contexts for 
 images"). `rans_rounds32` (one tile) and `rans_pair32` (two tiles, a round of each in turn)
 run many such rounds in one loop of IR whose lane states are loop values, which LLVM keeps
 in registers: in an array, as between calls of rans_round32, each round stored them and
-loaded them back (docs/BENCHMARKS.md "Lane states in registers"). Tiles of 8 or 16 lanes
-of narrow streams keep `rans_step8_narrow`, which takes its contexts in the step.
+loaded them back (docs/BENCHMARKS.md "Lane states in registers"). On a CPU with AVX-512
+VBMI2, rans_pair32's steps take 16 lanes each (`_decode_step16`): one 16-way gather, and
+the renormalising lanes' words placed by one expanding load (`vpexpandw`) instead of the
+permutation table. Tiles of 8 or 16 lanes of narrow streams keep `rans_step8_narrow`, which
+takes its contexts in the step.
 
 The permutation of each of the 256 lane masks is a row of PERMUTE (vpermd's indices). The
 caller guarantees 8 readable words at `w` and 136 bytes of `row` from `at`; the decoded values
@@ -53,8 +56,15 @@ from numba.extending import intrinsic
 from prepkit.lossless import format_v2 as f2
 
 # PREPKIT_NO_AVX2=1 forces the scalar loop (tests compare both; also a switch for users).
-AVAILABLE = (llvm.get_process_triple().startswith("x86_64") and bool(llvm.get_host_cpu_features().get("avx2", False))
+_FEATURES = llvm.get_host_cpu_features()
+AVAILABLE = (llvm.get_process_triple().startswith("x86_64") and bool(_FEATURES.get("avx2", False))
              and os.environ.get("PREPKIT_NO_AVX2", "") in ("", "0"))
+# AVX-512 with VBMI2 (vpexpandw): rans_pair32 takes 16 lanes per step (below);
+# PREPKIT_NO_AVX512=1 keeps 8 (tests run both where the CPU has it).
+AVX512 = (AVAILABLE and all(_FEATURES.get(f, False) for f in ("avx512f", "avx512bw", "avx512vl", "avx512vbmi2"))
+          and os.environ.get("PREPKIT_NO_AVX512", "") in ("", "0"))
+# The CPU switches above, for the disk cache's key (jitcache.guard_disk_cache's extra).
+BUILD = f"avx2={AVAILABLE},avx512={AVX512}"
 
 # PERMUTE[m, j]: the index among the 8 loaded words of the word lane j takes under mask m
 # (the number of lanes below j that need one); lanes that take none get index 0 (unused).
@@ -69,8 +79,8 @@ SYM0 = f2.CONTEXT_HISTORY  # symbol i of a round sits at row[SYM0 + i] (cpu_v2.S
 NARROW16 = [int(f2.context_of_value(np.array(u), False)) for u in range(16)]
 
 
-def _splat(value: int) -> ir.Constant:
-    return ir.Constant(_V8I32, [value] * 8)
+def _splat(value: int, width: int = 8) -> ir.Constant:
+    return ir.Constant(ir.VectorType(_I32, width), [value] * width)
 
 
 def _address(builder: ir.IRBuilder, context, aryty, array, index: ir.Value, vector: ir.Type) -> ir.Value:
@@ -80,7 +90,7 @@ def _address(builder: ir.IRBuilder, context, aryty, array, index: ir.Value, vect
 
 
 def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v, ctx16_ty, ctx16_v,
-                   wmask_v, prev_ty, prev_v, pbit_v, prev_at=None) -> list[ir.Value]:
+                   wmask_v, prev_ty, prev_v, pbit_v, prev_at=None, width: int = 8) -> list[ir.Value]:
     """The table rows of the 32 symbols row[at+SYM0 : at+SYM0+32] as four <8 x i32> (tbase +
     4096 * context, A4), plus pbit (uint8: PLANE_CONTEXT or 0) where prev[0:32] (the symbols
     one plane back) is not 0: table_bases32's computation, which rans_round32 keeps in
@@ -135,13 +145,14 @@ def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v,
     prev = builder.load(_address(builder, context, prev_ty, prev_v, prev_at, _V32I8), align=1)
     zero = ir.Constant(_V32I8, [0] * 32)
     ctx = builder.add(ctx, builder.select(builder.icmp_unsigned("!=", prev, zero), splat32(pbit_v, _V32I8), zero))
-    base = builder.insert_element(ir.Constant(_V8I32, ir.Undefined), builder.trunc(tbase_v, _I32),
+    vector = ir.VectorType(_I32, width)
+    base = builder.insert_element(ir.Constant(vector, ir.Undefined), builder.trunc(tbase_v, _I32),
                                   ir.Constant(_I32, 0))
-    base = builder.shuffle_vector(base, ir.Constant(_V8I32, ir.Undefined), ir.Constant(_V8I32, [0] * 8))
+    base = builder.shuffle_vector(base, ir.Constant(vector, ir.Undefined), ir.Constant(vector, [0] * width))
     out = []
-    for k in range(4):
-        part = builder.shuffle_vector(ctx, ctx, ir.Constant(_V8I32, list(range(8 * k, 8 * k + 8))))
-        out.append(builder.add(base, builder.shl(builder.zext(part, _V8I32), _splat(12))))
+    for k in range(32 // width):
+        part = builder.shuffle_vector(ctx, ctx, ir.Constant(vector, list(range(width * k, width * k + width))))
+        out.append(builder.add(base, builder.shl(builder.zext(part, vector), _splat(12, width))))
     return out
 
 
@@ -206,6 +217,39 @@ def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: 
         return x, w_v
     builder.store(x, states_p, align=4)
     return w_v
+
+
+def _decode_step16(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value, table_base: ir.Value, flat_v,
+                   words_v, w_v) -> tuple[ir.Value, ir.Value]:
+    """_decode_step on 16 lanes with AVX-512: one 16-way gather, and the words of the lanes
+    that renormalise taken in lane order by one expanding load (vpexpandw, which reads
+    exactly as many words as lanes need one) instead of a permutation table. Returns the new
+    states and word index; tys as _decode_step's."""
+    module = builder.module
+    v16, v16i1, v16i16 = ir.VectorType(_I32, 16), ir.VectorType(ir.IntType(1), 16), ir.VectorType(_I16, 16)
+    gather = cgutils.get_or_insert_function(
+        module, ir.FunctionType(v16, [v16, ir.PointerType(_I8), v16, v16i1, _I32]),
+        "llvm.x86.avx512.mask.gather.dpi.512")
+    expand = cgutils.get_or_insert_function(
+        module, ir.FunctionType(v16i16, [ir.PointerType(_I16), v16i1, v16i16]), "llvm.masked.expandload.v16i16")
+    ctpop = cgutils.get_or_insert_function(module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
+    index = builder.add(table_base, builder.and_(x, _splat(4095, 16)))
+    flat_p = builder.bitcast(context.make_array(tys[4])(context, builder, flat_v).data, ir.PointerType(_I8))
+    every = ir.Constant(v16i1, [1] * 16)
+    e = builder.call(gather, [_splat(0, 16), flat_p, index, every, ir.Constant(_I32, 4)])
+
+    out_at = builder.add(at_v, ir.Constant(at_v.type, SYM0))
+    builder.store(builder.trunc(e, _V16I8), _address(builder, context, tys[0], row_v, out_at, _V16I8), align=1)
+    high = builder.lshr(x, _splat(12, 16))
+    freq_less_one = builder.and_(builder.lshr(e, _splat(8, 16)), _splat(4095, 16))
+    x = builder.add(builder.add(builder.mul(freq_less_one, high), high), builder.lshr(e, _splat(20, 16)))
+
+    need = builder.icmp_unsigned("<", x, _splat(1 << 16, 16))
+    count = builder.call(ctpop, [builder.zext(builder.bitcast(need, ir.IntType(16)), _I32)])
+    words_p = builder.bitcast(_address(builder, context, tys[-3], words_v, w_v, _V8I16), ir.PointerType(_I16))
+    word = builder.zext(builder.call(expand, [words_p, need, ir.Constant(v16i16, [0] * 16)]), v16)
+    x = builder.select(need, builder.or_(builder.shl(x, _splat(16, 16)), word), x)
+    return x, builder.add(w_v, builder.zext(count, w_v.type))
 
 
 @intrinsic
@@ -293,21 +337,24 @@ def rans_step8_narrow(typingctx, row, at, states, j0, flat, tbase, words, w, per
 
 
 def _rounds_loop(context, builder: ir.IRBuilder, n_v: ir.Value, tiles: list[tuple], flat: tuple,
-                 permute: tuple) -> list[ir.Value]:
+                 permute: tuple, width: int) -> list[ir.Value]:
     """The IR of n_v rounds of 32-lane tiles, a round of each tile in turn (rans_round32's
     code), looping with the lane states as loop values: LLVM keeps them in registers, where
     states in an array go to memory and back every round (docs/BENCHMARKS.md "Lane states in
     registers"). Each tile is a tuple of (type, value) pairs (symbols, i, states, tbase,
-    ctx16, wmask, back, words, w); flat and permute are (type, value). Returns each tile's
-    new w."""
+    ctx16, wmask, back, words, w); flat and permute are (type, value). width: the lanes per
+    step, 8 (AVX2, _decode_step) or 16 (AVX-512, _decode_step16). Returns each tile's new w."""
     i64 = ir.IntType(64)
     zero64 = ir.Constant(i64, 0)
 
+    steps = 32 // width
+    vector = ir.VectorType(_I32, width)
+
     def states_at(tile, k):
         (states_ty, states_v) = tile[2]
-        return _address(builder, context, states_ty, states_v, ir.Constant(i64, 8 * k), _V8I32)
+        return _address(builder, context, states_ty, states_v, ir.Constant(i64, width * k), vector)
 
-    first_states = [builder.load(states_at(tile, k), align=4) for tile in tiles for k in range(4)]
+    first_states = [builder.load(states_at(tile, k), align=4) for tile in tiles for k in range(steps)]
     entry = builder.block
     head = builder.append_basic_block("rounds32.head")
     body = builder.append_basic_block("rounds32.body")
@@ -317,7 +364,7 @@ def _rounds_loop(context, builder: ir.IRBuilder, n_v: ir.Value, tiles: list[tupl
     round_phi = builder.phi(i64)
     round_phi.add_incoming(zero64, entry)
     w_phis = [builder.phi(i64) for _ in tiles]
-    x_phis = [builder.phi(_V8I32) for _ in first_states]
+    x_phis = [builder.phi(vector) for _ in first_states]
     for phi, value in zip(w_phis + x_phis, [tile[8][1] for tile in tiles] + first_states, strict=True):
         phi.add_incoming(value, entry)
     builder.cbranch(builder.icmp_unsigned("<", round_phi, n_v), body, done)
@@ -333,13 +380,18 @@ def _rounds_loop(context, builder: ir.IRBuilder, n_v: ir.Value, tiles: list[tupl
         prev_at = builder.select(has_back, builder.sub(builder.add(at, ir.Constant(i64, SYM0)), back_v), at)
         pbit = builder.select(has_back, ir.Constant(_I8, f2.PLANE_CONTEXT), ir.Constant(_I8, 0))
         vectors = _bases_vectors(context, builder, sym_ty, sym_v, at, tbase_v, c16_ty, c16_v, wmask_v, sym_ty,
-                                 sym_v, pbit, prev_at)
+                                 sym_v, pbit, prev_at, width)
         # _decode_step reads the types of (row, at, states, j0, flat, _, words, w, permute)
         step_tys = (sym_ty, types.uint64, None, types.uint64, flat[0], None, words_ty, types.uint64, permute[0])
         w_v = w_phis[t]
-        for k in range(4):
-            x, w_v = _decode_step(context, builder, step_tys, sym_v, builder.add(at, ir.Constant(i64, 8 * k)), None,
-                                  x_phis[4 * t + k], vectors[k], flat[1], words_v, w_v, permute[1])
+        for k in range(steps):
+            step_at = builder.add(at, ir.Constant(i64, width * k))
+            if width == 16:
+                x, w_v = _decode_step16(context, builder, step_tys, sym_v, step_at, x_phis[steps * t + k], vectors[k],
+                                        flat[1], words_v, w_v)
+            else:
+                x, w_v = _decode_step(context, builder, step_tys, sym_v, step_at, None, x_phis[steps * t + k],
+                                      vectors[k], flat[1], words_v, w_v, permute[1])
             new_x.append(x)
         new_w.append(w_v)
     round_phi.add_incoming(builder.add(round_phi, ir.Constant(i64, 1)), builder.block)
@@ -349,8 +401,8 @@ def _rounds_loop(context, builder: ir.IRBuilder, n_v: ir.Value, tiles: list[tupl
 
     builder.position_at_end(done)
     for t, tile in enumerate(tiles):
-        for k in range(4):
-            builder.store(x_phis[4 * t + k], states_at(tile, k), align=4)
+        for k in range(steps):
+            builder.store(x_phis[steps * t + k], states_at(tile, k), align=4)
     return list(w_phis)
 
 
@@ -360,38 +412,58 @@ def _tile_types(symbols, states, ctx16, words) -> list:
     return [symbols, u64, states, types.int64, ctx16, types.uint8, u64, words, u64]
 
 
-@intrinsic
-def rans_rounds32(typingctx, n, symbols, i, states, tbase, ctx16, wmask, back, words, w, flat, permute):
-    """n rounds of a 32-lane tile from symbol i: rans_round32 n times, the lane states
-    (uint32, loaded from states and stored back at the end) in registers in between.
-    back: the plane bit's distance (_plane_back; 0: no plane bits). The caller guarantees
-    32n readable words at w and that the n rounds stay in the tile's plane. Returns the
-    new w."""
-    sig = types.uint64(types.uint64, *_tile_types(symbols, states, ctx16, words), flat, permute)
+def _rounds32_intrinsic(width: int):
+    """rans_rounds32 with `width` lanes per step."""
 
-    def codegen(context, builder, signature, args):
-        pairs = list(zip(signature.args, args, strict=True))
-        return _rounds_loop(context, builder, args[0], [tuple(pairs[1:10])], pairs[10], pairs[11])[0]
+    @intrinsic
+    def rans_rounds32(typingctx, n, symbols, i, states, tbase, ctx16, wmask, back, words, w, flat, permute):
+        """n rounds of a 32-lane tile from symbol i: rans_round32 n times, the lane states
+        (uint32, loaded from states and stored back at the end) in registers in between.
+        back: the plane bit's distance (_plane_back; 0: no plane bits). The caller guarantees
+        32n readable words at w and that the n rounds stay in the tile's plane. Returns the
+        new w."""
+        sig = types.uint64(types.uint64, *_tile_types(symbols, states, ctx16, words), flat, permute)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            pairs = list(zip(signature.args, args, strict=True))
+            return _rounds_loop(context, builder, args[0], [tuple(pairs[1:10])], pairs[10], pairs[11], width)[0]
+
+        return sig, codegen
+
+    return rans_rounds32
 
 
-@intrinsic
-def rans_pair32(typingctx, n, sym_a, i_a, x_a, tbase_a, ctx16_a, wmask_a, back_a, words_a, w_a,
-                sym_b, i_b, x_b, tbase_b, ctx16_b, wmask_b, back_b, words_b, w_b, flat, permute):
-    """rans_rounds32 of two tiles in one loop, a round of one then a round of the other (the
-    other's round fills each round's wait for its table loads, as in cpu_v2._pair_rounds).
-    Returns (w_a, w_b)."""
-    sig = types.UniTuple(types.uint64, 2)(types.uint64, *_tile_types(sym_a, x_a, ctx16_a, words_a),
-                                          *_tile_types(sym_b, x_b, ctx16_b, words_b), flat, permute)
+def _pair32_intrinsic(width: int):
+    """rans_pair32 with `width` lanes per step."""
 
-    def codegen(context, builder, signature, args):
-        pairs = list(zip(signature.args, args, strict=True))
-        w_values = _rounds_loop(context, builder, args[0], [tuple(pairs[1:10]), tuple(pairs[10:19])], pairs[19],
-                                pairs[20])
-        return context.make_tuple(builder, signature.return_type, w_values)
+    @intrinsic
+    def rans_pair32(typingctx, n, sym_a, i_a, x_a, tbase_a, ctx16_a, wmask_a, back_a, words_a, w_a,
+                    sym_b, i_b, x_b, tbase_b, ctx16_b, wmask_b, back_b, words_b, w_b, flat, permute):
+        """rans_rounds32 of two tiles in one loop, a round of one then a round of the other
+        (the other's round fills each round's wait for its table loads, as in
+        cpu_v2._pair_rounds). Returns (w_a, w_b)."""
+        sig = types.UniTuple(types.uint64, 2)(types.uint64, *_tile_types(sym_a, x_a, ctx16_a, words_a),
+                                              *_tile_types(sym_b, x_b, ctx16_b, words_b), flat, permute)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            pairs = list(zip(signature.args, args, strict=True))
+            w_values = _rounds_loop(context, builder, args[0], [tuple(pairs[1:10]), tuple(pairs[10:19])],
+                                    pairs[19], pairs[20], width)
+            return context.make_tuple(builder, signature.return_type, w_values)
+
+        return sig, codegen
+
+    return rans_pair32
+
+
+# ROUNDS32 and PAIR32 hold both widths (for tests and prepkit.bench.rans_rounds). The decoder
+# takes 16 lanes per step for pairs with AVX-512 (0.35 against 0.46-0.48 ns per symbol on the
+# dev VM) and 8 for a tile alone, whose rounds are one latency chain: 16 lanes per step make it
+# two chains instead of four, no faster (0.63-0.65 against 0.58-0.62 ns).
+ROUNDS32 = {width: _rounds32_intrinsic(width) for width in (8, 16)}
+PAIR32 = {width: _pair32_intrinsic(width) for width in (8, 16)}
+rans_rounds32 = ROUNDS32[8]
+rans_pair32 = PAIR32[16 if AVX512 else 8]
 
 
 def step_reference(row: np.ndarray, at: int, states: np.ndarray, j0: int, flat: np.ndarray, tbase: int,

@@ -194,4 +194,4 @@ def decode_many(buffers: Sequence[object], out: object | None = None, workspace:
 # part of their cache key.
 guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies, hostplan, cpu_v2, med_simd, memops, prefix_simd,
                               rans_avx2, runs),
-                 extra=f"avx2={rans_avx2.AVAILABLE}")
+                 extra=rans_avx2.BUILD)

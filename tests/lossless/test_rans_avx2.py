@@ -3,6 +3,8 @@ rounds against its scalar rounds on the same inputs."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from numba import njit
@@ -11,6 +13,7 @@ from prepkit.lossless import cpu_v2, rans_avx2
 from prepkit.lossless import format_v2 as f2
 
 needs_avx2 = pytest.mark.skipif(not rans_avx2.AVAILABLE, reason="this CPU has no AVX2 (the scalar loop runs)")
+needs_avx512 = pytest.mark.skipif(not rans_avx2.AVX512, reason="this CPU has no AVX-512 VBMI2 (8 lanes per step run)")
 
 
 def random_tables(rng: np.random.Generator, n_tables: int) -> np.ndarray:
@@ -129,13 +132,19 @@ def test_fused_round_matches_four_reference_steps(wide: bool, plane_bits: bool) 
         _assert_same((w_v, row_v, states_v), (w_r, row_r, states_r))
 
 
-@njit
-def _pair32(n, sym_a, i_a, x_a, tbase_a, ctx16_a, wmask_a, back_a, words_a, w_a, sym_b, i_b, x_b, tbase_b, ctx16_b,
-            wmask_b, back_b, words_b, w_b, flat):
-    return rans_avx2.rans_pair32(np.uint64(n), sym_a, np.uint64(i_a), x_a, tbase_a, ctx16_a, wmask_a,
-                                 np.uint64(back_a), words_a, np.uint64(w_a), sym_b, np.uint64(i_b), x_b, tbase_b,
-                                 ctx16_b, wmask_b, np.uint64(back_b), words_b, np.uint64(w_b), flat,
-                                 rans_avx2.PERMUTE)
+@functools.cache
+def _pair32_call(width: int):
+    """A compiled call of rans_pair32 with `width` lanes per step."""
+    pair32 = rans_avx2.PAIR32[width]
+
+    @njit
+    def call(n, sym_a, i_a, x_a, tbase_a, ctx16_a, wmask_a, back_a, words_a, w_a, sym_b, i_b, x_b, tbase_b, ctx16_b,
+             wmask_b, back_b, words_b, w_b, flat):
+        return pair32(np.uint64(n), sym_a, np.uint64(i_a), x_a, tbase_a, ctx16_a, wmask_a, np.uint64(back_a), words_a,
+                      np.uint64(w_a), sym_b, np.uint64(i_b), x_b, tbase_b, ctx16_b, wmask_b, np.uint64(back_b),
+                      words_b, np.uint64(w_b), flat, rans_avx2.PERMUTE)
+
+    return call
 
 
 def _reference_rounds(n: int, row: np.ndarray, i: int, states: np.ndarray, flat: np.ndarray, tbase: int,
@@ -154,13 +163,14 @@ def _reference_rounds(n: int, row: np.ndarray, i: int, states: np.ndarray, flat:
 
 
 @needs_avx2
+@pytest.mark.parametrize("width", [8, pytest.param(16, marks=needs_avx512)])
 @pytest.mark.parametrize("backs", [(0, 0), (96, 0), (0, 160), (224, 96)])
 @pytest.mark.parametrize("wides", [(False, True), (True, False), (True, True)])
-def test_pair_of_32_lane_tiles_matches_the_reference_rounds(wides: tuple[bool, bool],
-                                                            backs: tuple[int, int]) -> None:
-    """rans_pair32 (n rounds of two 32-lane tiles, lane states in registers) against
-    step_reference round by round on each tile, with different contexts, plane bits and
-    starting symbols per tile."""
+def test_pair_of_32_lane_tiles_matches_the_reference_rounds(wides: tuple[bool, bool], backs: tuple[int, int],
+                                                            width: int) -> None:
+    """rans_pair32 (n rounds of two 32-lane tiles, lane states in registers) with 8 lanes per
+    step (AVX2) and 16 (AVX-512), against step_reference round by round on each tile, with
+    different contexts, plane bits and starting symbols per tile."""
     rng = np.random.default_rng(7 + 2 * wides[0] + 4 * wides[1] + backs[0] + backs[1])
     flat = random_tables(rng, 12)
     values = np.array([0, 0, 0, 0, 1, 2, 3, 6, 7, 8, 9, 15, 16, 200, 255], np.uint8)
@@ -176,7 +186,7 @@ def test_pair_of_32_lane_tiles_matches_the_reference_rounds(wides: tuple[bool, b
                               w=int(rng.integers(0, 40))))
         vector = [{**t, "row": t["row"].copy(), "states": t["states"].copy()} for t in tiles]
         a, b = vector
-        w_a, w_b = _pair32(n, a["row"], a["i"], a["states"], a["tbase"], shuffle_table(a["wide"]),
+        w_a, w_b = _pair32_call(width)(n, a["row"], a["i"], a["states"], a["tbase"], shuffle_table(a["wide"]),
                            np.uint8(255 if a["wide"] else 0), a["back"], a["words"], a["w"], b["row"], b["i"],
                            b["states"], b["tbase"], shuffle_table(b["wide"]), np.uint8(255 if b["wide"] else 0),
                            b["back"], b["words"], b["w"], flat)

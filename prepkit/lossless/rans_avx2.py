@@ -91,10 +91,10 @@ def _address(builder: ir.IRBuilder, context, aryty, array, index: ir.Value, vect
 
 def _bases_vectors(context, builder: ir.IRBuilder, row_ty, row_v, at_v, tbase_v, ctx16_ty, ctx16_v,
                    wmask_v, prev_ty, prev_v, pbit_v, prev_at=None, width: int = 8) -> list[ir.Value]:
-    """The table rows of the 32 symbols row[at+SYM0 : at+SYM0+32] as four <8 x i32> (tbase +
-    4096 * context, A4), plus pbit (uint8: PLANE_CONTEXT or 0) where prev[0:32] (the symbols
-    one plane back) is not 0: table_bases32's computation, which rans_round32 keeps in
-    registers."""
+    """The table rows of the 32 symbols row[at+SYM0 : at+SYM0+32] as 32 / width vectors of
+    <width x i32> (tbase + 4096 * context, A4), plus pbit (uint8: PLANE_CONTEXT or 0) where
+    prev[prev_at : prev_at+32] (the symbols one plane back; prev_at 0 when None) is not 0:
+    table_bases32's computation, which rans_round32 and _rounds_loop keep in registers."""
     pshufb = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32I8, [_V32I8, _V32I8]),
                                             "llvm.x86.avx2.pshuf.b")
     data = context.make_array(row_ty)(context, builder, row_v).data
@@ -185,7 +185,8 @@ def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: 
                  flat_v, words_v, w_v, permute_v):
     """The rANS step of 8 lanes once each lane's table row (table_base, <8 x i32>) is known:
     gather, symbol store to row[at+SYM0 : at+SYM0+8], state update and renormalisation (the
-    states back to states_p); returns the new word index. tys: the argument types of
+    states back to states_p); returns the new word index, or (states, word index) when
+    states_p is None (the states stay a value: _rounds_loop). tys: the argument types of
     (row, at, states, j0, flat, _, words, w, permute) at indices 0, 4, -3 and -1."""
     module = builder.module
     gather = cgutils.get_or_insert_function(

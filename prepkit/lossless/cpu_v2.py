@@ -2702,5 +2702,6 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
 
 
 # Last, once every cached function above exists: the modules whose functions and constants
-# are compiled into these kernels, and the AVX2 switch (PREPKIT_NO_AVX2), are part of their key.
+# are compiled into these kernels, and the CPU switches (rans_avx2.BUILD: PREPKIT_NO_AVX2,
+# PREPKIT_NO_AVX512), are part of their key.
 guard_disk_cache(globals(), (fmt, f2, plan_mod, frequencies, med_simd, memops, prefix_simd, rans_avx2, runs), extra=rans_avx2.BUILD)

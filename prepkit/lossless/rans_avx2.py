@@ -181,30 +181,47 @@ def table_bases32(typingctx, row, at, tbase, ctx16, wmask, prev, pbit, bases):
     return sig, codegen
 
 
+def _gather_update(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value, table_base: ir.Value, flat_v,
+                   width: int) -> tuple[ir.Value, ir.Value]:
+    """The part of a rANS step that does not depend on its width's refill: each lane's table
+    entry by one gather (AVX2 for 8 lanes, AVX-512 for 16), the symbols stored to
+    row[at+SYM0 : at+SYM0+width], the states updated. Returns (states, lanes that need a
+    word); tys as _decode_step's."""
+    vector = ir.VectorType(_I32, width)
+    index = builder.add(table_base, builder.and_(x, _splat(4095, width)))
+    flat_p = builder.bitcast(context.make_array(tys[4])(context, builder, flat_v).data, ir.PointerType(_I8))
+    if width == 16:
+        lanes = ir.VectorType(ir.IntType(1), 16)
+        gather = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vector, [vector, ir.PointerType(_I8), vector, lanes, _I32]),
+            "llvm.x86.avx512.mask.gather.dpi.512")
+        e = builder.call(gather, [_splat(0, 16), flat_p, index, ir.Constant(lanes, [1] * 16), ir.Constant(_I32, 4)])
+    else:
+        gather = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vector, [vector, ir.PointerType(_I8), vector, vector, _I8]),
+            "llvm.x86.avx2.gather.d.d.256")
+        e = builder.call(gather, [_splat(0), flat_p, index, _splat(-1), ir.Constant(_I8, 4)])
+    out_at = builder.add(at_v, ir.Constant(at_v.type, SYM0))
+    symbols = ir.VectorType(_I8, width)
+    builder.store(builder.trunc(e, symbols), _address(builder, context, tys[0], row_v, out_at, symbols), align=1)
+    high = builder.lshr(x, _splat(12, width))
+    freq_less_one = builder.and_(builder.lshr(e, _splat(8, width)), _splat(4095, width))
+    x = builder.add(builder.add(builder.mul(freq_less_one, high), high), builder.lshr(e, _splat(20, width)))
+    return x, builder.icmp_unsigned("<", x, _splat(1 << 16, width))
+
+
 def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: ir.Value, table_base: ir.Value,
                  flat_v, words_v, w_v, permute_v):
     """The rANS step of 8 lanes once each lane's table row (table_base, <8 x i32>) is known:
-    gather, symbol store to row[at+SYM0 : at+SYM0+8], state update and renormalisation (the
-    states back to states_p); returns the new word index, or (states, word index) when
-    states_p is None (the states stay a value: _rounds_loop). tys: the argument types of
-    (row, at, states, j0, flat, _, words, w, permute) at indices 0, 4, -3 and -1."""
-    module = builder.module
-    gather = cgutils.get_or_insert_function(
-        module, ir.FunctionType(_V8I32, [_V8I32, ir.PointerType(_I8), _V8I32, _V8I32, _I8]),
-        "llvm.x86.avx2.gather.d.d.256")
-    permd = cgutils.get_or_insert_function(module, ir.FunctionType(_V8I32, [_V8I32, _V8I32]), "llvm.x86.avx2.permd")
-    ctpop = cgutils.get_or_insert_function(module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
-    index = builder.add(table_base, builder.and_(x, _splat(4095)))
-    flat_p = builder.bitcast(context.make_array(tys[4])(context, builder, flat_v).data, ir.PointerType(_I8))
-    e = builder.call(gather, [_splat(0), flat_p, index, _splat(-1), ir.Constant(_I8, 4)])
-
-    out_at = builder.add(at_v, ir.Constant(at_v.type, SYM0))
-    builder.store(builder.trunc(e, _V8I8), _address(builder, context, tys[0], row_v, out_at, _V8I8), align=1)
-    high = builder.lshr(x, _splat(12))
-    freq_less_one = builder.and_(builder.lshr(e, _splat(8)), _splat(4095))
-    x = builder.add(builder.add(builder.mul(freq_less_one, high), high), builder.lshr(e, _splat(20)))
-
-    need = builder.icmp_unsigned("==", builder.lshr(x, _splat(16)), _splat(0))
+    gather, symbol store to row[at+SYM0 : at+SYM0+8], state update (_gather_update) and
+    renormalisation, the words permuted into place by PERMUTE (the states back to states_p);
+    returns the new word index, or (states, word index) when states_p is None (the states
+    stay a value: _rounds_loop). tys: the argument types of (row, at, states, j0, flat, _,
+    words, w, permute) at indices 0, 4, -3 and -1."""
+    permd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8I32, [_V8I32, _V8I32]),
+                                           "llvm.x86.avx2.permd")
+    ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
+    x, need = _gather_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 8)
     mask = builder.zext(builder.bitcast(need, _I8), _I32)
     count = builder.call(ctpop, [mask])
     next_words = builder.load(_address(builder, context, tys[-3], words_v, w_v, _V8I16), align=2)
@@ -226,29 +243,15 @@ def _decode_step16(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value
     that renormalise taken in lane order by one expanding load (vpexpandw, which reads
     exactly as many words as lanes need one) instead of a permutation table. Returns the new
     states and word index; tys as _decode_step's."""
-    module = builder.module
-    v16, v16i1, v16i16 = ir.VectorType(_I32, 16), ir.VectorType(ir.IntType(1), 16), ir.VectorType(_I16, 16)
-    gather = cgutils.get_or_insert_function(
-        module, ir.FunctionType(v16, [v16, ir.PointerType(_I8), v16, v16i1, _I32]),
-        "llvm.x86.avx512.mask.gather.dpi.512")
+    v16i1, v16i16 = ir.VectorType(ir.IntType(1), 16), ir.VectorType(_I16, 16)
     expand = cgutils.get_or_insert_function(
-        module, ir.FunctionType(v16i16, [ir.PointerType(_I16), v16i1, v16i16]), "llvm.masked.expandload.v16i16")
-    ctpop = cgutils.get_or_insert_function(module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
-    index = builder.add(table_base, builder.and_(x, _splat(4095, 16)))
-    flat_p = builder.bitcast(context.make_array(tys[4])(context, builder, flat_v).data, ir.PointerType(_I8))
-    every = ir.Constant(v16i1, [1] * 16)
-    e = builder.call(gather, [_splat(0, 16), flat_p, index, every, ir.Constant(_I32, 4)])
-
-    out_at = builder.add(at_v, ir.Constant(at_v.type, SYM0))
-    builder.store(builder.trunc(e, _V16I8), _address(builder, context, tys[0], row_v, out_at, _V16I8), align=1)
-    high = builder.lshr(x, _splat(12, 16))
-    freq_less_one = builder.and_(builder.lshr(e, _splat(8, 16)), _splat(4095, 16))
-    x = builder.add(builder.add(builder.mul(freq_less_one, high), high), builder.lshr(e, _splat(20, 16)))
-
-    need = builder.icmp_unsigned("<", x, _splat(1 << 16, 16))
+        builder.module, ir.FunctionType(v16i16, [ir.PointerType(_I16), v16i1, v16i16]),
+        "llvm.masked.expandload.v16i16")
+    ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
+    x, need = _gather_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 16)
     count = builder.call(ctpop, [builder.zext(builder.bitcast(need, ir.IntType(16)), _I32)])
     words_p = builder.bitcast(_address(builder, context, tys[-3], words_v, w_v, _V8I16), ir.PointerType(_I16))
-    word = builder.zext(builder.call(expand, [words_p, need, ir.Constant(v16i16, [0] * 16)]), v16)
+    word = builder.zext(builder.call(expand, [words_p, need, ir.Constant(v16i16, [0] * 16)]), _V16I32)
     x = builder.select(need, builder.or_(builder.shl(x, _splat(16, 16)), word), x)
     return x, builder.add(w_v, builder.zext(count, w_v.type))
 

@@ -40,6 +40,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from prepkit.lossless import memops
+
 BLOCK = 16  # rows and columns of one transpose
 LANES = 64  # lanes of the diagonal step: the largest tile side
 LEFT = BLOCK  # padding before column 0 of a scratch row: skewed loads start up to 15 bytes early
@@ -95,6 +97,71 @@ def transpose16(typingctx, src, src_at, src_stride, dst, dst_at, dst_stride):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+_V32 = ir.VectorType(_I8, 2 * BLOCK)
+
+
+def _transpose_pair(src_block: int, dst_block: int):
+    """An intrinsic that transposes two 16 x 16 byte blocks side by side in 32-byte vectors,
+    as transpose16 does one; arguments as transpose16's. Block b's row j is at src[src_at + j
+    * src_stride + b * src_block], its transpose's row t goes to dst[dst_at + t * dst_stride + b
+    * dst_block]. The interleaves stay within each vector's 16-byte halves, so one 32-byte
+    shuffle does the work of two 16-byte ones (the transposes are shuffle-bound: one or two
+    ports)."""
+    low = _mask([h * BLOCK + k for h in range(2) for j in range(BLOCK // 2) for k in (j, 2 * BLOCK + j)])
+    high = _mask([h * BLOCK + k for h in range(2) for j in range(BLOCK // 2, BLOCK) for k in (j, 2 * BLOCK + j)])
+    halves = (_mask(list(range(BLOCK))), _mask(list(range(BLOCK, 2 * BLOCK))))
+    join = _mask(list(range(2 * BLOCK)))
+
+    @intrinsic
+    def transpose_pair(typingctx, src, src_at, src_stride, dst, dst_at, dst_stride):
+        sig = types.none(src, types.int64, types.int64, dst, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            src_v, src_at_v, src_stride_v, dst_v, dst_at_v, dst_stride_v = args
+            src_data = context.make_array(signature.args[0])(context, builder, src_v).data
+            dst_data = context.make_array(signature.args[3])(context, builder, dst_v).data
+
+            def at(base: ir.Value, stride: ir.Value, row: int, block: int, block_step: int) -> ir.Value:
+                offset = builder.add(builder.mul(stride, ir.Constant(_I64, row)), ir.Constant(_I64, block * block_step))
+                return builder.add(base, offset)
+
+            rows = []
+            for j in range(BLOCK):
+                if src_block == BLOCK:  # the two blocks' rows are contiguous: one load
+                    pointer = builder.gep(src_data, [at(src_at_v, src_stride_v, j, 0, 0)])
+                    rows.append(builder.load(builder.bitcast(pointer, _V32.as_pointer()), align=1))
+                    continue
+                pieces = [builder.load(builder.bitcast(builder.gep(src_data, [at(src_at_v, src_stride_v, j, b, src_block)]),
+                                                       _V16.as_pointer()), align=1) for b in range(2)]
+                rows.append(builder.shuffle_vector(pieces[0], pieces[1], join))
+            for _ in range(4):
+                out = []
+                for i in range(BLOCK // 2):
+                    out.append(builder.shuffle_vector(rows[i], rows[i + BLOCK // 2], low))
+                    out.append(builder.shuffle_vector(rows[i], rows[i + BLOCK // 2], high))
+                rows = out
+            for t, row in enumerate(rows):
+                if dst_block == BLOCK:
+                    pointer = builder.gep(dst_data, [at(dst_at_v, dst_stride_v, t, 0, 0)])
+                    builder.store(row, builder.bitcast(pointer, _V32.as_pointer()), align=1)
+                    continue
+                for b in range(2):
+                    half = builder.shuffle_vector(row, ir.Constant(_V32, ir.Undefined), halves[b])
+                    pointer = builder.gep(dst_data, [at(dst_at_v, dst_stride_v, t, b, dst_block)])
+                    builder.store(half, builder.bitcast(pointer, _V16.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return transpose_pair
+
+
+# Rows to diagonals: the two blocks' rows are side by side in the padded rows, their
+# diagonals 16 diagonals apart; diagonals to rows the other way round.
+_pair_to_diagonals = _transpose_pair(BLOCK, BLOCK * LANES)
+_pair_from_diagonals = _transpose_pair(BLOCK * LANES, BLOCK)
 
 
 def _call(builder: ir.IRBuilder, name: str, *values: ir.Value) -> ir.Value:
@@ -186,22 +253,34 @@ def scratch():
     return np.empty(SCRATCH_BYTES, np.uint8)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _unzigzag(zigzag, src_at, work, dst_at, n):
+    """work[dst_at : dst_at + n] = the residuals of the zig-zag symbols zigzag[src_at : src_at + n]."""
+    for x in range(n):
+        z = zigzag[src_at + x]
+        work[dst_at + x] = (z >> 1) ^ -(z & 1)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def to_diagonals(zigzag, th, tw, work, m):
     """Zig-zag residual symbols of a th x tw plane (row-major, th, tw <= 64) -> residuals laid
     out diagonal-major as plane m (0..3) of the scratch `work`."""
-    pad = work[: PAD_ROWS * PITCH]
-    for y in range(th):  # residuals into the padded rows
-        zs = zigzag[y * tw : y * tw + tw]
-        line = pad[y * PITCH + LEFT : y * PITCH + LEFT + tw]
-        for x in range(tw):
-            z = zs[x]
-            line[x] = (z >> 1) ^ -(z & 1)
+    if tw == LANES:  # full tiles: rows of a constant length, one vector each
+        for y in range(th):
+            _unzigzag(zigzag, y * LANES, work, y * PITCH + LEFT, LANES)
+    else:
+        for y in range(th):
+            _unzigzag(zigzag, y * tw, work, y * PITCH + LEFT, tw)
     # Block (y0, d0): rows y0 .. y0 + 15 from column d0 - y0 - j (row j of the block), that is
     # diagonals d0 .. d0 + 15 at lanes y0 .. y0 + 15; d0 covers every diagonal those rows touch.
     at = DIAG_AT + m * DIAG_BYTES
     for y0 in range(0, th, BLOCK):
-        for d0 in range(y0, y0 + tw + BLOCK - 1, BLOCK):
+        end = y0 + tw + BLOCK - 1
+        d0 = y0
+        while d0 + BLOCK < end:  # two blocks at a time while both are needed
+            _pair_to_diagonals(work, y0 * PITCH + LEFT + d0 - y0, PITCH - 1, work, at + d0 * LANES + y0, LANES)
+            d0 += 2 * BLOCK
+        if d0 < end:
             transpose16(work, y0 * PITCH + LEFT + d0 - y0, PITCH - 1, work, at + d0 * LANES + y0, LANES)
 
 
@@ -210,13 +289,19 @@ def from_diagonals(row, th, tw, work, m):
     """Plane m's decoded diagonals in `work` -> the th x tw plane, row-major, into row."""
     at = DIAG_AT + m * DIAG_BYTES
     for y0 in range(0, th, BLOCK):
-        for d0 in range(y0, y0 + tw + BLOCK - 1, BLOCK):
+        end = y0 + tw + BLOCK - 1
+        d0 = y0
+        while d0 + BLOCK < end:
+            _pair_from_diagonals(work, at + d0 * LANES + y0, LANES, work, y0 * PITCH + LEFT + d0 - y0, PITCH - 1)
+            d0 += 2 * BLOCK
+        if d0 < end:
             transpose16(work, at + d0 * LANES + y0, LANES, work, y0 * PITCH + LEFT + d0 - y0, PITCH - 1)
-    for y in range(th):
-        line = work[y * PITCH + LEFT : y * PITCH + LEFT + tw]
-        out = row[y * tw : y * tw + tw]
-        for x in range(tw):
-            out[x] = line[x]
+    if tw == LANES:  # full tiles: a constant length, so LLVM copies inline (not a call to libc per row)
+        for y in range(th):
+            memops.copy(row, y * LANES, work, y * PITCH + LEFT, LANES)
+    else:
+        for y in range(th):
+            memops.copy(row, y * tw, work, y * PITCH + LEFT, tw)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

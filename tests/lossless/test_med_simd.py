@@ -60,6 +60,39 @@ def test_transpose16_matches_numpy() -> None:
         np.testing.assert_array_equal(dst[~written], before[~written])
 
 
+@njit
+def _pair_to(src, src_at, src_stride, dst, dst_at, dst_stride):  # type: ignore[no-untyped-def]
+    med_simd._pair_to_diagonals(src, src_at, src_stride, dst, dst_at, dst_stride)
+
+
+@njit
+def _pair_from(src, src_at, src_stride, dst, dst_at, dst_stride):  # type: ignore[no-untyped-def]
+    med_simd._pair_from_diagonals(src, src_at, src_stride, dst, dst_at, dst_stride)
+
+
+@pytest.mark.parametrize(("kernel", "src_block", "dst_block"),
+                         [(_pair_to, med_simd.BLOCK, med_simd.BLOCK * med_simd.LANES),
+                          (_pair_from, med_simd.BLOCK * med_simd.LANES, med_simd.BLOCK)])
+def test_transposed_pairs_match_numpy(kernel, src_block: int, dst_block: int) -> None:  # type: ignore[no-untyped-def]
+    """Two blocks transposed side by side: each as transpose16 transposes it alone, and no
+    other byte written."""
+    rng = np.random.default_rng(1)
+    src = rng.integers(0, 256, 6000).astype(np.uint8)
+    for src_at, src_stride, dst_at, dst_stride in [(0, 32, 0, 64), (5, 111, 7, 64), (300, 95, 3, 33)]:
+        dst = rng.integers(0, 256, 6000).astype(np.uint8)
+        before = dst.copy()
+        kernel(src, src_at, src_stride, dst, dst_at, dst_stride)
+        written = np.zeros(dst.size, bool)
+        for b in range(2):
+            rows = [src[src_at + j * src_stride + b * src_block :][:16] for j in range(16)]
+            block = np.stack(rows)
+            for t in range(16):
+                at = dst_at + t * dst_stride + b * dst_block
+                np.testing.assert_array_equal(dst[at : at + 16], block[:, t])
+                written[at : at + 16] = True
+        np.testing.assert_array_equal(dst[~written], before[~written])
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 4])
 @pytest.mark.parametrize(("th", "tw"), [(64, 64), (17, 40), (1, 9), (64, 3)])
 def test_planes_side_by_side_match_the_reference(count: int, th: int, tw: int) -> None:

@@ -62,11 +62,13 @@ def _mask(values: list[int]) -> ir.Constant:
     return ir.Constant(ir.VectorType(_I32, len(values)), values)
 
 
-def _transpose(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
-    """16 x 16 bytes: four rounds of interleaving row i with row i + 8 (low halves into row
-    2i, high halves into row 2i + 1) leave the transpose."""
-    low = _mask([k for j in range(BLOCK // 2) for k in (j, BLOCK + j)])
-    high = _mask([k for j in range(BLOCK // 2, BLOCK) for k in (j, BLOCK + j)])
+def _transpose(builder: ir.IRBuilder, rows: list[ir.Value], blocks: int = 1) -> list[ir.Value]:
+    """16 x 16 bytes (in each 16-byte part of 16 * `blocks`-byte rows): four rounds of
+    interleaving row i with row i + 8 (low halves into row 2i, high halves into row 2i + 1)
+    leave the transpose. The interleaves stay within each 16-byte part."""
+    width = blocks * BLOCK
+    low = _mask([h * BLOCK + k for h in range(blocks) for j in range(BLOCK // 2) for k in (j, width + j)])
+    high = _mask([h * BLOCK + k for h in range(blocks) for j in range(BLOCK // 2, BLOCK) for k in (j, width + j)])
     for _ in range(4):
         out = []
         for i in range(BLOCK // 2):
@@ -109,8 +111,6 @@ def _transpose_pair(src_block: int, dst_block: int):
     * dst_block]. The interleaves stay within each vector's 16-byte halves, so one 32-byte
     shuffle does the work of two 16-byte ones (the transposes are shuffle-bound: one or two
     ports)."""
-    low = _mask([h * BLOCK + k for h in range(2) for j in range(BLOCK // 2) for k in (j, 2 * BLOCK + j)])
-    high = _mask([h * BLOCK + k for h in range(2) for j in range(BLOCK // 2, BLOCK) for k in (j, 2 * BLOCK + j)])
     halves = (_mask(list(range(BLOCK))), _mask(list(range(BLOCK, 2 * BLOCK))))
     join = _mask(list(range(2 * BLOCK)))
 
@@ -136,13 +136,7 @@ def _transpose_pair(src_block: int, dst_block: int):
                 pieces = [builder.load(builder.bitcast(builder.gep(src_data, [at(src_at_v, src_stride_v, j, b, src_block)]),
                                                        _V16.as_pointer()), align=1) for b in range(2)]
                 rows.append(builder.shuffle_vector(pieces[0], pieces[1], join))
-            for _ in range(4):
-                out = []
-                for i in range(BLOCK // 2):
-                    out.append(builder.shuffle_vector(rows[i], rows[i + BLOCK // 2], low))
-                    out.append(builder.shuffle_vector(rows[i], rows[i + BLOCK // 2], high))
-                rows = out
-            for t, row in enumerate(rows):
+            for t, row in enumerate(_transpose(builder, rows, 2)):
                 if dst_block == BLOCK:
                     pointer = builder.gep(dst_data, [at(dst_at_v, dst_stride_v, t, 0, 0)])
                     builder.store(row, builder.bitcast(pointer, _V32.as_pointer()), align=1)

@@ -681,11 +681,13 @@ def _runs_scratch():
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _runs_floor(padded, th, tw, repeats):
+def _runs_floor(padded, th, tw, repeats, same):
     """The fewest run symbols an index plane (padded as _tile_palette writes it) can code to:
     each row a label and an END, each boundary (a pixel unlike its left neighbour) at least a
-    run symbol and a label; with `repeats` (A2 mode 4), none for a row equal to the row above.
-    (Flat unsigned indices: loops LLVM vectorises.)"""
+    run symbol and a label (with `same`, A2 mode 5, at least the run symbol); with `repeats`
+    (modes 4 and 5), none for a row equal to the row above. (Flat unsigned indices: loops
+    LLVM vectorises.)"""
+    per_boundary = 1 if same else 2
     flat = padded.reshape(-1)
     stride = np.uint64(padded.shape[1])
     floor = 0
@@ -700,27 +702,28 @@ def _runs_floor(padded, th, tw, repeats):
         in_row = np.int32(0)
         for x in range(np.uint64(2), np.uint64(tw + 1)):
             in_row += np.int32(flat[row + x] != flat[row + x - np.uint64(1)])
-        floor += 2 + 2 * in_row
+        floor += 2 + per_boundary * in_row
     return floor
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _tile_runs(padded, th, tw, n_colours, scratch, kept_syms, kept_ctxs):
     """The run symbols of the index plane in padded (_tile_palette) of n_colours colours (A2
-    mode 4 where runs.mode_of gives it, else 3): their count, cut short past the most
+    mode 5 where runs.mode_of gives it, else 3): their count, cut short past the most
     a runs tile may have (runs.tile_symbols), and when at most RUNS_CAP the symbols and
     contexts in kept_syms, kept_ctxs. A noise-like tile is out before its symbols
     (_runs_floor)."""
     index, syms, ctxs, above, starts = scratch
-    repeats = runs.mode_of(n_colours) == f2.TILE_RUNS_REPEAT
+    same = runs.mode_of(n_colours) == f2.TILE_RUNS_SAME
+    repeats = same  # (mode 5 has row repeats; mode 3 neither)
     limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
-    floor = _runs_floor(padded, th, tw, repeats)
+    floor = _runs_floor(padded, th, tw, repeats, same)
     if floor > limit:
         return floor
     for y in range(th):
         for x in range(tw):
             index[y * tw + x] = padded[y + 1, x + 1]
-    n = runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats)
+    n = runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same)
     if n <= RUNS_CAP:
         for j in range(n):
             kept_syms[j] = syms[j]
@@ -2459,7 +2462,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
             d0 = out_base + ((oy + y) * out_w + ox + xa) * c
             memops.copy(out, d0, src, s0, (xb - xa) * c)
         return 0
-    if src[start] == f2.TILE_RUNS or src[start] == f2.TILE_RUNS_REPEAT:
+    if src[start] == f2.TILE_RUNS or src[start] == f2.TILE_RUNS_REPEAT or src[start] == f2.TILE_RUNS_SAME:
         # planes (4 planes back to back) leaves the 64 bytes after plane 0 that the fills need.
         err = runs.decode_tile(src, start, end, th, tw, c, base, tshift, dec.reshape(-1), empty, planes.reshape(-1),
                                scratch[6], scratch[5][:64], scratch[5][64:])

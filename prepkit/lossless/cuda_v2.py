@@ -264,11 +264,12 @@ def _palette_pixels(src, pal_at, c, smem, th, tw, out, out_base, out_w, oy, ox, 
 
 @cuda.jit(device=True)
 def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bounds):
-    """A runs tile (A2 mode 3, or 4 with row repeats) on one thread: its index plane into smem (row pitch 64);
-    returns an error code (the checks of runs.decode_tile). bounds: 128 bytes of shared
-    memory for the run boundaries (columns < 64) of the row above and of this row (not a
+    """A runs tile (A2 mode 3, 4 with row repeats, or 5 with implied labels too) on one thread:
+    its index plane into smem (row pitch 64); returns an error code (the checks of
+    runs.decode_tile). bounds: 128 bytes of shared memory for the run boundaries (columns < 64) of the row above and of this row (not a
     local array: that would put a stack frame on every tile of the kernel)."""
-    repeats = src[start] == f2.TILE_RUNS_REPEAT
+    same = src[start] == f2.TILE_RUNS_SAME
+    repeats = same or src[start] == f2.TILE_RUNS_REPEAT
     tset = i32(base + i32(i32(src[start + u64(1)]) << tshift))
     if empty[u32(tset + i32(f2.RUN_CTX_LABEL))] != 0:
         return i32(plan_mod.ERR_TABLE)
@@ -332,6 +333,12 @@ def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bound
             if empty[u32(tset + ctx)] != 0:
                 return i32(plan_mod.ERR_TABLE)
             m, x, w = _runs_symbol(src, dec, i32(tset + ctx), x, ws, nw, w)
+            explicit = not same  # whether a label symbol follows the boundary (A2 mode 5)
+            if same and m >= i32(f2.RUN_OTHER):
+                m = i32(m - i32(f2.RUN_OTHER))
+                explicit = True
+                if m == i32(f2.RUN_END) or m == i32(f2.RUN_PASS):
+                    return i32(plan_mod.ERR_RUNS)
             a1 = tw
             if m == i32(f2.RUN_END):
                 a1 = tw
@@ -360,7 +367,9 @@ def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bound
             c0 = i32(smem[u32(up + a1)]) if y > i32(0) else i32(-1)
             c1 = i32(smem[u32(up + i32(min(i32(a1 + i32(1)), i32(tw - i32(1)))))]) if y > i32(0) else i32(-1)
             c2 = i32(smem[u32(i32(row + a0) - i32(1))]) if a0 > i32(0) else i32(-1)
-            rank, x, w = _runs_symbol(src, dec, i32(tset + i32(f2.RUN_CTX_LABEL)), x, ws, nw, w)
+            rank = i32(0)
+            if explicit:
+                rank, x, w = _runs_symbol(src, dec, i32(tset + i32(f2.RUN_CTX_LABEL)), x, ws, nw, w)
             label = _runs_label(rank, c0, c1, c2, label, n_colours)
             if label < i32(0):
                 return i32(plan_mod.ERR_RUNS)
@@ -427,7 +436,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
             errors[item] = 0
         return
 
-    if src[start] == f2.TILE_RUNS or src[start] == f2.TILE_RUNS_REPEAT:
+    if src[start] == f2.TILE_RUNS or src[start] == f2.TILE_RUNS_REPEAT or src[start] == f2.TILE_RUNS_SAME:
         # One thread decodes the runs (each symbol's table depends on the one before); the
         # warp then checks and writes the index plane as a palette tile's.
         code = i32(0)

@@ -271,11 +271,14 @@ def label_order(candidates: list[int], left: int, n_colours: int) -> list[int]:
     return order
 
 
-def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(symbols, contexts) of an index plane coded as runs (A2 mode 3, or mode 4 with
-    `repeats`). The encoder's choices (not normative): every row equal to the row above starts a
-    repeat of as many rows as equal it; per boundary a1, the next boundary b1 of the row above
-    when it is within RUN_REACH, else a pass when b1 lies left of a1, else an explicit length."""
+def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True, same: bool = True
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(symbols, contexts) of an index plane coded as runs (A2 mode 3; mode 4 with `repeats`,
+    mode 5 with `same` too). The encoder's choices (not normative): every row equal to the row
+    above starts a repeat of as many rows as equal it; per boundary a1, the next boundary b1 of
+    the row above when it is within RUN_REACH, else a pass when b1 lies left of a1, else an
+    explicit length."""
+    same = same and repeats  # (mode 5 is mode 4's with implied labels)
     th, tw = index.shape
     syms: list[tuple[int, int]] = []  # (context, symbol)
     above: list[int] = []
@@ -299,6 +302,7 @@ def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True) -> tup
                     j += 1
                 b1 = above[j] if j < len(above) else None
                 ctx = f2.RUN_CTX_FAR if b1 is None else f2.RUN_CTX_NEAR
+                run_at = len(syms)
                 if a1 is None:
                     syms.append((ctx, f2.RUN_END))
                 elif b1 is not None and abs(a1 - b1) <= f2.RUN_REACH:
@@ -314,22 +318,32 @@ def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True) -> tup
             if a1 is None:
                 break
             order = label_order(label_candidates(index, y, a1, a0), int(row[a1 - 1]), n_colours)
-            syms.append((f2.RUN_CTX_LABEL, order.index(int(row[a1]))))
+            rank = order.index(int(row[a1]))
             a0 = a1
+            if same and rank == 0:
+                continue  # implied by the run symbol
+            if same:
+                syms[run_at] = (syms[run_at][0], syms[run_at][1] + f2.RUN_OTHER)
+            syms.append((f2.RUN_CTX_LABEL, rank))
         above = run_starts(row)
     pairs = np.array(syms, np.int64).reshape(-1, 2)
     return pairs[:, 1].copy(), pairs[:, 0].copy()
 
 
 class RunsChoice:
-    """A runs tile (A2 mode 3 or 4): palette (as PaletteChoice's), index plane, its run
-    symbols, and the mode they are for (runs.mode_of)."""
+    """A runs tile (A2 modes 3 to 5): palette (as PaletteChoice's), index plane, its run
+    symbols, and the mode they are for (runs.mode_of; without `repeats` mode 3, as encoders
+    before mode 4 wrote; without `same` mode 4 where mode 5 would be, as encoders before mode 5
+    wrote)."""
 
-    def __init__(self, palette: np.ndarray, index: np.ndarray, repeats: bool = True) -> None:
+    def __init__(self, palette: np.ndarray, index: np.ndarray, repeats: bool = True, same: bool = True) -> None:
         self.palette = palette
         self.index = index
         self.mode = int(runs.mode_of(palette.shape[0])) if repeats else f2.TILE_RUNS
-        self.symbols, self.contexts = runs_symbols(index, palette.shape[0], self.mode == f2.TILE_RUNS_REPEAT)
+        if self.mode == f2.TILE_RUNS_SAME and not same:
+            self.mode = f2.TILE_RUNS_REPEAT
+        self.symbols, self.contexts = runs_symbols(index, palette.shape[0], self.mode != f2.TILE_RUNS,
+                                                   self.mode == f2.TILE_RUNS_SAME)
 
     def fixed_bytes(self) -> int:
         """Payload bytes besides the words: header, palette, the one lane state."""
@@ -342,9 +356,9 @@ class RunsChoice:
 
 
 def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: int,
-                repeats: bool = False) -> np.ndarray:
-    """The index plane of a runs tile (mode 4 with `repeats`); next_symbol(context) decodes the
-    tile's next symbol."""
+                repeats: bool = False, same: bool = False) -> np.ndarray:
+    """The index plane of a runs tile (mode 4 with `repeats`, mode 5 with `same` too);
+    next_symbol(context) decodes the tile's next symbol."""
     index = np.zeros((th, tw), np.int64)
     above: list[int] = []
     y = -1
@@ -372,6 +386,11 @@ def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: 
             if m == f2.RUN_END:
                 index[y, a0:] = label
                 break
+            explicit = not same or m >= f2.RUN_OTHER  # a label symbol follows the boundary
+            if same and m >= f2.RUN_OTHER:
+                m -= f2.RUN_OTHER
+                if m in (f2.RUN_END, f2.RUN_PASS):
+                    raise CodecError(f"runs tile: run symbol {m + f2.RUN_OTHER}")
             if m == f2.RUN_LENGTH:
                 a1 = a0 + 1 + next_symbol(f2.RUN_CTX_LENGTH)
             elif b1 is None or m >= f2.RUN_SYMBOLS:
@@ -385,7 +404,7 @@ def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: 
                 raise CodecError(f"runs tile: run boundary {a1} outside ({a0}, {tw})")
             index[y, a0:a1] = label
             order = label_order(label_candidates(index, y, a1, a0), label, n_colours)
-            rank = next_symbol(f2.RUN_CTX_LABEL)
+            rank = next_symbol(f2.RUN_CTX_LABEL) if explicit else 0
             if rank >= len(order):
                 raise CodecError(f"runs tile: label rank {rank} of {len(order)}")
             label = order[rank]
@@ -633,7 +652,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
             payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2, sflags))
     if runs_choices:
         payloads, freq = with_runs(runs_choices, payloads, freq, sflags)
-        if any(payloads[i][0] not in (f2.TILE_RUNS, f2.TILE_RUNS_REPEAT) for i in sure):
+        if any(payloads[i][0] not in (f2.TILE_RUNS, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS_SAME) for i in sure):
             # A sure tile that did not become a runs tile: the image again, every candidate
             # weighed against its coded payload.
             return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False, colours, one_set, plane_context)
@@ -678,18 +697,19 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     return out, all_freq
 
 
-def runs_stream(image: np.ndarray, tile: int = 64, repeats: bool = True) -> bytes:
+def runs_stream(image: np.ndarray, tile: int = 64, repeats: bool = True, same: bool = True) -> bytes:
     """A stream whose every tile of 2 .. max_palette(C) colours is a runs tile, however small
     the image (the encoders keep a runs table set only where it pays): one table set, the
     other tiles constant or raw; mode 3 tiles only when not `repeats` (as encoders before
-    mode 4 wrote). Tests and fuzz seeds of images the simulator can decode."""
+    mode 4 wrote), mode 4 when not `same` (before mode 5). Tests and fuzz seeds of images the
+    simulator can decode."""
     image, flags = prepare(image, tile)
     h, w, c = image.shape
     tiles = [t.astype(np.int64) for t in tiles_of(image, tile)]
     header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c),
                                                         f2.encoder_plane_context(c, len(tiles))), f2.VERSION)
     pals = [choose_palette(t) for t in tiles]
-    choices = {i: RunsChoice(pal.palette, pal.index, repeats) for i, pal in enumerate(pals)
+    choices = {i: RunsChoice(pal.palette, pal.index, repeats, same) for i, pal in enumerate(pals)
                if pal is not None and len(pal.palette) > 1}
     counts = sum((ch.histogram() for ch in choices.values()), np.zeros((f2.RUN_CONTEXTS, 256), np.int64))
     freq = runs.table_set(np.stack([normalize(row) for row in counts]), f2.set_tables(header.flags))
@@ -860,7 +880,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
     start, end = int(s.offsets[i]), int(s.offsets[i + 1])
     if s.mode[i] == f2.TILE_RAW:
         return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
-    if s.mode[i] in (f2.TILE_RUNS, f2.TILE_RUNS_REPEAT):
+    if s.mode[i] in (f2.TILE_RUNS, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS_SAME):
         n_colours = int(s.palette_size[i])
         palette = buf[start + f2.RUNS_HEADER : start + f2.RUNS_HEADER + n_colours * c].reshape(n_colours, c)
         packed = pack_colours(palette[None].astype(np.int64))[0]
@@ -868,7 +888,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
             raise CodecError("runs tile: palette colours not in increasing order")
         lane = OneLane(buf, int(s.words_start[i]) - 4, end, s.tables, lut, int(s.table_set[i, 0]),
                        f2.set_tables(flags))
-        index = runs_decode(lane.symbol, th, tw, n_colours, s.mode[i] == f2.TILE_RUNS_REPEAT)
+        index = runs_decode(lane.symbol, th, tw, n_colours, s.mode[i] != f2.TILE_RUNS, s.mode[i] == f2.TILE_RUNS_SAME)
         lane.finish()
         return palette[index].astype(np.int64)
     if s.mode[i] == f2.TILE_PALETTE:

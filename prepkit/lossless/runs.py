@@ -1,5 +1,5 @@
-"""Runs tiles (bitstream v2, A2 modes 3 and 4): the numba CPU encoder and decoder, and the choice
-of which tiles become runs tiles, shared by both encoders.
+"""Runs tiles (bitstream v2, A2 modes 3, 4 and 5): the numba CPU encoder and decoder, and the
+choice of which tiles become runs tiles, shared by both encoders.
 
 A runs tile is a palette and its index plane as rows of runs; each row's run boundaries are
 coded against the boundaries of the row above (as CCITT group 4 fax coding does for two
@@ -7,8 +7,9 @@ colours), and each run's palette index as its rank among a few candidates taken 
 above and the run before. Segmentation masks and flat renders have about 30 pixels per run,
 so a tile decodes about a tenth as many symbols as its pixels, each run a fill. In mode 4 a
 row equal to the row above, with the rows after it that equal it too, is two symbols and a
-copy (a repeat). One rANS lane: the next symbol's table depends on the symbol before, so
-there is nothing to interleave.
+copy (a repeat). In mode 5 a boundary whose run takes the first label in the rank order (nine
+in ten on masks) is one symbol, not two. One rANS lane: the next symbol's table depends on
+the symbol before, so there is nothing to interleave.
 reference_v2.runs_symbols and runs_decode are the plain versions these match.
 """
 
@@ -108,12 +109,13 @@ def same_row(flat, row, up, n):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats):
+def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same):
     """The run symbols of an index plane (uint8, row-major th x tw) into syms, their
-    contexts into ctxs (A2 mode 4 with `repeats`, else mode 3; the choices of
-    reference_v2.runs_symbols); returns their count, or a count above `limit` as soon as a row
-    ends past it (the tile cannot be a runs tile: MIN_PIXELS_PER_SYMBOL; syms and ctxs hold
-    limit + 4 tw). above, starts: int64 scratch of tw entries."""
+    contexts into ctxs (A2 mode 5 with `repeats` and `same`, mode 4 with `repeats` alone, else
+    mode 3; the choices of reference_v2.runs_symbols); returns their count, or a count above
+    `limit` as soon as a row ends past it (the tile cannot be a runs tile:
+    MIN_PIXELS_PER_SYMBOL; syms and ctxs hold limit + 4 tw). above, starts: int64 scratch of
+    tw entries."""
     n = 0
     n_above = 0
     y = -1
@@ -171,6 +173,7 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats):
                 near = j < n_above
                 b1 = above[j] if near else 0
                 ctx = f2.RUN_CTX_NEAR if near else f2.RUN_CTX_FAR
+                run_at = n  # (mode 5 adds RUN_OTHER to it when a label symbol follows)
                 ctxs[n] = ctx
                 if a1 == tw:
                     syms[n] = f2.RUN_END
@@ -193,10 +196,15 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats):
             c0 = np.int64(index[up + a1]) if y > 0 else NO_LABEL
             c1 = np.int64(index[up + min(a1 + 1, tw - 1)]) if y > 0 else NO_LABEL
             c2 = np.int64(index[row + a0 - 1]) if a0 > 0 else NO_LABEL
-            syms[n] = _rank(np.int64(index[row + a1]), c0, c1, c2, np.int64(index[row + a1 - 1]))
+            rank = _rank(np.int64(index[row + a1]), c0, c1, c2, np.int64(index[row + a1 - 1]))
+            a0 = a1
+            if same:
+                if rank == 0:  # implied by the run symbol alone
+                    continue
+                syms[run_at] += f2.RUN_OTHER
+            syms[n] = rank
             ctxs[n] = f2.RUN_CTX_LABEL
             n += 1
-            a0 = a1
         for q in range(n_starts):
             above[q] = starts[q]
         n_above = n_starts
@@ -232,8 +240,8 @@ def _fill(plane, at, v):
 # Without reference counts, as the CPU decoder's other kernels (the note above cpu_v2._rans_rounds).
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, maps, above, starts):
-    """Decode runs tile src[start:end] (A2 mode 3, or 4 with row repeats; validated by
-    format_v2.read_stream or hostplan) into plane (uint8, row-major th x tw, then at least 64
+    """Decode runs tile src[start:end] (A2 mode 3, 4 with row repeats, or 5 with implied
+    labels too; validated by format_v2.read_stream or hostplan) into plane (uint8, row-major th x tw, then at least 64
     bytes of slack): the palette colours themselves when C = 1, else the palette indices;
     return an error code. base: the stream's first table row; tshift: log2 of the tables per
     set (3 with plane contexts, 2); flat: the packed decode tables (cpu_v2.decode_table,
@@ -247,7 +255,8 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
     boundary above, a boundary outside (a0, tw), a label rank past the order, a repeat past
     the last row. The loop ends: each symbol moves a0 or j right, or ends the row, or repeats
     at least one row."""
-    repeats = src[start] == f2.TILE_RUNS_REPEAT
+    same = src[start] == f2.TILE_RUNS_SAME
+    repeats = same or src[start] == f2.TILE_RUNS_REPEAT
     tset = base + (np.int64(src[start + 1]) << tshift)
     if empty[tset + f2.RUN_CTX_LABEL]:  # every tile decodes a label first
         return plan_mod.ERR_TABLE
@@ -318,6 +327,12 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
             m, x, w = _symbol(flat, tset, ctx, x, words, last, w)
             if m == f2.RUN_END:
                 break
+            explicit = not same  # whether a label symbol follows the boundary
+            if same and m >= f2.RUN_OTHER:
+                m -= f2.RUN_OTHER
+                explicit = True
+                if m == f2.RUN_END or m == f2.RUN_PASS:
+                    return plan_mod.ERR_RUNS
             if m == f2.RUN_LENGTH:
                 if empty[tset + f2.RUN_CTX_LENGTH]:
                     return plan_mod.ERR_TABLE
@@ -335,7 +350,9 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
             c0 = np.int64(index_of[plane[up + a1]]) if y > 0 else NO_LABEL
             c1 = np.int64(index_of[plane[up + min(a1 + 1, tw - 1)]]) if y > 0 else NO_LABEL
             c2 = np.int64(index_of[plane[row + a0 - 1]]) if a0 > 0 else NO_LABEL
-            rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, last, w)
+            rank = 0
+            if explicit:
+                rank, x, w = _symbol(flat, tset, f2.RUN_CTX_LABEL, x, words, last, w)
             label = _label(rank, c0, c1, c2, label, n_colours)
             if label < 0:
                 return plan_mod.ERR_RUNS
@@ -371,9 +388,10 @@ SURE_PIXELS_PER_SYMBOL = 8
 
 @njit(nogil=True, cache=True)
 def mode_of(n_colours):
-    """The mode the encoders give a runs tile of n_colours colours: with row repeats (A2 mode
-    4) where it can be, else mode 3. Compiled, so that both encoders share one test."""
-    return f2.TILE_RUNS_REPEAT if n_colours <= f2.REPEAT_MAX_COLOURS else f2.TILE_RUNS
+    """The mode the encoders give a runs tile of n_colours colours: with row repeats and
+    implied labels (A2 mode 5) where it can be, else mode 3. Compiled, so that both encoders
+    share one test."""
+    return f2.TILE_RUNS_SAME if n_colours <= f2.REPEAT_MAX_COLOURS else f2.TILE_RUNS
 
 
 @njit(nogil=True, cache=True)

@@ -1,4 +1,4 @@
-"""Runs tiles (A2 modes 3 and 4) on the v2 CUDA decoder under numba's simulator: identical to
+"""Runs tiles (A2 modes 3, 4 and 5) on the v2 CUDA decoder under numba's simulator: identical to
 the CPU decoder and the reference, ROIs included; CPU and CUDA refuse or agree on damaged ones."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from prepkit import lossless
 from prepkit.errors import CodecError
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2
-from tests.lossless.images import repeat_symbols, runs_tile_stream
+from tests.lossless.images import implied_label_symbols, repeat_symbols, runs_tile_stream
 
 
 def _blobs(c: int | None, seed: int) -> np.ndarray:
@@ -24,16 +24,17 @@ def _blobs(c: int | None, seed: int) -> np.ndarray:
     return image[:, :, 0] if c is None else image
 
 
-def _streams(repeats: bool = True) -> list[bytes]:
-    """Every tile of two colours or more a runs tile (the encoders keep no runs table set on
-    images this small): mode 4 tiles, or mode 3 without `repeats`."""
-    return [reference_v2.runs_stream(_blobs(c, seed), tile=32, repeats=repeats) for c, seed in ((None, 1), (3, 2))]
+def _streams(mode: int = f2.TILE_RUNS_SAME) -> list[bytes]:
+    """Every tile of two colours or more a runs tile of `mode` (the encoders keep no runs
+    table set on images this small)."""
+    repeats, same = mode != f2.TILE_RUNS, mode == f2.TILE_RUNS_SAME
+    return [reference_v2.runs_stream(_blobs(c, seed), tile=32, repeats=repeats, same=same)
+            for c, seed in ((None, 1), (3, 2))]
 
 
-@pytest.mark.parametrize("repeats", [True, False])
-def test_runs_tiles_match_cpu_and_reference(repeats: bool) -> None:
-    streams = _streams(repeats)
-    mode = f2.TILE_RUNS_REPEAT if repeats else f2.TILE_RUNS
+@pytest.mark.parametrize("mode", [f2.TILE_RUNS_SAME, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS])
+def test_runs_tiles_match_cpu_and_reference(mode: int) -> None:
+    streams = _streams(mode)
     for stream in streams:
         assert (f2.read_stream(np.frombuffer(stream, np.uint8)).mode == mode).sum() >= 2
     got = lossless.decode_batch(streams, device="cuda")
@@ -50,7 +51,7 @@ def test_cpu_and_cuda_refuse_or_agree_on_damaged_runs_tiles() -> None:
     data = _streams()[0]
     s = f2.read_stream(np.frombuffer(data, np.uint8))
     rng = np.random.default_rng(5)
-    runs_tiles = np.flatnonzero(s.mode == f2.TILE_RUNS_REPEAT)
+    runs_tiles = np.flatnonzero(s.mode == f2.TILE_RUNS_SAME)
     refused = 0
     for k in range(10):
         i = int(runs_tiles[k % runs_tiles.size])
@@ -68,6 +69,18 @@ def test_cpu_and_cuda_refuse_or_agree_on_damaged_runs_tiles() -> None:
             raise AssertionError(f"CUDA decoded a stream the CPU refused (byte {at})") from None
         np.testing.assert_array_equal(lossless.decode_batch([bytes(bad)], device="cuda")[0].copy_to_host(), expected)
     assert refused >= 3  # the loop saw refusals, not only harmless changes
+
+
+def test_implied_labels_decode_and_a_label_after_end_is_refused() -> None:
+    """Mode 5's run symbols (images.implied_label_symbols): a boundary alone or with
+    RUN_OTHER and a rank; RUN_OTHER + END refused."""
+    good, expected = implied_label_symbols()
+    data = runs_tile_stream(good, 2, 10, f2.TILE_RUNS_SAME)
+    np.testing.assert_array_equal(lossless.decode_batch([data], device="cuda")[0].copy_to_host(), expected)
+    bad = runs_tile_stream(good[:5] + [(f2.RUN_CTX_NEAR, f2.RUN_OTHER + f2.RUN_END)] + good[6:], 2, 10,
+                           f2.TILE_RUNS_SAME)
+    with pytest.raises(CodecError, match="run symbol, run boundary or label"):
+        lossless.decode_batch([bad], device="cuda")
 
 
 def test_a_repeat_past_the_last_row_or_in_the_first_is_refused() -> None:

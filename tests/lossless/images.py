@@ -83,9 +83,22 @@ def repeat_symbols(more: int) -> list[tuple[int, int]]:
             (f2.RUN_CTX_LENGTH, more)]
 
 
-def runs_tile_stream(pairs: list[tuple[int, int]], th: int, tw: int) -> bytes:
-    """A one-channel stream (2-D) of one runs tile of two colours (mode 4, th x tw) coding
-    exactly `pairs`, with tables made from them."""
+def implied_label_symbols() -> tuple[list[tuple[int, int]], np.ndarray]:
+    """(context, symbol) of a 2 x 10 mode 5 tile of two colours, and its pixels (palette 0, 9).
+    Row 0: label 0, a boundary at 4 (implied rank 0: index 1), END; row 1: label 1 (rank 1
+    after the row above's 0), the boundary again (near move 0) with an explicit rank (0, the
+    only label besides 1: not what an encoder writes, but a valid tile), END. Symbol 5 is the
+    boundary symbol with RUN_OTHER."""
+    zero = f2.RUN_NEAR + f2.RUN_REACH
+    pairs = [(f2.RUN_CTX_LABEL, 0), (f2.RUN_CTX_FAR, f2.RUN_LENGTH), (f2.RUN_CTX_LENGTH, 3),
+             (f2.RUN_CTX_FAR, f2.RUN_END), (f2.RUN_CTX_ROW, 1), (f2.RUN_CTX_NEAR, zero + f2.RUN_OTHER),
+             (f2.RUN_CTX_LABEL, 0), (f2.RUN_CTX_FAR, f2.RUN_END)]
+    return pairs, np.array([[0] * 4 + [1] * 6, [1] * 4 + [0] * 6], np.uint8) * 9
+
+
+def runs_tile_stream(pairs: list[tuple[int, int]], th: int, tw: int, mode: int = f2.TILE_RUNS_REPEAT) -> bytes:
+    """A one-channel stream (2-D) of one runs tile of two colours (mode 4 or 5, th x tw)
+    coding exactly `pairs`, with tables made from them."""
     ctxs, syms = (np.array(v, np.int64) for v in zip(*pairs, strict=True))
     counts = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
     np.add.at(counts, (ctxs, syms), 1)
@@ -93,5 +106,5 @@ def runs_tile_stream(pairs: list[tuple[int, int]], th: int, tw: int) -> bytes:
     freq = runs.table_set(np.stack([f2.normalize(row) for row in counts]), f2.set_tables(header.flags))
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
-    payload = bytes([f2.TILE_RUNS_REPEAT, 0, 1, 0, 9]) + reference_v2.rans_encode(syms, ctxs, freq, cum, 1)
+    payload = bytes([mode, 0, 1, 0, 9]) + reference_v2.rans_encode(syms, ctxs, freq, cum, 1)
     return f2.assemble(header, freq, [payload])

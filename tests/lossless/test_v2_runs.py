@@ -1,7 +1,7 @@
-"""Version 2 runs tiles (docs/LOSSLESS.md A2 modes 3 and 4): the run symbols of the numba
-encoder equal the reference's and decode back, with row repeats and without; both encoders
-pick runs tiles on masks, byte-identical; mode 3 streams still decode; the decoders agree on
-every damaged stream; malformed runs tiles are refused."""
+"""Version 2 runs tiles (docs/LOSSLESS.md A2 modes 3, 4 and 5): the run symbols of the numba
+encoder equal the reference's and decode back, with row repeats and implied labels and
+without; both encoders pick runs tiles on masks, byte-identical; mode 3 and 4 streams still
+decode; the decoders agree on every damaged stream; malformed runs tiles are refused."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
 from prepkit.lossless import reference_v2 as r2
 
-from .images import assert_byte_flips_refused_or_agree, mixed_image, repeat_symbols, runs_tile_stream
+from .images import (
+    assert_byte_flips_refused_or_agree,
+    implied_label_symbols,
+    mixed_image,
+    repeat_symbols,
+    runs_tile_stream,
+)
 
 
 def blobs(h: int, w: int, c: int | None, seed: int, n: int = 7) -> np.ndarray:
@@ -52,10 +58,10 @@ def _index_planes() -> list[tuple[np.ndarray, int]]:
     return out
 
 
-@pytest.mark.parametrize("repeats", [True, False])
-def test_run_symbols_decode_back_and_match_the_numba_encoder(repeats: bool) -> None:
+@pytest.mark.parametrize(("repeats", "same"), [(True, True), (True, False), (False, False)])  # modes 5, 4, 3
+def test_run_symbols_decode_back_and_match_the_numba_encoder(repeats: bool, same: bool) -> None:
     for index, n_colours in _index_planes():
-        syms, ctxs = r2.runs_symbols(index, n_colours, repeats)
+        syms, ctxs = r2.runs_symbols(index, n_colours, repeats, same)
         assert syms.size <= 4 * index.size + 2  # within the decoder's symbol scratch
         position = iter(range(syms.size))
 
@@ -66,19 +72,19 @@ def test_run_symbols_decode_back_and_match_the_numba_encoder(repeats: bool) -> N
             return int(syms[i])
 
         th, tw = index.shape
-        np.testing.assert_array_equal(r2.runs_decode(next_symbol, th, tw, n_colours, repeats), index)
+        np.testing.assert_array_equal(r2.runs_decode(next_symbol, th, tw, n_colours, repeats, same), index)
         assert next(position, None) is None
         got_syms = np.zeros(4 * index.size + 64, np.int64)
         got_ctxs = np.zeros_like(got_syms)
         flat = index.astype(np.uint8).reshape(-1)
         n = runs.tile_symbols(flat, th, tw, got_syms, got_ctxs, np.zeros(64, np.int64), np.zeros(64, np.int64),
-                              4 * index.size, repeats)
+                              4 * index.size, repeats, same)
         np.testing.assert_array_equal(got_syms[:n], syms)
         np.testing.assert_array_equal(got_ctxs[:n], ctxs)
         # With a limit the count stops past it at a row's end, the symbols so far unchanged.
         limit = syms.size // 3
         cut = runs.tile_symbols(flat, th, tw, got_syms, got_ctxs, np.zeros(64, np.int64), np.zeros(64, np.int64),
-                                limit, repeats)
+                                limit, repeats, same)
         assert cut == syms.size or limit < cut <= limit + 4 * tw
         np.testing.assert_array_equal(got_syms[:cut], syms[:cut])
 
@@ -89,8 +95,8 @@ def test_encoders_make_runs_tiles_of_masks(c: int | None) -> None:
     data = lossless.encode(image, version=2)
     assert data == r2.encode(image)
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    assert (s.mode == f2.TILE_RUNS_REPEAT).sum() >= 4 and not (s.mode == f2.TILE_RUNS).any()
-    runs_set = s.table_set[s.mode == f2.TILE_RUNS_REPEAT, 0].max()
+    assert (s.mode == f2.TILE_RUNS_SAME).sum() >= 4 and not np.isin(s.mode, [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT]).any()
+    runs_set = s.table_set[s.mode == f2.TILE_RUNS_SAME, 0].max()
     assert data[7] == runs_set + f2.runs_sets(f2.set_tables(data[5]))  # the runs sets come last
     np.testing.assert_array_equal(lossless.decode(data), image)
     np.testing.assert_array_equal(r2.decode(data), image)
@@ -116,7 +122,7 @@ def test_runs_first_and_weighed_encoders_agree() -> None:
         assert data == r2.encode(image, runs_first=first)
         np.testing.assert_array_equal(lossless.decode(data), image)
         s = f2.read_stream(np.frombuffer(data, np.uint8))
-        assert (s.mode[sure] == f2.TILE_RUNS_REPEAT).all()
+        assert (s.mode[sure] == f2.TILE_RUNS_SAME).all()
 
 
 def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,7 +135,7 @@ def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> No
     data = cpu_v2.encode(image)
     assert seen[0].sum() >= 2
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    assert (s.mode[seen[0]] == f2.TILE_RUNS_REPEAT).all()
+    assert (s.mode[seen[0]] == f2.TILE_RUNS_SAME).all()
 
 
 def test_a_sure_tile_left_out_encodes_again_weighing_every_tile(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,36 +163,57 @@ def _runs_stream() -> tuple[bytes, int]:
     """A stream with runs tiles, and its first runs tile."""
     data = lossless.encode(blobs(96, 100, 3, seed=5), tile=32, version=2)
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    return data, int(np.flatnonzero(s.mode == f2.TILE_RUNS_REPEAT)[0])
+    return data, int(np.flatnonzero(s.mode == f2.TILE_RUNS_SAME)[0])
 
 
 def test_every_byte_change_is_refused_or_agrees_with_reference() -> None:
     data, _ = _runs_stream()
     assert_byte_flips_refused_or_agree(data, flips=300, seed=7)
-    old = r2.runs_stream(blobs(64, 70, None, seed=9), tile=32, repeats=False)
-    assert_byte_flips_refused_or_agree(old, flips=150, seed=8)
+    for repeats in (False, True):  # modes 3 and 4, as older encoders wrote them
+        old = r2.runs_stream(blobs(64, 70, None, seed=9), tile=32, repeats=repeats, same=False)
+        assert_byte_flips_refused_or_agree(old, flips=150, seed=8)
 
 
 @pytest.mark.parametrize("c", [None, 3])
-def test_streams_without_row_repeats_still_decode(c: int | None) -> None:
-    """Mode 3 runs tiles (no row repeats, as every encoder wrote them before mode 4) decode to
-    the image in every decoder; the same tiles with repeats code fewer symbols."""
+@pytest.mark.parametrize("older", [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT])
+def test_streams_of_older_runs_modes_still_decode(c: int | None, older: int) -> None:
+    """Mode 3 runs tiles (no row repeats, as every encoder wrote them before mode 4) and mode 4
+    ones (a label symbol after every boundary, before mode 5) decode to the image in every
+    decoder; mode 5 codes the same tiles in fewer symbols."""
     image = blobs(100, 90, c, seed=12)
-    old = r2.runs_stream(image, tile=32, repeats=False)
+    repeats = older != f2.TILE_RUNS
+    old = r2.runs_stream(image, tile=32, repeats=repeats, same=False)
     new = r2.runs_stream(image, tile=32)
     modes_old = f2.read_stream(np.frombuffer(old, np.uint8)).mode
     modes_new = f2.read_stream(np.frombuffer(new, np.uint8)).mode
-    runs_tiles = modes_old == f2.TILE_RUNS
-    assert runs_tiles.sum() >= 4 and not (modes_old == f2.TILE_RUNS_REPEAT).any()
-    assert (modes_new[runs_tiles] == f2.TILE_RUNS_REPEAT).all()
+    runs_tiles = modes_old == older
+    any_runs = np.isin(modes_old, [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS_SAME])
+    assert runs_tiles.sum() >= 4 and (any_runs == runs_tiles).all()  # every runs tile of the older mode
+    assert (modes_new[runs_tiles] == f2.TILE_RUNS_SAME).all()
     pals = [r2.choose_palette(t.astype(np.int64)) for t in r2.tiles_of(image if c else image[:, :, None], 32)]
-    n_old = sum(r2.RunsChoice(p.palette, p.index, False).symbols.size for p in pals if p and len(p.palette) > 1)
+    n_old = sum(r2.RunsChoice(p.palette, p.index, repeats, same=False).symbols.size
+                for p in pals if p and len(p.palette) > 1)
     n_new = sum(r2.RunsChoice(p.palette, p.index).symbols.size for p in pals if p and len(p.palette) > 1)
-    assert n_new < 0.8 * n_old
+    assert n_new < (0.8 if older == f2.TILE_RUNS else 0.85) * n_old
     for data in (old, new):
         np.testing.assert_array_equal(lossless.decode(data), image)
         np.testing.assert_array_equal(r2.decode(data), image)
         np.testing.assert_array_equal(lossless.decode(data, roi=(5, 3, 97, 80)), image[5:97, 3:80])
+
+
+def test_implied_label_symbols_decode_and_end_or_pass_with_a_label_is_refused() -> None:
+    """Mode 5: a boundary symbol alone implies label rank 0, + RUN_OTHER says a rank follows;
+    END and PASS take no label, so RUN_OTHER + END or + PASS is refused by every decoder."""
+    good, expected = implied_label_symbols()
+    data = runs_tile_stream(good, 2, 10, f2.TILE_RUNS_SAME)
+    np.testing.assert_array_equal(lossless.decode(data), expected)
+    np.testing.assert_array_equal(r2.decode(data), expected)
+    for bad_symbol in (f2.RUN_OTHER + f2.RUN_END, f2.RUN_OTHER + f2.RUN_PASS, 2 * f2.RUN_SYMBOLS):
+        bad = runs_tile_stream(good[:5] + [(f2.RUN_CTX_NEAR, bad_symbol)] + good[6:], 2, 10, f2.TILE_RUNS_SAME)
+        with pytest.raises(CodecError, match="run symbol"):
+            r2.decode(bad)
+        with pytest.raises(CodecError, match="run symbol, run boundary or label"):
+            lossless.decode(bad)
 
 
 def test_a_tile_of_256_colours_is_coded_without_repeats() -> None:
@@ -198,7 +225,7 @@ def test_a_tile_of_256_colours_is_coded_without_repeats() -> None:
     assert choice.mode == f2.TILE_RUNS
     np.testing.assert_array_equal(choice.symbols, r2.runs_symbols(index, 256, repeats=False)[0])
     assert choice.symbols.size > r2.runs_symbols(index, 256)[0].size
-    assert r2.RunsChoice(palette[:255], np.minimum(index, 254)).mode == f2.TILE_RUNS_REPEAT
+    assert r2.RunsChoice(palette[:255], np.minimum(index, 254)).mode == f2.TILE_RUNS_SAME
 
 
 def test_repeats_decode_and_a_repeat_past_the_last_row_is_refused() -> None:
@@ -263,7 +290,7 @@ def test_bad_runs_headers_are_refused_by_both_validators() -> None:
         (bytes([f2.TILE_RUNS, n_sets]) + bytes(payload[2:]), "runs tile table set"),
         (bytes(payload[:-1]), "runs tile length"),
         (bytes(payload[:2]), "runs tile length"),
-        (bytes([f2.TILE_RUNS_REPEAT + 1]) + bytes(payload[1:]), "tile mode"),
+        (bytes([f2.TILE_RUNS_SAME + 1]) + bytes(payload[1:]), "tile mode"),
         (bytes(payload[:2]) + bytes([255]) + bytes(payload[3:]), "palette size of a runs tile with row repeats"),
     ]
     for bad_payload, message in cases:
@@ -279,8 +306,8 @@ def test_a_repeat_tile_whose_tables_are_not_all_in_the_stream_is_refused() -> No
     names the last set would read a table past the stream's."""
     data = lossless.encode(blobs(96, 100, None, seed=5), tile=32, version=2)
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    assert f2.set_tables(data[5]) == 4 and (s.mode == f2.TILE_RUNS_REPEAT).any()
-    i = int(np.flatnonzero(s.mode == f2.TILE_RUNS_REPEAT)[0])
+    assert f2.set_tables(data[5]) == 4 and (s.mode == f2.TILE_RUNS_SAME).any()
+    i = int(np.flatnonzero(s.mode == f2.TILE_RUNS_SAME)[0])
     assert s.table_set[i, 0] == data[7] - 2  # the runs tables: the last two sets
     payload = _payload(data, i)
     payload[1] = data[7] - 1

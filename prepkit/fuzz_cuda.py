@@ -45,8 +45,9 @@ def _seeds(seed: int) -> list[bytes]:
     from prepkit.fuzz import runs_images
     from prepkit.lossless import reference_v2
 
-    for repeats in (True, False):  # runs tiles with row repeats (mode 4) and without (mode 3)
-        seeds.extend(reference_v2.runs_stream(image, tile=32, repeats=repeats) for image in runs_images(rng))
+    # runs tiles with row repeats and implied labels (mode 5), with row repeats (mode 4), without (mode 3)
+    for repeats, same in ((True, True), (True, False), (False, False)):
+        seeds.extend(reference_v2.runs_stream(image, tile=32, repeats=repeats, same=same) for image in runs_images(rng))
     seeds.append(reference_v2.encode(images[0], tile=16, plane_context=True))  # plane contexts (A4)
     return seeds
 

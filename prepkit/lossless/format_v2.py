@@ -82,7 +82,7 @@ TILE_RUNS_REPEAT = 4
 # and label rank 0, with no label symbol; m + RUN_OTHER for the boundary and then a
 # RUN_CTX_LABEL symbol, the rank (as in modes 3 and 4). Nine labels in ten after a boundary
 # are rank 0 on masks: a mask's tiles decode a quarter fewer symbols, each waiting for the
-# one before, and code 1.3% fewer bytes. Decoders that predate the mode refuse it.
+# one before, and code 1.5% fewer bytes. Decoders that predate the mode refuse it.
 TILE_RUNS_SAME = 5
 RUN_REPEAT = 255
 REPEAT_MAX_COLOURS = 255  # so that RUN_REPEAT is never a label rank

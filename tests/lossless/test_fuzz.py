@@ -179,3 +179,18 @@ def test_fuzz_seeds_include_palette_tiles() -> None:
         for cut in (image, image[:17, :17]):  # the CPU fuzzer's and the CUDA fuzzer's sizes
             stream = format_v2.read_stream(np.frombuffer(lossless.encode(cut, tile=16), np.uint8))
             assert (np.asarray(stream.mode) == format_v2.TILE_PALETTE).any(), cut.shape
+
+
+def test_fuzz_seeds_include_every_runs_tile_mode() -> None:
+    """Both fuzzers' seeds hold runs tiles of modes 3, 4 and 5 (the older modes as older
+    encoders wrote them: every decoder still reads them)."""
+    from prepkit.fuzz import lossless_seeds
+    from prepkit.fuzz_cuda import _seeds
+    from prepkit.lossless import format_v2
+
+    for seeds in (lossless_seeds(np.random.default_rng(0)), _seeds(0)):
+        modes: set[int] = set()
+        for data in seeds:
+            if data[4] == format_v2.VERSION:
+                modes.update(np.asarray(format_v2.read_stream(np.frombuffer(data, np.uint8)).mode).tolist())
+        assert {format_v2.TILE_RUNS, format_v2.TILE_RUNS_REPEAT, format_v2.TILE_RUNS_SAME} <= modes

@@ -241,19 +241,19 @@ def _fill(plane, at, v):
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, maps, above, starts):
     """Decode runs tile src[start:end] (A2 mode 3, 4 with row repeats, or 5 with implied
-    labels too; validated by format_v2.read_stream or hostplan) into plane (uint8, row-major th x tw, then at least 64
-    bytes of slack): the palette colours themselves when C = 1, else the palette indices;
-    return an error code. base: the stream's first table row; tshift: log2 of the tables per
-    set (3 with plane contexts, 2); flat: the packed decode tables (cpu_v2.decode_table,
-    flattened); empty[t]: 1 for an empty table; maps: uint8 scratch of 512 entries; above,
-    starts: int64 scratch of 64 entries.
+    labels too; validated by format_v2.read_stream or hostplan) into plane (uint8, row-major
+    th x tw, then at least 64 bytes of slack): the palette colours themselves when C = 1, else
+    the palette indices; return an error code. base: the stream's first table row; tshift:
+    log2 of the tables per set (3 with plane contexts, 2); flat: the packed decode tables
+    (cpu_v2.decode_table, flattened); empty[t]: 1 for an empty table; maps: uint8 scratch of
+    512 entries; above, starts: int64 scratch of 64 entries.
 
     The palette's colours must increase (A2), so with one channel the tile decodes in colour
     space: maps[:256] turns an index into its colour, maps[256:] a colour back into its index
     (for the labels' candidates), and the plane is the tile's pixels. Every symbol is checked
-    where it is used: a run symbol past RUN_SYMBOLS, a pass or a boundary move without a
-    boundary above, a boundary outside (a0, tw), a label rank past the order, a repeat past
-    the last row. The loop ends: each symbol moves a0 or j right, or ends the row, or repeats
+    where it is used: a run symbol past RUN_SYMBOLS (mode 5: RUN_SYMBOLS_SAME, and END or
+    PASS with RUN_OTHER), a pass or a boundary move without a boundary above, a boundary
+    outside (a0, tw), a label rank past the order, a repeat past the last row. The loop ends: each symbol moves a0 or j right, or ends the row, or repeats
     at least one row."""
     same = src[start] == f2.TILE_RUNS_SAME
     repeats = same or src[start] == f2.TILE_RUNS_REPEAT

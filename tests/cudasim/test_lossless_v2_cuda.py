@@ -260,7 +260,8 @@ def test_cuda_and_cpu_agree_on_mutated_v2_payloads() -> None:
 def test_differential_fuzz_runs_clean() -> None:
     from prepkit.fuzz_cuda import fuzz_lossless_cuda
 
-    report = fuzz_lossless_cuda(cases=5, seed=3)  # about 2 s a case; a seed whose five cases decode one stream
+    # About 2 s a case; a seed whose five cases decode one stream (picked again when the seeds change).
+    report = fuzz_lossless_cuda(cases=5, seed=4)
     assert report.cases == 5 and report.rejected > 0 and report.accepted > 0
     assert report.findings == [], report.findings[:2]
 

@@ -266,8 +266,9 @@ def _palette_pixels(src, pal_at, c, smem, th, tw, out, out_base, out_w, oy, ox, 
 def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bounds):
     """A runs tile (A2 mode 3, 4 with row repeats, or 5 with implied labels too) on one thread:
     its index plane into smem (row pitch 64); returns an error code (the checks of
-    runs.decode_tile). bounds: 128 bytes of shared memory for the run boundaries (columns < 64) of the row above and of this row (not a
-    local array: that would put a stack frame on every tile of the kernel)."""
+    runs.decode_tile). bounds: 128 bytes of shared memory for the run boundaries (columns <
+    64) of the row above and of this row (not a local array: that would put a stack frame on
+    every tile of the kernel)."""
     same = src[start] == f2.TILE_RUNS_SAME
     repeats = same or src[start] == f2.TILE_RUNS_REPEAT
     tset = i32(base + i32(i32(src[start + u64(1)]) << tshift))

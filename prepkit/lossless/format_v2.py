@@ -84,6 +84,7 @@ TILE_RUNS_REPEAT = 4
 # are rank 0 on masks: a mask's tiles decode a quarter fewer symbols, each waiting for the
 # one before, and code 1.5% fewer bytes. Decoders that predate the mode refuse it.
 TILE_RUNS_SAME = 5
+RUNS_MODES = (TILE_RUNS, TILE_RUNS_REPEAT, TILE_RUNS_SAME)  # the runs tiles' modes
 RUN_REPEAT = 255
 REPEAT_MAX_COLOURS = 255  # so that RUN_REPEAT is never a label rank
 RUNS_HEADER = 3  # mode, table set, P - 1
@@ -503,7 +504,7 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     mode = buf[first].astype(np.int64)
     _check(mode > TILE_RUNS_SAME, mode, "tile mode",
            "0 (raw), 1 (coded), 2 (palette), 3 (runs), 4 (runs with repeats) or 5 (runs with repeats and implied labels)")
-    runs = (mode == TILE_RUNS) | (mode == TILE_RUNS_REPEAT) | (mode == TILE_RUNS_SAME)
+    runs = np.isin(mode, RUNS_MODES)
     raw = mode == TILE_RAW
     pal = mode == TILE_PALETTE
     raw_len = 1 + th * tw * c

@@ -25,7 +25,8 @@ run their steps side by side in one loop (`med_steps`), which overlaps the chain
 
 The plane goes to and from the diagonal layout by 16 x 16 byte transposes (four rounds of
 byte interleaves, `punpcklbw`/`punpckhbw` on x86) of 16 rows loaded at a one-byte skew per
-row: row y0 + j from column d0 - y0 - j. The rows live in a padded scratch (PITCH bytes per
+row: row y0 + j from column d0 - y0 - j, two blocks (d0 and d0 + 16) per 32-byte vector where
+both are needed. The rows live in a padded scratch (PITCH bytes per
 row, LEFT bytes before column 0) so that the skewed loads and stores of the ragged ends fall
 into the padding. Everything is generic LLVM vector IR (shuffles, saturating adds, compares),
 so it compiles on any CPU numba runs on. `to_diagonals`, `med_steps` and `from_diagonals` are
@@ -78,44 +79,20 @@ def _transpose(builder: ir.IRBuilder, rows: list[ir.Value], blocks: int = 1) -> 
     return rows
 
 
-@intrinsic
-def transpose16(typingctx, src, src_at, src_stride, dst, dst_at, dst_stride):
-    """Load 16 rows of 16 bytes, row j at src[src_at + j * src_stride], and store their
-    transpose, row t at dst[dst_at + t * dst_stride] (unaligned; src and dst may be one array
-    when the two blocks do not overlap)."""
-    sig = types.none(src, types.int64, types.int64, dst, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        src_v, src_at_v, src_stride_v, dst_v, dst_at_v, dst_stride_v = args
-        src_data = context.make_array(signature.args[0])(context, builder, src_v).data
-        dst_data = context.make_array(signature.args[3])(context, builder, dst_v).data
-        rows = []
-        for j in range(BLOCK):
-            at = builder.add(src_at_v, builder.mul(src_stride_v, ir.Constant(_I64, j)))
-            rows.append(builder.load(builder.bitcast(builder.gep(src_data, [at]), _V16.as_pointer()), align=1))
-        for t, row in enumerate(_transpose(builder, rows)):
-            at = builder.add(dst_at_v, builder.mul(dst_stride_v, ir.Constant(_I64, t)))
-            builder.store(row, builder.bitcast(builder.gep(dst_data, [at]), _V16.as_pointer()), align=1)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-_V32 = ir.VectorType(_I8, 2 * BLOCK)
-
-
-def _transpose_pair(src_block: int, dst_block: int):
-    """An intrinsic that transposes two 16 x 16 byte blocks side by side in 32-byte vectors,
-    as transpose16 does one; arguments as transpose16's. Block b's row j is at src[src_at + j
-    * src_stride + b * src_block], its transpose's row t goes to dst[dst_at + t * dst_stride + b
-    * dst_block]. The interleaves stay within each vector's 16-byte halves, so one 32-byte
-    shuffle does the work of two 16-byte ones (the transposes are shuffle-bound: one or two
-    ports)."""
-    halves = (_mask(list(range(BLOCK))), _mask(list(range(BLOCK, 2 * BLOCK))))
-    join = _mask(list(range(2 * BLOCK)))
+def _transposes(blocks: int, src_block: int = BLOCK, dst_block: int = BLOCK):
+    """An intrinsic (src, src_at, src_stride, dst, dst_at, dst_stride) that transposes `blocks`
+    16 x 16 byte blocks (1 or 2) side by side in 16 * blocks-byte vectors: block b's row j at
+    src[src_at + j * src_stride + b * src_block], its transpose's row t to dst[dst_at + t *
+    dst_stride + b * dst_block] (unaligned; src and dst may be one array when the blocks do not
+    overlap). Rows of blocks src_block = 16 apart are one load, dst_block = 16 apart one
+    store. The interleaves stay within 16-byte parts, so one 32-byte shuffle does the work of
+    two 16-byte ones (the transposes are shuffle-bound: one or two ports)."""
+    vector = ir.VectorType(_I8, blocks * BLOCK)
+    halves = [_mask(list(range(b * BLOCK, (b + 1) * BLOCK))) for b in range(blocks)]
+    join = _mask(list(range(blocks * BLOCK)))
 
     @intrinsic
-    def transpose_pair(typingctx, src, src_at, src_stride, dst, dst_at, dst_stride):
+    def transpose(typingctx, src, src_at, src_stride, dst, dst_at, dst_stride):
         sig = types.none(src, types.int64, types.int64, dst, types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
@@ -123,39 +100,39 @@ def _transpose_pair(src_block: int, dst_block: int):
             src_data = context.make_array(signature.args[0])(context, builder, src_v).data
             dst_data = context.make_array(signature.args[3])(context, builder, dst_v).data
 
-            def at(base: ir.Value, stride: ir.Value, row: int, block: int, block_step: int) -> ir.Value:
-                offset = builder.add(builder.mul(stride, ir.Constant(_I64, row)), ir.Constant(_I64, block * block_step))
-                return builder.add(base, offset)
+            def pointer(data: ir.Value, base: ir.Value, stride: ir.Value, row: int, offset: int,
+                        ty: ir.Type) -> ir.Value:
+                at = builder.add(base, builder.add(builder.mul(stride, ir.Constant(_I64, row)),
+                                                   ir.Constant(_I64, offset)))
+                return builder.bitcast(builder.gep(data, [at]), ty.as_pointer())
 
             rows = []
             for j in range(BLOCK):
-                if src_block == BLOCK:  # the two blocks' rows are contiguous: one load
-                    pointer = builder.gep(src_data, [at(src_at_v, src_stride_v, j, 0, 0)])
-                    rows.append(builder.load(builder.bitcast(pointer, _V32.as_pointer()), align=1))
+                if blocks == 1 or src_block == BLOCK:  # the blocks' rows are contiguous: one load
+                    rows.append(builder.load(pointer(src_data, src_at_v, src_stride_v, j, 0, vector), align=1))
                     continue
-                pieces = [builder.load(builder.bitcast(builder.gep(src_data, [at(src_at_v, src_stride_v, j, b, src_block)]),
-                                                       _V16.as_pointer()), align=1) for b in range(2)]
+                pieces = [builder.load(pointer(src_data, src_at_v, src_stride_v, j, b * src_block, _V16), align=1)
+                          for b in range(blocks)]
                 rows.append(builder.shuffle_vector(pieces[0], pieces[1], join))
-            for t, row in enumerate(_transpose(builder, rows, 2)):
-                if dst_block == BLOCK:
-                    pointer = builder.gep(dst_data, [at(dst_at_v, dst_stride_v, t, 0, 0)])
-                    builder.store(row, builder.bitcast(pointer, _V32.as_pointer()), align=1)
+            for t, row in enumerate(_transpose(builder, rows, blocks)):
+                if blocks == 1 or dst_block == BLOCK:
+                    builder.store(row, pointer(dst_data, dst_at_v, dst_stride_v, t, 0, vector), align=1)
                     continue
-                for b in range(2):
-                    half = builder.shuffle_vector(row, ir.Constant(_V32, ir.Undefined), halves[b])
-                    pointer = builder.gep(dst_data, [at(dst_at_v, dst_stride_v, t, b, dst_block)])
-                    builder.store(half, builder.bitcast(pointer, _V16.as_pointer()), align=1)
+                for b in range(blocks):
+                    half = builder.shuffle_vector(row, ir.Constant(vector, ir.Undefined), halves[b])
+                    builder.store(half, pointer(dst_data, dst_at_v, dst_stride_v, t, b * dst_block, _V16), align=1)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    return transpose_pair
+    return transpose
 
 
-# Rows to diagonals: the two blocks' rows are side by side in the padded rows, their
-# diagonals 16 diagonals apart; diagonals to rows the other way round.
-_pair_to_diagonals = _transpose_pair(BLOCK, BLOCK * LANES)
-_pair_from_diagonals = _transpose_pair(BLOCK * LANES, BLOCK)
+# One block; two whose rows are side by side in the padded rows and whose diagonals are 16
+# diagonals apart (rows to diagonals), and the other way round.
+transpose16 = _transposes(1)
+_pair_to_diagonals = _transposes(2, BLOCK, BLOCK * LANES)
+_pair_from_diagonals = _transposes(2, BLOCK * LANES, BLOCK)
 
 
 def _call(builder: ir.IRBuilder, name: str, *values: ir.Value) -> ir.Value:

@@ -652,7 +652,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
             payloads.append(encode_tile(t, ch, freq, cum, sets[i], min_log2, sflags))
     if runs_choices:
         payloads, freq = with_runs(runs_choices, payloads, freq, sflags)
-        if any(payloads[i][0] not in (f2.TILE_RUNS, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS_SAME) for i in sure):
+        if any(payloads[i][0] not in f2.RUNS_MODES for i in sure):
             # A sure tile that did not become a runs tile: the image again, every candidate
             # weighed against its coded payload.
             return _encode(image, flags, tile, fast_decode, wide_context, runs_tiles, False, colours, one_set, plane_context)
@@ -880,7 +880,7 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
     start, end = int(s.offsets[i]), int(s.offsets[i + 1])
     if s.mode[i] == f2.TILE_RAW:
         return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
-    if s.mode[i] in (f2.TILE_RUNS, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS_SAME):
+    if s.mode[i] in f2.RUNS_MODES:
         n_colours = int(s.palette_size[i])
         palette = buf[start + f2.RUNS_HEADER : start + f2.RUNS_HEADER + n_colours * c].reshape(n_colours, c)
         packed = pack_colours(palette[None].astype(np.int64))[0]

@@ -21,7 +21,7 @@ def _n_sets(stream: bytes) -> int:
 def _n_runs_sets(stream: bytes) -> int:
     """The sets of the runs tables (after the others) when the stream has runs tiles, else 0."""
     modes = f2.read_stream(np.frombuffer(stream, np.uint8)).mode
-    has_runs = np.isin(modes, [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS_SAME]).any()
+    has_runs = np.isin(modes, f2.RUNS_MODES).any()
     return f2.runs_sets(f2.set_tables(stream[5])) if has_runs else 0
 
 

@@ -187,7 +187,7 @@ def test_streams_of_older_runs_modes_still_decode(c: int | None, older: int) -> 
     modes_old = f2.read_stream(np.frombuffer(old, np.uint8)).mode
     modes_new = f2.read_stream(np.frombuffer(new, np.uint8)).mode
     runs_tiles = modes_old == older
-    any_runs = np.isin(modes_old, [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS_SAME])
+    any_runs = np.isin(modes_old, f2.RUNS_MODES)
     assert runs_tiles.sum() >= 4 and (any_runs == runs_tiles).all()  # every runs tile of the older mode
     assert (modes_new[runs_tiles] == f2.TILE_RUNS_SAME).all()
     pals = [r2.choose_palette(t.astype(np.int64)) for t in r2.tiles_of(image if c else image[:, :, None], 32)]

@@ -72,25 +72,57 @@ def _colour_next(planes, th, tw, colour):
                 b[x] = (blue - ((red + g[x]) >> 1)) & 255
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _colour_rows(image, y0, x0, th, tw, colour, planes, stride):
+    """_colour_forward's planes 0-2 of a tile of `stride` channels (3 or 4, a constant at
+    each call: the loads then vectorise)."""
+    for y in range(th):
+        src = image[y0 + y, x0 : x0 + tw].reshape(-1)
+        p0 = planes[0, y + 1, 1 : tw + 1]
+        p1 = planes[1, y + 1, 1 : tw + 1]
+        p2 = planes[2, y + 1, 1 : tw + 1]
+        if colour == 0:
+            for x in range(tw):
+                p0[x] = src[stride * x]
+                p1[x] = src[stride * x + 1]
+                p2[x] = src[stride * x + 2]
+        else:  # 1 (blue less green) or 3 (blue less the mean of red and green)
+            for x in range(tw):
+                r = np.int32(src[stride * x])
+                g = np.int32(src[stride * x + 1])
+                b = np.int32(src[stride * x + 2])
+                p0[x] = (r - g) & 255
+                p1[x] = g
+                p2[x] = (b - (g if colour == 1 else (r + g) >> 1)) & 255
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _colour_forward(image, y0, x0, th, tw, colour, planes):
     """Colour-transformed planes of one tile into planes[k, 1:th+1, 1:tw+1] (int32, 0..255),
     for the transforms the encoder tries (format_v2.ENCODER_COLOURS: 0, 1 or 3).
 
     Row 0 and column 0 of every plane stay 0, the value the predictors see outside the tile
-    (A4), so the residual loops need no edge cases.
+    (A4), so the residual loops need no edge cases. Each row of pixels is read once and every
+    plane written from it, in loops specialised on the channel count outside the rows (a pass
+    per plane, then _colour_next's passes in place, took 2-3x as long, and so did a branch on
+    the channel count inside the row loop).
     """
     c = image.shape[2]
-    for y in range(th):
-        src = image[y0 + y, x0 : x0 + tw]
-        for k in range(c):
-            row = planes[k, y + 1, 1 : tw + 1]
+    if c == 3:
+        _colour_rows(image, y0, x0, th, tw, colour, planes, 3)
+    elif c == 4:
+        _colour_rows(image, y0, x0, th, tw, colour, planes, 4)
+        for y in range(th):
+            src = image[y0 + y, x0 : x0 + tw].reshape(-1)
+            alpha = planes[3, y + 1, 1 : tw + 1]
             for x in range(tw):
-                row[x] = src[x, k]
-    if colour != 0:  # through the same steps as _choose
-        _colour_next(planes, th, tw, 1)
-        if colour == 3:
-            _colour_next(planes, th, tw, 3)
+                alpha[x] = src[4 * x + 3]
+    else:
+        for y in range(th):
+            src = image[y0 + y, x0 : x0 + tw].reshape(-1)
+            grey = planes[0, y + 1, 1 : tw + 1]
+            for x in range(tw):
+                grey[x] = src[x]
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -153,13 +185,35 @@ def _zigzag_bits(r):
     return max(I32(I32(_float_bits(np.float32(z)) >> I32(23)) - I32(126)), I32(0))
 
 
+# _predictor_costs works on residuals moved to the top byte of an int32 (r << 24: the low
+# byte read as signed is then the int32's sign and magnitude, with no masking). There the
+# zig-zag code z sits at bits 23-30 (ZIGZAG_TOP), and OR-ing in bit 22 (ZERO_GUARD) makes
+# the float exponent of z = 0 come out as that of z = 1/2 without changing any other, so the
+# exponent less EXPONENT_BIAS is the bit length for every z (0 included), with no clamp: 8
+# int32 operations per residual and predictor where _zigzag_bits takes 11.
+ZIGZAG_TOP = np.int32(-(1 << 23))  # 0xFF800000: the sign spread over bits 23-31
+ZERO_GUARD = np.int32(1 << 22)
+EXPONENT_BIAS = 127 + 22  # float exponent of 2^22 (the guard alone): bit length 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _exponent_of_top(t):
+    """float exponent (biased, 0..255) of the zig-zag code of the residual t >> 24, with the
+    guard bit: the bit length of the code plus EXPONENT_BIAS."""
+    zz = I32(I32(t ^ I32(I32(t >> I32(31)) & ZIGZAG_TOP)) | ZERO_GUARD)
+    return I32(_float_bits(np.float32(zz)) >> I32(23))
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
 def _predictor_costs(padded, th, tw, costs):
     """reference_v2.bit_cost of one plane (padded as _colour_forward writes it) under each of
     the 5 predictors: twice the symbols' bit lengths over the plane's even rows. Branch-free,
     without table lookups (MED as the median of L, U and L + U - UL) and in int32, so the loop
-    over a row runs in vector registers: 2.4x faster than one lookup per residual."""
+    over a row runs in vector registers: 2.4x faster than one lookup per residual. Each
+    residual is moved to the top byte (see ZIGZAG_TOP), and the bias of its bit length is taken
+    off once per plane."""
     c0 = c1 = c2 = c3 = c4 = I32(0)
+    top = I32(24)
     for y in range(1, th + 1, 2):
         cur = padded[y]
         prev = padded[y - 1]
@@ -169,12 +223,14 @@ def _predictor_costs(padded, th, tw, costs):
             up = prev[x]
             upleft = prev[x - 1]
             med = _med(left, up, upleft)
-            c0 = I32(c0 + _zigzag_bits(v))
-            c1 = I32(c1 + _zigzag_bits(I32(v - left)))
-            c2 = I32(c2 + _zigzag_bits(I32(v - up)))
-            c3 = I32(c3 + _zigzag_bits(I32(v - left - up + upleft)))
-            c4 = I32(c4 + _zigzag_bits(I32(v - med)))
-    costs[0], costs[1], costs[2], costs[3], costs[4] = 2 * c0, 2 * c1, 2 * c2, 2 * c3, 2 * c4
+            c0 = I32(c0 + _exponent_of_top(I32(v << top)))
+            c1 = I32(c1 + _exponent_of_top(I32(I32(v - left) << top)))
+            c2 = I32(c2 + _exponent_of_top(I32(I32(v - up) << top)))
+            c3 = I32(c3 + _exponent_of_top(I32(I32(v - left - up + upleft) << top)))
+            c4 = I32(c4 + _exponent_of_top(I32(I32(v - med) << top)))
+    bias = EXPONENT_BIAS * ((th + 1) >> 1) * tw
+    costs[0], costs[1], costs[2], costs[3], costs[4] = (2 * (c0 - bias), 2 * (c1 - bias), 2 * (c2 - bias),
+                                                        2 * (c3 - bias), 2 * (c4 - bias))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -273,37 +329,61 @@ MAX_PALETTE = 256  # as reference_v2.MAX_PALETTE (colour tiles)
 MAX_GREY_PALETTE = 64  # as reference_v2.MAX_GREY_PALETTE (one-channel tiles)
 
 
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _packed(image, y, x, c):
-    """The pixel as one integer, channel 0 most significant (reference_v2.pack_colours)."""
-    v = np.int64(0)
-    for k in range(c):
-        v = (v << 8) | np.int64(image[y, x, k])
-    return v
-
-
-# The palette candidate finds a tile's colours and their indices through a small hash set:
-# open addressing over HASH_SLOTS slots of packed colours (EMPTY where free), more than twice
-# MAX_PALETTE so probes stay short. (A bisection of the sorted list per pixel was a chain of
-# dependent loads: 6-9 ns per pixel, half the encoder's time on rendered wallpapers.)
-HASH_SLOTS = 2 * MAX_PALETTE
+# The palette candidate finds a tile's colours and their indices through a hash set: open
+# addressing over HASH_SLOTS slots, 16 times MAX_PALETTE so that probes rarely go past the
+# home slot (fewer mispredicted probe loops). A slot holds the packed colour (at most 32 bits)
+# tagged with the number of the tile that put it there in the bits above, so one thread's table
+# serves every tile it hashes without being cleared: a slot tagged with another tile is free.
+# (A bisection of the sorted list per pixel was a chain of dependent loads: 6-9 ns per pixel,
+# half the encoder's time on rendered wallpapers; a 512-slot table cleared per tile took
+# 2.5-3.8 ns per pixel of the rendered wallpapers, the tagged 4096-slot one 1.7-2.2.)
+HASH_SLOTS = 16 * MAX_PALETTE
 HASH_SHIFT = 64 - (HASH_SLOTS.bit_length() - 1)  # the top log2(HASH_SLOTS) bits make the slot
-EMPTY = -1
+TAG_SHIFT = 32  # a slot's tile number sits above its colour (4 channels: 32 bits)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _hash_scratch():
+    """One thread's hash set of tile colours, reused tile after tile: (keys: int64 slots, tile
+    number << TAG_SHIFT | packed colour; seen_as: int32, the slot's index; found: the colours
+    in order of appearance; tile: the last tile number used as a tag). Every slot starts
+    tagged 0, which no tile uses (tiles count from 1)."""
+    return (np.zeros(HASH_SLOTS, np.int64), np.zeros(HASH_SLOTS, np.int32), np.zeros(MAX_PALETTE, np.int64),
+            np.zeros(1, np.int64))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _slot(v):
-    """Home slot of a packed colour (Fibonacci hashing: the top bits of v times 2^64/phi)."""
+    """Home slot of a tagged colour (Fibonacci hashing: the top bits of v times 2^64/phi)."""
     return np.int64((np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(HASH_SHIFT))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _find(keys, v):
-    """The slot holding v, or the free slot where it belongs."""
+def _find(keys, v, tag):
+    """The slot holding the tagged colour v, or the free slot (another tag) where it belongs."""
     s = _slot(v)
-    while keys[s] != v and keys[s] != EMPTY:
+    while True:
+        k = keys[s]
+        if k == v or (k >> TAG_SHIFT) != tag:
+            return s
         s = (s + 1) & (HASH_SLOTS - 1)
-    return s
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _next_tag(hashed):
+    """A new tile's tag: every slot of the table is free for it."""
+    keys, seen_as, found, tile = hashed
+    tile[0] += 1
+    return tile[0]
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _packed_row(src, x, c):
+    """Pixel x of an image row (tw, c) as one integer, channel 0 most significant."""
+    v = np.int64(0)
+    for k in range(c):
+        v = (v << 8) | np.int64(src[x, k])
+    return v
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -316,7 +396,7 @@ def _zero_border(padded, th, tw):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
+def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded, hashed):
     """Palette indices of the tile into padded[1:th+1, 1:tw+1] (colours[:n_colours] sorted,
     each of which the tile holds); row 0 and column 0 stay 0."""
     c = image.shape[2]
@@ -337,23 +417,34 @@ def _index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
             for x in range(np.uint64(tw)):
                 out[x + np.uint64(1)] = grey_index[flat[row + x]]
     else:
-        _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
+        _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded, hashed)
     _zero_border(padded, th, tw)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded):
-    """_index_plane's indices of a colour tile, through the hash set."""
-    c = image.shape[2]
-    keys = np.full(HASH_SLOTS, EMPTY, np.int64)
-    index_of = np.zeros(HASH_SLOTS, np.int64)
+def _hashed_index_plane(image, y0, x0, th, tw, colours, n_colours, padded, hashed):
+    """_index_plane's indices of a colour tile, through the hash set (a new tag)."""
+    if image.shape[2] == 3:
+        _hashed_indices(image, y0, x0, th, tw, colours, n_colours, padded, hashed, 3)
+    else:
+        _hashed_indices(image, y0, x0, th, tw, colours, n_colours, padded, hashed, 4)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _hashed_indices(image, y0, x0, th, tw, colours, n_colours, padded, hashed, c):
+    """_hashed_index_plane of c channels (a constant at each call, as in _hash_colours)."""
+    keys, seen_as = hashed[0], hashed[1]
+    tag = _next_tag(hashed)
+    high = tag << TAG_SHIFT
     for q in range(n_colours):
-        s = _find(keys, colours[q])
-        keys[s] = colours[q]
-        index_of[s] = q
+        s = _find(keys, high | colours[q], tag)
+        keys[s] = high | colours[q]
+        seen_as[s] = q
     for y in range(th):
+        src = image[y0 + y, x0 : x0 + tw]
+        row = padded[y + 1, 1 : tw + 1]
         for x in range(tw):
-            padded[y + 1, x + 1] = index_of[_find(keys, _packed(image, y0 + y, x0 + x, c))]
+            row[x] = seen_as[_find(keys, high | _packed_row(src, x, c), tag)]
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -387,36 +478,59 @@ def _grey_colours(image, y0, x0, th, tw, colours):
     return q
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _hash_colours(image, y0, x0, th, tw, padded, hashed, c):
+    """_tile_palette's hash pass over a tile of c channels (3 or 4, a constant at each call:
+    the packing then unrolls): the number of distinct colours (0 past MAX_PALETTE), each pixel's
+    index in order of first appearance in padded, the colours in that order in hashed[2]."""
+    keys, seen_as, found = hashed[0], hashed[1], hashed[2]
+    tag = _next_tag(hashed)
+    high = tag << TAG_SHIFT
+    n_colours = 0
+    for y in range(th):
+        src = image[y0 + y, x0 : x0 + tw]
+        row = padded[y + 1, 1 : tw + 1]
+        for x in range(tw):
+            v = high | _packed_row(src, x, c)
+            at = _slot(v)
+            while True:  # (_find, with the insertion where the probe ends)
+                k = keys[at]
+                if k == v:
+                    break
+                if (k >> TAG_SHIFT) != tag:
+                    if n_colours == MAX_PALETTE:
+                        return 0
+                    keys[at] = v
+                    seen_as[at] = n_colours
+                    found[n_colours] = v ^ high
+                    n_colours += 1
+                    break
+                at = (at + 1) & (HASH_SLOTS - 1)
+            row[x] = seen_as[at]
+    return n_colours
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_palette(image, y0, x0, th, tw, colours, padded):
+def _tile_palette(image, y0, x0, th, tw, colours, padded, hashed):
     """The tile's distinct colours and their index plane: their count (0 past MAX_PALETTE,
     MAX_GREY_PALETTE for one channel), colours[:count] sorted (packed, channel 0 most
     significant) and, when count > 0, the indices in padded as _index_plane writes them. A colour
-    tile's pixels are hashed once: each gets the index of its colour in order of first
-    appearance, renumbered in sorted order afterwards by a table of at most 256 entries."""
+    tile's pixels are hashed once (hashed: the thread's _hash_scratch, under a new tag): each gets
+    the index of its colour in order of first appearance, renumbered in sorted order
+    afterwards by a table of at most 256 entries."""
     c = image.shape[2]
     if c == 1:
         n_colours = _grey_colours(image, y0, x0, th, tw, colours)
         if n_colours:
-            _index_plane(image, y0, x0, th, tw, colours, n_colours, padded)
+            _index_plane(image, y0, x0, th, tw, colours, n_colours, padded, hashed)
         return n_colours
-    keys = np.full(HASH_SLOTS, EMPTY, np.int64)
-    seen_as = np.empty(HASH_SLOTS, np.int32)  # a slot's colour: its index in order of appearance
-    found = np.empty(MAX_PALETTE, np.int64)  # the colours in order of appearance
-    n_colours = 0
-    for y in range(th):
-        row = padded[y + 1, 1 : tw + 1]
-        for x in range(tw):
-            v = _packed(image, y0 + y, x0 + x, c)
-            at = _find(keys, v)
-            if keys[at] == EMPTY:
-                if n_colours == MAX_PALETTE:
-                    return 0
-                keys[at] = v
-                seen_as[at] = n_colours
-                found[n_colours] = v
-                n_colours += 1
-            row[x] = seen_as[at]
+    if c == 3:
+        n_colours = _hash_colours(image, y0, x0, th, tw, padded, hashed, 3)
+    else:
+        n_colours = _hash_colours(image, y0, x0, th, tw, padded, hashed, 4)
+    if n_colours == 0:
+        return 0
+    found = hashed[2]
     order = np.argsort(found[:n_colours])
     rank = np.empty(n_colours, np.int32)
     for q in range(n_colours):
@@ -600,16 +714,23 @@ def _tile_tables(syms, s0, n, choice_row, c, plane, sets_row, tables, pal, tshif
         i = _wide_tables(src, i, stop, s4, tables, ctx, back)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _histogram_parts(rows):
+    """A thread's four interleaved partial histograms for _tile_histogram, zeroed once and
+    zeroed again as each tile's are summed (runs of one symbol, in flat areas, would otherwise
+    make every increment wait for the previous one's store; a fresh zeroed array per tile
+    cost as much as the counting on photographs)."""
+    return np.zeros((4, rows, 256), np.uint16)
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist, tshift):
+def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist, tshift, parts):
     """Counts of (table row, symbol) of the tile's n symbols syms[s0 : s0 + n] into hist
     (uint16, zeroed): rows (k << tshift) + context for coded plane k, or 0..3 for a palette
     tile's index plane (pal). With these, every later count and size estimate of the tile is
     a sum over at most 8C x 256 entries instead of a pass over its symbols (_count_hist,
-    _estimate_hist)."""
-    # Four interleaved partial histograms, summed at the end: runs of one symbol (flat areas)
-    # would otherwise make every increment wait for the previous one's store.
-    parts = np.zeros((4, hist.shape[0], 256), np.uint16)
+    _estimate_hist). parts: the thread's _histogram_parts for hist's rows, all zero, and left
+    so."""
     src = syms[s0 : s0 + n]
     ctx = np.empty(plane, np.uint8)
     i = np.uint64(0)
@@ -629,6 +750,7 @@ def _tile_histogram(syms, s0, n, choice_row, c, plane, pal, hist, tshift):
         into = hist[r]
         for v in range(256):
             into[v] = parts[0, r, v] + parts[1, r, v] + parts[2, r, v] + parts[3, r, v]
+            parts[0, r, v] = parts[1, r, v] = parts[2, r, v] = parts[3, r, v] = 0
 
 
 _lane_bytes = njit(inline="always")(f2.lane_bytes)
@@ -744,13 +866,15 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         scratch = _runs_scratch()
+        hashed = _hash_scratch()
         costs = np.zeros(f2.PREDICTORS, np.int64)
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
             constant[i] = _is_constant(image, y0, x0, th, tw)  # masks and flat art: most tiles
             # No palette candidate for one colour: as a palette tile (4 + C bytes, then lane
             # states) it is never smaller than constant planes (2 + 2C bytes).
-            n_colours = 0 if constant[i] else _tile_palette(image, y0, x0, th, tw, colours[i], planes[chunk, 0])
+            n_colours = 0 if constant[i] else _tile_palette(image, y0, x0, th, tw, colours[i], planes[chunk, 0],
+                                                                 hashed)
             choices[i, COL_PAL_SIZE] = n_colours
             if n_colours == 0:
                 continue
@@ -785,9 +909,9 @@ def _choose_all(image, tile, choices, const_vals, planes, constant, sure, n_pred
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _palette_symbols(image, y0, x0, th, tw, choice_row, colours, padded, out, o):
+def _palette_symbols(image, y0, x0, th, tw, choice_row, colours, padded, out, o, hashed):
     """The palette candidate's index symbols (row-major, zig-zag residuals) at out[o:]."""
-    _index_plane(image, y0, x0, th, tw, colours, choice_row[COL_PAL_SIZE], padded)
+    _index_plane(image, y0, x0, th, tw, colours, choice_row[COL_PAL_SIZE], padded, hashed)
     _residual_symbols(padded, th, tw, choice_row[COL_PAL_PRED], out, o)
 
 
@@ -798,13 +922,15 @@ def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, plane
     c = image.shape[2]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
+        hashed = _hash_scratch()
+        parts = _histogram_parts(hist.shape[1])
         for i in range(chunk, choices.shape[0], chunks):
             if choices[i, COL_PAL_SIZE]:
                 y0, x0, th, tw = _tile_box(i, tile, h, w)
                 _palette_symbols(image, y0, x0, th, tw, choices[i], colours[i], planes[chunk, 0], psyms,
-                                 psym_start[i])
+                                 psym_start[i], hashed)
                 if hist.shape[0]:
-                    _tile_histogram(psyms, psym_start[i], th * tw, choices[i], c, th * tw, True, hist[i], 2)
+                    _tile_histogram(psyms, psym_start[i], th * tw, choices[i], c, th * tw, True, hist[i], 2, parts)
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
@@ -815,13 +941,14 @@ def _symbols_all(image, tile, choices, sym_start, syms, planes, hist, tshift):
     c = image.shape[2]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
+        parts = _histogram_parts(hist.shape[1])
         for i in range(chunk, choices.shape[0], chunks):
             if sym_start[i + 1] == sym_start[i]:
                 continue  # constant planes, or a tile sure to become a runs tile: no symbols
             y0, x0, th, tw = _tile_box(i, tile, h, w)
             n = _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
             if hist.shape[0] and n:
-                _tile_histogram(syms, sym_start[i], n, choices[i], c, th * tw, False, hist[i], tshift)
+                _tile_histogram(syms, sym_start[i], n, choices[i], c, th * tw, False, hist[i], tshift, parts)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -897,13 +1024,17 @@ def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, counts, tshift):
 def _dot_cost(hist, cost, sets_row, pal, tshift):
     """Sum over hist's rows r (plane r >> tshift, context r % (1 << tshift)) and symbols v of
     hist[r, v] times the cost of v in that context of the plane's set (sets_row[PALETTE_SET]
-    for pal)."""
+    for pal). cost: int32 (_Counted.estimates); a row's sum fits int32 (at most 4096 symbols
+    of at most 192 sixteenths of a bit each), so the products run eight to a vector register
+    instead of as int64 (the estimates took 2-3 times as long)."""
     total = 0
     for r in range(hist.shape[0]):
         counts = hist[r]
         bits = cost[(sets_row[PALETTE_SET if pal else r >> tshift] << tshift) + (r & ((1 << tshift) - 1))]
+        row_total = I32(0)
         for v in range(256):
-            total += np.int64(counts[v]) * bits[v]
+            row_total = I32(row_total + I32(I32(counts[v]) * bits[v]))
+        total += row_total
     return total
 
 
@@ -1544,8 +1675,8 @@ class _Counted:
         sizes = np.zeros(n, np.int64)
         totals = np.full(n, -1, np.int64)
         if self.hist.shape[0]:
-            _estimate_hist(self.h, self.w, self.tile, self.c, self.choices, pick, sets, self.min_log2, cost, sizes,
-                           totals, self.hist, self.phist, self.tshift)
+            _estimate_hist(self.h, self.w, self.tile, self.c, self.choices, pick, sets, self.min_log2,
+                           cost.astype(np.int32), sizes, totals, self.hist, self.phist, self.tshift)
         else:
             _estimate_all(self.h, self.w, self.c, self.tile, self.choices, pick, sets, self.min_log2, cost, sizes,
                           *self.symbols, self.scratch, self.tshift)
@@ -1596,7 +1727,6 @@ def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets
 
 
 # ----------------------------------------------------------------------------- decoder
-
 
 
 def decode_table(plan: plan_mod.Plan) -> np.ndarray:

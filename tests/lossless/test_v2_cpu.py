@@ -337,7 +337,8 @@ def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c:
     image = np.stack([(packed >> (8 * (c - 1 - k))) & 255 for k in range(c)], axis=2).astype(np.uint8)
     colours = np.zeros(cpu_v2.MAX_PALETTE, np.int64)
     padded = np.full((65, 65), -1, np.int32)
-    n = cpu_v2._tile_palette(image, 0, 0, 64, 64, colours, padded)
+    hashed = cpu_v2._hash_scratch()
+    n = cpu_v2._tile_palette(image, 0, 0, 64, 64, colours, padded, hashed)
     if n_values > r2.max_palette(c):
         assert n == 0
         return
@@ -345,8 +346,27 @@ def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c:
     np.testing.assert_array_equal(colours[padded[1:, 1:]], packed)
     assert (padded[0] == 0).all() and (padded[:, 0] == 0).all()
     again = np.full((65, 65), -1, np.int32)  # the later symbol pass rebuilds it from the colours
-    cpu_v2._index_plane(image, 0, 0, 64, 64, colours, n, again)
+    cpu_v2._index_plane(image, 0, 0, 64, 64, colours, n, again, hashed)
     np.testing.assert_array_equal(again, padded)
+
+
+@pytest.mark.parametrize("c", [1, 3, 4])
+def test_colour_forward_writes_the_reference_planes_inside_a_zero_border(c: int) -> None:
+    """_colour_forward's planes of a partial tile at an offset are reference_v2's colour
+    transform of its pixels (alpha untouched), for every transform the encoder tries, with row
+    0 and column 0 left at 0 and nothing written past the tile."""
+    rng = np.random.default_rng(c)
+    image = rng.integers(0, 256, (50, 70, c), dtype=np.uint8)
+    for colour in f2.ENCODER_COLOURS if c >= 3 else (0,):
+        planes = np.full((4, 65, 65), -7, np.int32)
+        planes[:, 0, :] = 0
+        planes[:, :, 0] = 0
+        cpu_v2._colour_forward(image, 9, 21, 37, 45, colour, planes)
+        expected = r2.colour_forward(image[9:46, 21:66], colour)
+        for k in range(c):
+            np.testing.assert_array_equal(planes[k, 1:38, 1:46], expected[..., k], err_msg=f"colour {colour} plane {k}")
+            assert (planes[k, 0] == 0).all() and (planes[k, :, 0] == 0).all()
+            assert (planes[k, 38:, 1:] == -7).all() and (planes[k, 1:, 46:] == -7).all()
 
 
 def test_zigzag_codes_and_bits_by_arithmetic_equal_the_tables() -> None:

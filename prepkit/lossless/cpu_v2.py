@@ -931,6 +931,8 @@ def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, plane
                                  psym_start[i], hashed)
                 if hist.shape[0]:
                     _tile_histogram(psyms, psym_start[i], th * tw, choices[i], c, th * tw, True, hist[i], 2, parts)
+            elif hist.shape[0]:
+                hist[i] = 0  # (the buffer is not zeroed)
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
@@ -943,8 +945,10 @@ def _symbols_all(image, tile, choices, sym_start, syms, planes, hist, tshift):
     for chunk in prange(chunks):
         parts = _histogram_parts(hist.shape[1])
         for i in range(chunk, choices.shape[0], chunks):
-            if sym_start[i + 1] == sym_start[i]:
-                continue  # constant planes, or a tile sure to become a runs tile: no symbols
+            if sym_start[i + 1] == sym_start[i]:  # constant planes, or a tile sure to become a runs tile
+                if hist.shape[0]:
+                    hist[i] = 0  # (the buffer is not zeroed: every other tile's rows are written below)
+                continue
             y0, x0, th, tw = _tile_box(i, tile, h, w)
             n = _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
             if hist.shape[0] and n:
@@ -1351,7 +1355,8 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     # Table sets per tile class (table_sets) need them as well.
     with_table_sets = table_sets.applies(n, c, fast_decode, 1 << tshift)
     use_hist = with_table_sets or n * (c << tshift) * 256 * 2 <= max(HISTOGRAM_BUDGET, 2 * syms.size)
-    hist = array("hist", (n if use_hist else 0, c << tshift, 256), np.uint16, zero=True)
+    # (Not zeroed here: _symbols_all writes or zeroes every tile's rows, in parallel.)
+    hist = array("hist", (n if use_hist else 0, c << tshift, 256), np.uint16)
     _symbols_all(image, tile, choices, sym_start, syms, scr.planes, hist, tshift)
     n_colours = choices[:, COL_PAL_SIZE]
     first = (n_colours > 0) & (choices[:, COL_PAL_COST] + 8 * n_colours * c < choices[:, COL_COST])
@@ -1359,7 +1364,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     if first.any():
         np.cumsum(np.where(n_colours > 0, th * tw, 0), out=psym_start[1:])
     psyms = array("psyms", (int(psym_start[-1]),), np.uint8)
-    phist = array("phist", (n if use_hist and first.any() else 0, 4, 256), np.uint16, zero=True)
+    phist = array("phist", (n if use_hist and first.any() else 0, 4, 256), np.uint16)  # (_palette_symbols_all's)
     counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, syms, psym_start, psyms), hist, phist,
                        scr.tables, tshift)
     if first.any():
@@ -1690,6 +1695,49 @@ def default_sets(n: int, c: int, n_sets: int) -> np.ndarray:
     return np.repeat(row[None, :], n, axis=0).astype(np.int64)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _nonzero_entries(rows, columns, counts, at, fill):
+    """The nonzero entries of rows (contexts x 256 counts): their number, and with fill their
+    columns (context * 256 + symbol) and counts at columns[at:], counts[at:]."""
+    n = 0
+    for r in range(rows.shape[0]):
+        for v in range(256):
+            if rows[r, v] != 0:
+                if fill:
+                    columns[at + n] = r * 256 + v
+                    counts[at + n] = rows[r, v]
+                n += 1
+    return n
+
+
+@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
+def _hist_items(hist, phist, tile_of, plane_of, per_set):
+    """table_sets.Items (starts, columns, counts) of the items (tile_of[m], plane_of[m]) straight
+    from the tiles' histograms: plane k's per_set rows of hist, or a palette candidate's index
+    plane (plane PALETTE_SET), the CONTEXTS rows of phist (no plane bits). Two parallel
+    passes over the rows, where a dense copy of every item (20 MB for a 2560 x 2560 RGB image)
+    then a pass over it ran on one thread."""
+    m = tile_of.size
+    starts = np.zeros(m + 1, np.int64)
+    columns = np.empty(0, np.int64)
+    counts = np.empty(0, np.int64)
+    for fill in range(2):
+        if fill:
+            starts = np.cumsum(starts)
+            columns = np.empty(starts[m], np.int64)
+            counts = np.empty(starts[m], np.int64)
+        for e in prange(m):
+            at = starts[e]
+            if plane_of[e] == PALETTE_SET:
+                n = _nonzero_entries(phist[tile_of[e]], columns, counts, at, fill)
+            else:
+                first = plane_of[e] * per_set
+                n = _nonzero_entries(hist[tile_of[e], first : first + per_set], columns, counts, at, fill)
+            if not fill:
+                starts[e + 1] = n
+    return starts, columns, counts
+
+
 def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int,
                      freq: np.ndarray, sizes: np.ndarray, totals: np.ndarray, counts: np.ndarray
                      ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
@@ -1703,10 +1751,8 @@ def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets
     planes[:, PALETTE_SET] = keep & pick
     tile_of, plane_of = np.nonzero(planes)  # tile order, then plane order
     per_set = 1 << counted.tshift
-    items = np.zeros((tile_of.size, per_set, 256), np.uint16)
-    index_plane = plane_of == PALETTE_SET
-    items[~index_plane] = counted.hist.reshape(n, c, per_set, 256)[tile_of[~index_plane], plane_of[~index_plane]]
-    items[index_plane, : f2.CONTEXTS] = counted.phist[tile_of[index_plane]]  # (no plane bits)
+    starts, columns, entries = _hist_items(counted.hist, counted.phist, tile_of, plane_of, per_set)
+    items = table_sets.Items(starts, columns, entries, per_set * 256)
     now = sets[tile_of, plane_of]
     proposal, n_proposed = table_sets.propose(items, now, n_sets, f2.MAX_SETS_PER_CHANNEL * c)
     if n_proposed == n_sets and (proposal == now).all():

@@ -18,6 +18,8 @@ number).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit, prange
 
@@ -45,11 +47,21 @@ def applies(n_tiles: int, c: int, fast_decode: bool, tables_per_set: int = f2.CO
 _COST_OF_FREQ = np.concatenate([[-1], f2.cost_table(np.arange(1, f2.PROB_SCALE + 1))]).astype(np.int64)
 
 
+class Items(NamedTuple):
+    """Items as compressed rows: the (context, symbol) counts of item i are counts[e] at
+    columns[e] (context * 256 + symbol) for e in starts[i] .. starts[i + 1] - 1. A plane of
+    4096 symbols has 60-150 nonzero entries on average in the photographs measured, of 1024
+    (four contexts) or 2048 (eight)."""
+
+    starts: np.ndarray  # int64 (m + 1,)
+    columns: np.ndarray  # int64 (entries,)
+    counts: np.ndarray  # int64 (entries,)
+    width: int  # columns per item: contexts x 256
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _sparse(values):
-    """The items (m, contexts x 256 counts) as compressed rows: (start of each item's entries
-    (m + 1), their (context, symbol) columns, their counts). A plane of 4096 symbols has 60-150
-    nonzero entries on average in the photographs measured, of 1024 (four contexts)."""
+    """(starts, columns, counts) of Items from dense rows values (m, width)."""
     m, width = values.shape
     starts = np.zeros(m + 1, np.int64)
     for i in prange(m):
@@ -68,6 +80,34 @@ def _sparse(values):
                 counts[at] = values[i, j]
                 at += 1
     return starts, columns, counts
+
+
+def sparse_items(items: np.ndarray) -> Items:
+    """Items from dense counts (m, contexts, 256)."""
+    flat = np.ascontiguousarray(items.reshape(items.shape[0], -1))
+    starts, columns, counts = _sparse(flat)
+    return Items(starts, columns, counts, flat.shape[1])
+
+
+@njit(cache=True, nogil=True)
+def _rows(starts, columns, counts, rows):
+    """(starts, columns, counts) of the items `rows` (increasing) of compressed rows, and
+    each one's count of symbols."""
+    m = rows.size
+    sub_starts = np.zeros(m + 1, np.int64)
+    for r in range(m):
+        sub_starts[r + 1] = sub_starts[r] + starts[rows[r] + 1] - starts[rows[r]]
+    sub_columns = np.empty(sub_starts[m], np.int64)
+    sub_counts = np.empty(sub_starts[m], np.int64)
+    symbols = np.zeros(m, np.int64)
+    for r in range(m):
+        at = sub_starts[r]
+        for e in range(starts[rows[r]], starts[rows[r] + 1]):
+            sub_columns[at] = columns[e]
+            sub_counts[at] = counts[e]
+            symbols[r] += counts[e]
+            at += 1
+    return sub_starts, sub_columns, sub_counts, symbols
 
 
 @njit(cache=True, nogil=True)
@@ -154,21 +194,22 @@ def plane_contexts_pay(counts: np.ndarray, freq: np.ndarray) -> bool:
     return eight * 100 <= four * (100 - PLANE_CONTEXT_MIN_SAVING_PERCENT)
 
 
-def propose(items: np.ndarray, sets: np.ndarray, n_sets: int, max_sets: int) -> tuple[np.ndarray, int]:
+def propose(items: Items | np.ndarray, sets: np.ndarray, n_sets: int, max_sets: int) -> tuple[np.ndarray, int]:
     """A set for each item and the set count, or (sets, n_sets) unchanged when there is
     nothing to split.
 
     items: (m, set_tables, 256) counts of (context, symbol) of each coded plane of the kept tiles, in
-    tile order then plane order (a palette tile's index plane is one item); sets: their sets
-    now (0..n_sets-1)."""
-    m = items.shape[0]
+    tile order then plane order (a palette tile's index plane is one item), dense or as
+    Items (what the numba encoder builds from its histograms without the dense copy); sets:
+    their sets now (0..n_sets-1)."""
+    full = items if isinstance(items, Items) else sparse_items(items)
+    m = full.starts.size - 1
     if m < 2 or n_sets >= max_sets:
         return sets, n_sets
-    flat = items.reshape(m, -1)
-    width = flat.shape[1]
+    width = full.width
     sample = np.unique(np.linspace(0, m - 1, min(m, SAMPLE)).astype(np.int64))
-    part = _sparse(np.ascontiguousarray(flat[sample]))
-    symbols = np.maximum(flat[sample].sum(axis=1, dtype=np.int64), 1)
+    *part, symbols = _rows(full.starts, full.columns, full.counts, sample)
+    symbols = np.maximum(symbols, 1)
     cur = sets[sample].copy()
     k = n_sets
     while k < max_sets:
@@ -189,7 +230,7 @@ def propose(items: np.ndarray, sets: np.ndarray, n_sets: int, max_sets: int) -> 
             cur = best
     if k == n_sets:
         return sets, n_sets
-    proposal = np.argmin(_costs(*_sparse(np.ascontiguousarray(flat)), _tables(part, cur, k, width)), axis=1)
+    proposal = np.argmin(_costs(full.starts, full.columns, full.counts, _tables(part, cur, k, width)), axis=1)
     used = np.unique(proposal)  # number the sets that kept items 0.. in order
     renumber = np.zeros(k, np.int64)
     renumber[used] = np.arange(used.size)

@@ -1007,8 +1007,8 @@ def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, counts, tshift):
-    """_count_all from the tiles' histograms: counts[chunk] += each kept tile's picked histogram,
-    plane k's 1 << tshift rows into its set's (a constant plane's rows are zero)."""
+    """_count_all from the tiles' histograms: counts[chunk] (int32) += each kept tile's picked
+    histogram, plane k's 1 << tshift rows into its set's (a constant plane's rows are zero)."""
     chunks = counts.shape[0]
     for chunk in prange(chunks):
         total = counts[chunk]
@@ -1021,7 +1021,7 @@ def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, counts, tshift):
                 into = total[(tile_sets[i, PALETTE_SET if pick[i] else k] << tshift) + (r & ((1 << tshift) - 1))]
                 counts_r = tile_hist[r]
                 for v in range(256):
-                    into[v] += counts_r[v]
+                    into[v] = I32(into[v] + I32(counts_r[v]))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -1663,9 +1663,10 @@ class _Counted:
         """(n_sets << tshift, 256) counts of (table, symbol) of the kept tiles' picked choices."""
         chunks = self.scratch.shape[0]
         if self.hist.shape[0]:
-            counts = np.zeros((chunks, n_sets << self.tshift, 256), np.int64)
+            # int32 partial counts (an image has at most 2^30 symbols): eight to a vector register
+            counts = np.zeros((chunks, n_sets << self.tshift, 256), np.int32)
             _count_hist(self.c, self.choices, keep, pick, sets, self.hist, self.phist, counts, self.tshift)
-            totals = counts.sum(axis=0)
+            totals = counts.sum(axis=0, dtype=np.int64)
         else:
             counts = np.zeros((chunks, 4, n_sets << self.tshift, 256), np.int64)
             _count_all(self.h, self.w, self.c, self.tile, self.choices, keep, pick, sets, *self.symbols, counts,

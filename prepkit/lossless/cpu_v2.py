@@ -553,20 +553,6 @@ def _tile_box(i, tile, h, w):
     return ty * tile, tx * tile, min(tile, h - ty * tile), min(tile, w - tx * tile)
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _tile_symbols(image, y0, x0, th, tw, choice_row, planes, out, o):
-    """Write the tile's rANS symbols (its coded planes in order, row-major) at out[o:]; return
-    their count."""
-    c = image.shape[2]
-    _colour_forward(image, y0, x0, th, tw, choice_row[0], planes)
-    n = o
-    for k in range(c):
-        if choice_row[5 + k]:
-            continue
-        n = _residual_symbols(planes[k], th, tw, choice_row[1 + k], out, n)
-    return n - o
-
-
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _zigzag_of(r):
     """ZIGZAG[r & 255] as a byte, by arithmetic: no table load, so loops vectorise."""
@@ -890,22 +876,49 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
             choices[i, COL_PAL_COST] = costs[best_p]
 
 
+# The colour transform _choose tries last: its planes are still in the buffer when it is
+# chosen (most colour tiles: transform 3), so the symbols need no second colour pass.
+LAST_COLOUR = f2.ENCODER_COLOURS[-1]
+
+
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _choose_all(image, tile, choices, const_vals, planes, constant, sure, n_predictors):
-    """Every tile's coded choice (_choose), except the tiles already sure to become runs
-    tiles: those get every plane constant (no symbols; the encoder writes them raw until their
-    runs payloads replace them)."""
+def _choose_symbols_all(image, tile, choices, const_vals, planes, constant, sure, n_predictors, sym_start, sym_count,
+                        syms, hist, tshift):
+    """Every tile's coded choice (_choose), then at once its symbols at syms[sym_start[i]:]
+    (their count in sym_count[i]) and, when hist has rows, their histogram (_tile_histogram;
+    tshift its). The tiles already sure to become runs tiles get every plane constant (no
+    symbols; the encoder writes them raw until their runs payloads replace them). One pass:
+    the tile's planes are still at hand from the choice (a second pass made them again)."""
     h, w = image.shape[0], image.shape[1]
     c = image.shape[2]
     chunks = planes.shape[0]
     for chunk in prange(chunks):
+        parts = _histogram_parts(hist.shape[1])
+        tile_planes = planes[chunk]
         for i in range(chunk, choices.shape[0], chunks):
+            sym_count[i] = 0
             if sure[i]:
                 for k in range(c):
                     choices[i, 5 + k] = 1
-                continue
-            y0, x0, th, tw = _tile_box(i, tile, h, w)
-            _choose(image, y0, x0, th, tw, planes[chunk], choices[i], const_vals[i], n_predictors, constant[i])
+            else:
+                y0, x0, th, tw = _tile_box(i, tile, h, w)
+                _choose(image, y0, x0, th, tw, tile_planes, choices[i], const_vals[i], n_predictors, constant[i])
+                coded = 0
+                for k in range(c):
+                    coded += 1 - choices[i, 5 + k]
+                if coded:
+                    if c >= 3 and choices[i, 0] != LAST_COLOUR:
+                        _colour_forward(image, y0, x0, th, tw, choices[i, 0], tile_planes)
+                    n = sym_start[i]
+                    for k in range(c):
+                        if not choices[i, 5 + k]:
+                            n = _residual_symbols(tile_planes[k], th, tw, choices[i, 1 + k], syms, n)
+                    sym_count[i] = n - sym_start[i]
+                    if hist.shape[0]:
+                        _tile_histogram(syms, sym_start[i], sym_count[i], choices[i], c, th * tw, False, hist[i], tshift,
+                                        parts)
+            if sym_count[i] == 0 and hist.shape[0]:
+                hist[i] = 0  # (the buffer is not zeroed: every other tile's rows are written above)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -935,37 +948,17 @@ def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, plane
                 hist[i] = 0  # (the buffer is not zeroed)
 
 
-@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _symbols_all(image, tile, choices, sym_start, syms, planes, hist, tshift):
-    """Every tile's symbols, once: counting, estimating and encoding all read them from syms
-    (or from their histograms, when hist has rows; tshift: _tile_histogram's)."""
-    h, w = image.shape[0], image.shape[1]
-    c = image.shape[2]
-    chunks = planes.shape[0]
-    for chunk in prange(chunks):
-        parts = _histogram_parts(hist.shape[1])
-        for i in range(chunk, choices.shape[0], chunks):
-            if sym_start[i + 1] == sym_start[i]:  # constant planes, or a tile sure to become a runs tile
-                if hist.shape[0]:
-                    hist[i] = 0  # (the buffer is not zeroed: every other tile's rows are written below)
-                continue
-            y0, x0, th, tw = _tile_box(i, tile, h, w)
-            n = _tile_symbols(image, y0, x0, th, tw, choices[i], planes[chunk], syms, sym_start[i])
-            if hist.shape[0] and n:
-                _tile_histogram(syms, sym_start[i], n, choices[i], c, th * tw, False, hist[i], tshift, parts)
-
-
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _source(i, pick, sym_start, syms, psym_start, psyms):
+def _source(i, pick, sym_start, sym_count, syms, psym_start, psyms):
     """(symbols array, first, count) of tile i's picked choice (pick[i]: 1 palette, 0 coded)."""
     if pick[i]:
         return psyms, psym_start[i], psym_start[i + 1] - psym_start[i]
-    return syms, sym_start[i], sym_start[i + 1] - sym_start[i]
+    return syms, sym_start[i], sym_count[i]
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, syms, psym_start, psyms, counts, tables,
-               tshift):
+def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, sym_count, syms, psym_start, psyms, counts,
+               tables, tshift):
     """Histograms per (table, symbol), one per chunk (summed by the caller)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
@@ -973,7 +966,7 @@ def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, syms, p
             if not keep[i]:
                 continue
             _, _, th, tw = _tile_box(i, tile, h, w)
-            src, s0, n = _source(i, pick, sym_start, syms, psym_start, psyms)
+            src, s0, n = _source(i, pick, sym_start, sym_count, syms, psym_start, psyms)
             _tile_tables(src, s0, n, choices[i], c, th * tw, tile_sets[i], tables[chunk], pick[i], tshift)
             # Four interleaved histograms: runs of one symbol (masks, flat areas) would
             # otherwise make every increment wait for the previous one.
@@ -982,14 +975,14 @@ def _count_all(h, w, c, tile, choices, keep, pick, tile_sets, sym_start, syms, p
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes, sym_start, syms, psym_start, psyms,
-                  tables, tshift):
+def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes, sym_start, sym_count, syms,
+                  psym_start, psyms, tables, tshift):
     """Estimated coded size in bytes of every tile's picked choice (reference_v2.estimate)."""
     chunks = tables.shape[0]
     for chunk in prange(chunks):
         for i in range(chunk, choices.shape[0], chunks):
             _, _, th, tw = _tile_box(i, tile, h, w)
-            src, s0, n = _source(i, pick, sym_start, syms, psym_start, psyms)
+            src, s0, n = _source(i, pick, sym_start, sym_count, syms, psym_start, psyms)
             if pick[i]:
                 size = 4 + choices[i, COL_PAL_SIZE] * c
             else:
@@ -1218,7 +1211,7 @@ def _raw_tile(image, y0, x0, th, tw, out, base):
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _encode_all(image, tile, choices, const_vals, colours, keep, pick, tile_sets, min_log2, coder, cost, totals, out,
-                starts, lengths, sym_start, syms, psym_start, psyms, tables, words, skip, tshift):
+                starts, lengths, sym_start, sym_count, syms, psym_start, psyms, tables, words, skip, tshift):
     """Every tile's payload at out[starts[i]:], except the skipped tiles' (length 0); totals[i]:
     its symbols' summed cost, or -1; tshift: 3 with plane contexts, else 2 (_tile_tables)."""
     h, w = image.shape[0], image.shape[1]
@@ -1236,7 +1229,7 @@ def _encode_all(image, tile, choices, const_vals, colours, keep, pick, tile_sets
             elif keep[i]:
                 s0 = sym_start[i]
                 lengths[i] = _encode_tile(image, y0, x0, th, tw, choices[i], const_vals[i], tile_sets[i], min_log2, coder, cost,
-                                          out, starts[i], syms, s0, sym_start[i + 1] - s0, tables[chunk],
+                                          out, starts[i], syms, s0, sym_count[i], tables[chunk],
                                           words[chunk], totals[i], tshift)
             else:
                 lengths[i] = _raw_tile(image, y0, x0, th, tw, out, starts[i])
@@ -1344,20 +1337,21 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     if found is not None and runs_first:
         sure[found.cands] = runs.sure(found.counts, (th * tw)[found.cands])
         choices[sure, COL_PAL_SIZE] = 0
-    _choose_all(image, tile, choices, const_vals, scr.planes, constant, sure, n_predictors)
     min_log2 = f2.min_lanes_log2(fast_decode)
-    n_coded = np.where(sure, 0, c - choices[:, 5 : 5 + c].sum(axis=1))  # (a sure tile has no coded choice)
-    sym_start = np.zeros(n + 1, np.int64)
-    np.cumsum(n_coded * th * tw, out=sym_start[1:])
+    # Each tile's symbols in a slot of its own (the most it can have), written as it is chosen.
+    sym_start = np.concatenate([[0], np.cumsum(th * tw * c)]).astype(np.int64)
+    sym_count = np.zeros(n, np.int64)
     syms = array("syms", (int(sym_start[-1]),), np.uint8)
     # Per-tile histograms (uint16, 8C or 4C x 256 per tile) replace the passes over the symbols of
-    # every count and estimate below, where they take less memory than a few times the symbols.
+    # every count and estimate below, where they take less memory than twice the symbols' slots.
     # Table sets per tile class (table_sets) need them as well.
     with_table_sets = table_sets.applies(n, c, fast_decode, 1 << tshift)
     use_hist = with_table_sets or n * (c << tshift) * 256 * 2 <= max(HISTOGRAM_BUDGET, 2 * syms.size)
-    # (Not zeroed here: _symbols_all writes or zeroes every tile's rows, in parallel.)
+    # (Not zeroed here: _choose_symbols_all writes or zeroes every tile's rows, in parallel.)
     hist = array("hist", (n if use_hist else 0, c << tshift, 256), np.uint16)
-    _symbols_all(image, tile, choices, sym_start, syms, scr.planes, hist, tshift)
+    _choose_symbols_all(image, tile, choices, const_vals, scr.planes, constant, sure, n_predictors, sym_start, sym_count,
+                        syms, hist, tshift)
+    n_coded = np.where(sure, 0, c - choices[:, 5 : 5 + c].sum(axis=1))  # (a sure tile has no coded choice)
     n_colours = choices[:, COL_PAL_SIZE]
     first = (n_colours > 0) & (choices[:, COL_PAL_COST] + 8 * n_colours * c < choices[:, COL_COST])
     psym_start = np.zeros(n + 1, np.int64)
@@ -1365,7 +1359,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
         np.cumsum(np.where(n_colours > 0, th * tw, 0), out=psym_start[1:])
     psyms = array("psyms", (int(psym_start[-1]),), np.uint8)
     phist = array("phist", (n if use_hist and first.any() else 0, 4, 256), np.uint16)  # (_palette_symbols_all's)
-    counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, syms, psym_start, psyms), hist, phist,
+    counted = _Counted(h, w, c, tile, choices, min_log2, (sym_start, sym_count, syms, psym_start, psyms), hist, phist,
                        scr.tables, tshift)
     if first.any():
         _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, scr.planes, phist)

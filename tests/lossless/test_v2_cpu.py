@@ -297,7 +297,7 @@ def test_whole_rounds_refuse_a_payload_cut_short() -> None:
 @pytest.mark.parametrize("tile", [16, 64])
 def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The encoder counts and estimates from per-tile histograms, or, where those would take
-    more memory than the symbols (small tiles of huge images), by passes over the symbols:
+    more memory than the symbols' slots (small tiles of huge images), by passes over the symbols:
     both give the reference's bytes. A zero budget forces the passes for 16-pixel tiles."""
     smooth = make_image("smooth", 70, 90, 3, seed=2)
     labels = np.zeros((70, 90), np.uint8)
@@ -318,9 +318,9 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
             budget.setattr(table_sets, "ITEMS_BUDGET", 0)  # table sets need the histograms
             used.clear()
             assert lossless.encode(image, tile, version=2) == expected
-            # (64-pixel tiles keep their histograms where the symbols take more memory; the
-            # label images' tiles are all runs tiles, chosen first, and have no coded symbols)
-            assert set(used) == ({"_count_hist"} if tile == 64 and image is smooth else {"_count_all"})
+            # (64-pixel tiles keep their histograms: they take at most twice the memory of the
+            # symbols' slots, a tile's pixels each; a 16-pixel tile's would take 16 times)
+            assert set(used) == ({"_count_hist"} if tile == 64 else {"_count_all"})
 
 
 @pytest.mark.parametrize(("c", "n_values"), [(1, n) for n in (1, 2, 63, 64, 65, 200)]

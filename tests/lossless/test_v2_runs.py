@@ -126,11 +126,11 @@ def test_runs_first_and_weighed_encoders_agree() -> None:
 
 
 def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The numba encoder's coded choice (_choose_all) is told which tiles are sure, and those
-    tiles have no coded symbols."""
+    """The numba encoder's coded choice (_choose_symbols_all) is told which tiles are sure, and
+    those tiles have no coded symbols."""
     seen: list[np.ndarray] = []
-    kernel = cpu_v2._choose_all
-    monkeypatch.setattr(cpu_v2, "_choose_all", lambda *a: (seen.append(a[6].copy()), kernel(*a))[1])
+    kernel = cpu_v2._choose_symbols_all
+    monkeypatch.setattr(cpu_v2, "_choose_symbols_all", lambda *a: (seen.append(a[6].copy()), kernel(*a))[1])
     image = blobs(128, 128, None, seed=2)
     data = cpu_v2.encode(image)
     assert seen[0].sum() >= 2

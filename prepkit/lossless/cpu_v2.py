@@ -328,7 +328,7 @@ MAX_GREY_PALETTE = 64  # as reference_v2.MAX_GREY_PALETTE (one-channel tiles)
 # serves every tile it hashes without being cleared: a slot tagged with another tile is free.
 # (A bisection of the sorted list per pixel was a chain of dependent loads: 6-9 ns per pixel,
 # half the encoder's time on rendered wallpapers; a 512-slot table cleared per tile took
-# 2.5-3.8 ns per pixel of the rendered wallpapers, the tagged 4096-slot one 1.7-2.2.)
+# 2.5-3.8 ns per pixel of four rendered wallpapers, the tagged 4096-slot one 1.5-2.7.)
 HASH_SLOTS = 16 * MAX_PALETTE
 HASH_SHIFT = 64 - (HASH_SLOTS.bit_length() - 1)  # the top log2(HASH_SLOTS) bits make the slot
 TAG_SHIFT = 32  # a slot's tile number sits above its colour (4 channels: 32 bits)
@@ -364,7 +364,7 @@ def _find(keys, v, tag):
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _next_tag(hashed):
     """A new tile's tag: every slot of the table is free for it."""
-    keys, seen_as, found, tile = hashed
+    tile = hashed[3]
     tile[0] += 1
     return tile[0]
 
@@ -1682,49 +1682,6 @@ def default_sets(n: int, c: int, n_sets: int) -> np.ndarray:
     return np.repeat(row[None, :], n, axis=0).astype(np.int64)
 
 
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _nonzero_entries(rows, columns, counts, at, fill):
-    """The nonzero entries of rows (contexts x 256 counts): their number, and with fill their
-    columns (context * 256 + symbol) and counts at columns[at:], counts[at:]."""
-    n = 0
-    for r in range(rows.shape[0]):
-        for v in range(256):
-            if rows[r, v] != 0:
-                if fill:
-                    columns[at + n] = r * 256 + v
-                    counts[at + n] = rows[r, v]
-                n += 1
-    return n
-
-
-@njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _hist_items(hist, phist, tile_of, plane_of, per_set):
-    """table_sets.Items (starts, columns, counts) of the items (tile_of[m], plane_of[m]) straight
-    from the tiles' histograms: plane k's per_set rows of hist, or a palette candidate's index
-    plane (plane PALETTE_SET), the CONTEXTS rows of phist (no plane bits). Two parallel
-    passes over the rows, where a dense copy of every item (20 MB for a 2560 x 2560 RGB image)
-    then a pass over it ran on one thread."""
-    m = tile_of.size
-    starts = np.zeros(m + 1, np.int64)
-    columns = np.empty(0, np.int64)
-    counts = np.empty(0, np.int64)
-    for fill in range(2):
-        if fill:
-            starts = np.cumsum(starts)
-            columns = np.empty(starts[m], np.int64)
-            counts = np.empty(starts[m], np.int64)
-        for e in prange(m):
-            at = starts[e]
-            if plane_of[e] == PALETTE_SET:
-                n = _nonzero_entries(phist[tile_of[e]], columns, counts, at, fill)
-            else:
-                first = plane_of[e] * per_set
-                n = _nonzero_entries(hist[tile_of[e], first : first + per_set], columns, counts, at, fill)
-            if not fill:
-                starts[e + 1] = n
-    return starts, columns, counts
-
-
 def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int,
                      freq: np.ndarray, sizes: np.ndarray, totals: np.ndarray, counts: np.ndarray
                      ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
@@ -1738,8 +1695,7 @@ def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets
     planes[:, PALETTE_SET] = keep & pick
     tile_of, plane_of = np.nonzero(planes)  # tile order, then plane order
     per_set = 1 << counted.tshift
-    starts, columns, entries = _hist_items(counted.hist, counted.phist, tile_of, plane_of, per_set)
-    items = table_sets.Items(starts, columns, entries, per_set * 256)
+    items = table_sets.histogram_items(counted.hist, counted.phist, tile_of, plane_of, per_set, PALETTE_SET)
     now = sets[tile_of, plane_of]
     proposal, n_proposed = table_sets.propose(items, now, n_sets, f2.MAX_SETS_PER_CHANNEL * c)
     if n_proposed == n_sets and (proposal == now).all():

@@ -259,8 +259,8 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
     (for the labels' candidates), and the plane is the tile's pixels. Every symbol is checked
     where it is used: a run symbol past RUN_SYMBOLS (mode 5: RUN_SYMBOLS_SAME, and END or
     PASS with RUN_OTHER), a pass or a boundary move without a boundary above, a boundary
-    outside (a0, tw), a label rank past the order, a repeat past the last row. The loop ends: each symbol moves a0 or j right, or ends the row, or repeats
-    at least one row."""
+    outside (a0, tw), a label rank past the order, a repeat past the last row. The loop ends:
+    each symbol moves a0 or j right, or ends the row, or repeats at least one row."""
     same = src[start] == f2.TILE_RUNS_SAME
     repeats = same or src[start] == f2.TILE_RUNS_REPEAT
     tset = base + (np.int64(src[start + 1]) << tshift)

@@ -59,34 +59,62 @@ class Items(NamedTuple):
     width: int  # columns per item: contexts x 256
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _sparse(values):
-    """(starts, columns, counts) of Items from dense rows values (m, width)."""
-    m, width = values.shape
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _row_entries(rows, columns, counts, at, fill):
+    """The nonzero entries of one item's counts rows (contexts x 256): their number, and with
+    fill their columns (context * 256 + symbol) and counts at columns[at:], counts[at:]."""
+    n = 0
+    for r in range(rows.shape[0]):
+        for v in range(256):
+            if rows[r, v] != 0:
+                if fill:
+                    columns[at + n] = r * 256 + v
+                    counts[at + n] = rows[r, v]
+                n += 1
+    return n
+
+
+@njit(parallel=True, cache=True, nogil=True, boundscheck=False)
+def _entries(hist, phist, tile_of, plane_of, per_set, palette_plane):
+    """(starts, columns, counts) of Items whose item e is plane plane_of[e] of tile tile_of[e]
+    in per-tile histograms: rows plane * per_set .. + per_set of hist[tile], or all the rows
+    of phist[tile] for plane palette_plane. Two parallel passes: the entries' count, then the
+    entries."""
+    m = tile_of.size
     starts = np.zeros(m + 1, np.int64)
-    for i in prange(m):
-        n = 0
-        for j in range(width):
-            n += values[i, j] != 0
-        starts[i + 1] = n
-    starts = np.cumsum(starts)
-    columns = np.empty(starts[m], np.int64)
-    counts = np.empty(starts[m], np.int64)
-    for i in prange(m):
-        at = starts[i]
-        for j in range(width):
-            if values[i, j] != 0:
-                columns[at] = j
-                counts[at] = values[i, j]
-                at += 1
+    columns = np.empty(0, np.int64)
+    counts = np.empty(0, np.int64)
+    for fill in range(2):
+        if fill:
+            starts = np.cumsum(starts)
+            columns = np.empty(starts[m], np.int64)
+            counts = np.empty(starts[m], np.int64)
+        for e in prange(m):
+            at = starts[e]
+            if plane_of[e] == palette_plane:
+                n = _row_entries(phist[tile_of[e]], columns, counts, at, fill)
+            else:
+                first = plane_of[e] * per_set
+                n = _row_entries(hist[tile_of[e], first : first + per_set], columns, counts, at, fill)
+            if not fill:
+                starts[e + 1] = n
     return starts, columns, counts
 
 
+def histogram_items(hist: np.ndarray, phist: np.ndarray, tile_of: np.ndarray, plane_of: np.ndarray, per_set: int,
+                    palette_plane: int) -> Items:
+    """Items straight from the numba encoder's per-tile histograms (hist: (tiles, planes *
+    per_set, 256); phist: (tiles, contexts, 256), a palette candidate's index plane, named
+    palette_plane in plane_of), without a dense copy of every item (20 MB for a 2560 x 2560
+    RGB image, made on one thread before)."""
+    starts, columns, counts = _entries(hist, phist, tile_of, plane_of, per_set, palette_plane)
+    return Items(starts, columns, counts, per_set * 256)
+
+
 def sparse_items(items: np.ndarray) -> Items:
-    """Items from dense counts (m, contexts, 256)."""
-    flat = np.ascontiguousarray(items.reshape(items.shape[0], -1))
-    starts, columns, counts = _sparse(flat)
-    return Items(starts, columns, counts, flat.shape[1])
+    """Items from dense counts (m, contexts, 256): each item one plane of its own tile."""
+    m, contexts = items.shape[0], items.shape[1]
+    return histogram_items(items, items[:0], np.arange(m), np.zeros(m, np.int64), contexts, -1)
 
 
 @njit(cache=True, nogil=True)
@@ -124,7 +152,7 @@ def _set_counts(starts, columns, counts, sets, n_sets, width):
 def _tables(items: tuple[np.ndarray, np.ndarray, np.ndarray], sets: np.ndarray, n_sets: int, width: int
             ) -> np.ndarray:
     """Cost tables (n_sets, width: contexts x 256 symbols; -1: absent symbol) of the items
-    (_sparse) in each set, from frequencies floor(count * 4096 / total) raised to 1: a guide
+    (Items) in each set, from frequencies floor(count * 4096 / total) raised to 1: a guide
     for the choice only (the encoders count the real tables of the sets chosen)."""
     counts = _set_counts(*items, sets, n_sets, width).reshape(-1, 256)
     total = np.maximum(counts.sum(axis=1, keepdims=True), 1)

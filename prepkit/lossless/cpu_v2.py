@@ -1804,6 +1804,13 @@ def _plane_bit32(back):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _words_ahead(src, pos, end):
+    """How many 16-bit words the rounds of a tile whose words start at pos (and end at end)
+    may read: its own and up to TAIL_WORDS after them, within src."""
+    return np.uint64(max(min(src.size, end + 2 * TAIL_WORDS) - pos, 0) >> 1)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _rounds32_left(i, stop, w, n_words):
     """How many whole 32-symbol rounds surely fit before symbol `stop` and in the words
     left (a round reads at most 32 words: one per lane)."""
@@ -2080,7 +2087,7 @@ def _rans(src, pos, end, start, c, plane, base, lanes, dec, empty, ctx_of, ctx16
             # ahead, the tile's own or those after it: a valid tile never takes a word past its
             # own (its last rounds need not go one symbol at a time), and w > n_words is refused
             # below whatever was read.
-            n_ahead = np.uint64(max(min(src.size, end + 2 * TAIL_WORDS) - pos, 0) >> 1)
+            n_ahead = _words_ahead(src, pos, end)
             words = src[pos : pos + 2 * np.int64(n_ahead)].view(np.uint16) if n_ahead > 0 else _NO_WORDS
             last_word = n_words - np.uint64(1) if n_words > 0 else np.uint64(0)
             last_ahead = n_ahead - np.uint64(1) if n_ahead > 0 else np.uint64(0)
@@ -2224,10 +2231,15 @@ if rans_avx2.AVAILABLE:
         wmask_b = np.uint8(255) if wide_b else np.uint8(0)
         ctx16_a, ctx16_b = CONTEXT16[wide_a], CONTEXT16[wide_b]
         # Each tile's words as one run over its planes (_rans takes each plane's from where the
-        # one before stopped: the same words in the same order).
+        # one before stopped: the same words in the same order), with the TAIL_WORDS words of
+        # src after them, as _rans reads them: the rounds read whole rounds of words unchecked
+        # to the tile's last round (a valid tile never takes a word past its own; _rans refuses
+        # a resume position past the tile's end). Bounded by the tile's own words, a low-entropy
+        # tile (a few hundred words for 12,288 symbols) left its last rounds, and its partner's,
+        # to the one-tile loops.
         words_at_a, words_at_b = pos_a + 4 * lanes_a, pos_b + 4 * lanes_b
-        n_words_a = np.uint64(max(end_a - words_at_a, 0) >> 1)
-        n_words_b = np.uint64(max(end_b - words_at_b, 0) >> 1)
+        n_words_a = _words_ahead(src, words_at_a, end_a)
+        n_words_b = _words_ahead(src, words_at_b, end_b)
         words_a = src[words_at_a : words_at_a + 2 * np.int64(n_words_a)].view(np.uint16) if n_words_a else _NO_WORDS
         words_b = src[words_at_b : words_at_b + 2 * np.int64(n_words_b)].view(np.uint16) if n_words_b else _NO_WORDS
         xa, xb = scratch_a[3], scratch_b[3]

@@ -245,3 +245,40 @@ def test_damaged_vector_pairs_give_the_single_tiles_errors_and_pixels() -> None:
         s = f2.read_stream(np.frombuffer(stream, np.uint8))
         words_start = int(s.words_start[0]) - 4 * (1 << int(s.lanes_log2[0]))
         assert _damage_both_ways(stream, words_start, rng) > 10  # inside the lane states and words
+
+
+def _smooth(seed: int, h: int = 128, w: int = 256) -> np.ndarray:
+    """Ramps with a few scattered +-1..3 steps: 32-lane tiles of a few hundred words for
+    12,288 symbols, whose last rounds have fewer than a round of their own words left."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    ramps = np.stack([(yy // 4 + xx // 5) % 256, (xx // 3) % 256, (yy // 6 + 60) % 256], -1)
+    steps = (rng.random((h, w, 1)) < 0.02) * rng.integers(-3, 4, (h, w, 3))
+    return np.clip(ramps + steps, 0, 255).astype(np.uint8)
+
+
+def test_pairs_of_few_words_decode_to_their_last_round() -> None:
+    """The pair loop reads whole rounds of words past a tile's own (those of src after it, as
+    _rans does): low-entropy tiles decode like single tiles, and a tile cut short by a word,
+    whose last rounds now read its partner's words, gets the single tile's error while its
+    partner decodes."""
+    image = _smooth(3)
+    stream = cpu_v2.encode(image)
+    s = f2.read_stream(np.frombuffer(stream, np.uint8))
+    words = (np.diff(s.offsets) - (s.words_start - s.offsets[:-1])) // 2
+    assert (s.lanes_log2 == 5).all() and (s.mode == f2.TILE_CODED).all()
+    # Under a word per round: a tile's last 32 words cover more than its last 32 of 384 rounds.
+    assert (words < 384).all()
+    _assert_pairs_decode_the_image(stream, image, (3, 9, 100, 200))
+    for tile in (0, 1, 2):  # the first tile of a pair, the second, and the first of the next pair
+        payload = stream[s.offsets[tile] : s.offsets[tile + 1]]
+        bad = f2.with_payloads(stream, {tile: payload[:-2]})  # one word short: a valid frame
+        paired, paired_errors = _decode(bad, pairs=True)
+        single, single_errors = _decode(bad, pairs=False)
+        np.testing.assert_array_equal(paired_errors, single_errors)
+        assert single_errors[tile] and np.count_nonzero(single_errors) == 1
+        keep = ~_failed_bytes(bad, single_errors, paired.size)
+        np.testing.assert_array_equal(paired[keep], single[keep])
+        np.testing.assert_array_equal(paired[keep], image.reshape(-1)[keep])
+        with np.testing.assert_raises(CodecError):
+            lossless.decode(bad)

@@ -43,7 +43,9 @@ CONTEXT16 = CONTEXT_OF[:, :16].astype(np.uint8)  # the vector steps' shuffle tab
 # context loops know one kind; the decoders read both.
 assert all(f2.encoder_wide_context(c) for c in (1, 3, 4)), "the numba encoder writes wide contexts only"
 _NO_WORDS = runs.NO_WORDS  # what _rans reads (and refuses) when a payload has no words left
-TAIL_WORDS = MAX_LANES  # the most words a round takes (one per lane): _rans' unchecked rounds need them ahead
+# The most words a round takes (one per lane): the unchecked rounds of _rans and of the pair
+# loop read up to this many past a tile's own words (_words_ahead).
+TAIL_WORDS = MAX_LANES
 
 
 # ----------------------------------------------------------------------------- shared pieces

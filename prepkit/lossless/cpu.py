@@ -225,7 +225,7 @@ def _load64(typingctx, array, index):
 
 
 @intrinsic
-def _popcount64(typingctx, value):
+def popcount64(typingctx, value):
     """Number of one bits of an int64 (one popcnt instruction)."""
 
     def codegen(context, builder, signature, args):
@@ -300,7 +300,7 @@ def _decode_item(src, item, out, popcount, positions, flat_positions, ks, block_
     n_words = unary.size // 8
     total = 0
     for w in range(n_words):
-        total += _popcount64(_load64(unary, 8 * w))
+        total += popcount64(_load64(unary, 8 * w))
     for p in range(8 * n_words, unary.size):
         total += popcount[unary[p]]
     if total != n_vals or unary[unary.size - 1] == 0:
@@ -314,10 +314,10 @@ def _decode_item(src, item, out, popcount, positions, flat_positions, ks, block_
         word = _load64(unary, 8 * w)
         for i in range(8):
             byte = (word >> (8 * i)) & 255
-            at = j + np.uint64(_popcount64(word & ((np.int64(1) << (8 * i)) - 1)))
+            at = j + np.uint64(popcount64(word & ((np.int64(1) << (8 * i)) - 1)))
             bit0 = np.int32(64 * w + 8 * i)
             _add8(ends, at, flat_positions, byte * 8, bit0)
-        j += np.uint64(_popcount64(word))
+        j += np.uint64(popcount64(word))
     for p in range(8 * n_words, unary.size):
         byte = unary[p]
         bit0 = np.int32(p * 8)

@@ -441,37 +441,6 @@ def _hashed_indices(image, y0, x0, th, tw, colours, n_colours, padded, hashed, c
             row[x] = seen_as[_find(keys, high | _packed_row(src, x, c), tag)]
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def _grey_colours(image, y0, x0, th, tw, colours):
-    """_tile_palette's colours of a one-channel tile: a presence table of the 256 values
-    (already in order, no hashing or sort), marked without a branch per pixel for each row
-    that differs from the row above, and counted after every 8 rows that marked some (a tile
-    of more than MAX_GREY_PALETTE values stops there)."""
-    present = np.zeros(256, np.uint8)
-    flat = image.reshape(-1)
-    width = np.uint64(image.shape[1])
-    marked = False
-    for y in range(th):
-        row = np.uint64(y0 + y) * width + np.uint64(x0)
-        if y == 0 or not runs.same_row(flat, row, row - width, tw):
-            for x in range(np.uint64(tw)):
-                present[flat[row + x]] = 1
-            marked = True
-        if marked and (y & 7 == 7 or y == th - 1):
-            marked = False
-            n_colours = 0
-            for v in range(256):
-                n_colours += present[v]
-            if n_colours > MAX_GREY_PALETTE:
-                return 0
-    q = 0
-    for v in range(256):
-        if present[v]:
-            colours[q] = v
-            q += 1
-    return q
-
-
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _hash_colours(image, y0, x0, th, tw, padded, hashed, c):
     """_tile_palette's hash pass over a tile of c channels (3 or 4, a constant at each call:
@@ -506,18 +475,13 @@ def _hash_colours(image, y0, x0, th, tw, padded, hashed, c):
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _tile_palette(image, y0, x0, th, tw, colours, padded, hashed):
-    """The tile's distinct colours and their index plane: their count (0 past MAX_PALETTE,
-    MAX_GREY_PALETTE for one channel), colours[:count] sorted (packed, channel 0 most
-    significant) and, when count > 0, the indices in padded as _index_plane writes them. A colour
-    tile's pixels are hashed once (hashed: the thread's _hash_scratch, under a new tag): each gets
-    the index of its colour in order of first appearance, renumbered in sorted order
-    afterwards by a table of at most 256 entries."""
+    """A colour tile's (3 or 4 channels; one-channel tiles: _grey_rows) distinct colours and
+    their index plane: their count (0 past MAX_PALETTE), colours[:count] sorted (packed,
+    channel 0 most significant) and, when count > 0, the indices in padded as _index_plane
+    writes them. The pixels are hashed once (hashed: the thread's _hash_scratch, under a new
+    tag): each gets the index of its colour in order of first appearance, renumbered in sorted
+    order afterwards by a table of at most 256 entries."""
     c = image.shape[2]
-    if c == 1:
-        n_colours = _grey_colours(image, y0, x0, th, tw, colours)
-        if n_colours:
-            _index_plane(image, y0, x0, th, tw, colours, n_colours, padded, hashed)
-        return n_colours
     if c == 3:
         n_colours = _hash_colours(image, y0, x0, th, tw, padded, hashed, 3)
     else:
@@ -777,60 +741,88 @@ RUNS_CAP = MAX_PLANE // runs.MIN_PIXELS_PER_SYMBOL
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _runs_scratch():
-    """A thread's arrays for _tile_runs: index plane, symbols, contexts, two boundary rows."""
-    return (np.empty(MAX_PLANE, np.uint8), np.empty(MAX_VALUES, np.int64), np.empty(MAX_VALUES, np.int64),
-            np.empty(64, np.int64), np.empty(64, np.int64))
+    """A thread's arrays for _tile_runs and _grey_rows: symbols, contexts, a tile's row words
+    (runs.plane_rows), a grey tile's value -> index map and its values' presence."""
+    return (np.empty(MAX_VALUES, np.int64), np.empty(MAX_VALUES, np.int64), np.empty(64, np.uint64),
+            np.zeros(256, np.uint8), np.zeros(256, np.uint8))
+
+
+# Labels of an index plane: each index is its own.
+IDENTITY_LABELS = np.arange(256, dtype=np.uint8)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _runs_floor(padded, th, tw, repeats, same):
-    """The fewest run symbols an index plane (padded as _tile_palette writes it) can code to:
-    each row a label and an END, each boundary (a pixel unlike its left neighbour) at least a
-    run symbol and a label (with `same`, A2 mode 5, at least the run symbol); with `repeats`
-    (modes 4 and 5), none for a row equal to the row above. (Flat unsigned indices: loops
-    LLVM vectorises.)"""
-    per_boundary = 1 if same else 2
-    flat = padded.reshape(-1)
-    stride = np.uint64(padded.shape[1])
-    floor = 0
-    for y in range(1, th + 1):
-        row = np.uint64(y) * stride
-        if repeats and y > 1:
-            differ = np.uint8(0)
-            for x in range(np.uint64(1), np.uint64(tw + 1)):
-                differ |= flat[row + x] ^ flat[row - stride + x]
-            if differ == 0:
-                continue
-        in_row = np.int32(0)
-        for x in range(np.uint64(2), np.uint64(tw + 1)):
-            in_row += np.int32(flat[row + x] != flat[row + x - np.uint64(1)])
-        floor += 2 + per_boundary * in_row
-    return floor
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _tile_runs(padded, th, tw, n_colours, scratch, kept_syms, kept_ctxs):
-    """The run symbols of the index plane in padded (_tile_palette) of n_colours colours (A2
-    mode 5 where runs.mode_of gives it, else 3): their count, cut short past the most
-    a runs tile may have (runs.tile_symbols), and when at most RUNS_CAP the symbols and
+def _tile_runs(values, base, stride, labels, th, tw, n_colours, words, equal, scratch, kept_syms, kept_ctxs):
+    """The run symbols of a palette candidate of n_colours colours (A2 mode 5 where
+    runs.mode_of gives it, else 3), its index plane read as runs.tile_symbols reads it
+    (values, base, stride, labels; its row words, equal: runs.plane_rows): their count, cut
+    short past the most a runs tile may have, and when at most RUNS_CAP the symbols and
     contexts in kept_syms, kept_ctxs. A noise-like tile is out before its symbols
-    (_runs_floor)."""
-    index, syms, ctxs, above, starts = scratch
+    (runs.symbols_floor)."""
+    syms, ctxs = scratch[0], scratch[1]
     same = runs.mode_of(n_colours) == f2.TILE_RUNS_SAME
     repeats = same  # (mode 5 has row repeats; mode 3 neither)
     limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
-    floor = _runs_floor(padded, th, tw, repeats, same)
+    floor = runs.symbols_floor(words, equal, th, repeats, same)
     if floor > limit:
         return floor
-    for y in range(th):
-        for x in range(tw):
-            index[y * tw + x] = padded[y + 1, x + 1]
-    n = runs.tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same)
+    n = runs.tile_symbols(values, base, stride, labels, th, tw, words, equal, syms, ctxs, limit, repeats, same)
     if n <= RUNS_CAP:
         for j in range(n):
             kept_syms[j] = syms[j]
             kept_ctxs[j] = ctxs[j]
     return n
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _present_count(present):
+    """The number of values a presence table marks."""
+    n = 0
+    for v in range(256):
+        n += present[v]
+    return n
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _grey_rows(image, y0, x0, th, tw, colours, scratch):
+    """A one-channel tile's analysis in one pass over its rows: (its number of distinct
+    values, 0 past MAX_GREY_PALETTE; its runs.plane_rows word of rows equal to the row above),
+    the row boundaries in scratch[2], the values sorted in colours and their indices in
+    scratch[3] (value -> index). One value is a constant tile. A row equal to the row above
+    (58% of the rows of a mask's busy tiles) is compared and nothing else; the others mark
+    their values (a presence table: in order, no sort) and have their boundaries taken. Where
+    the index plane would be read (the run symbols, the floor) the image is read instead:
+    indices keep the values' order, so their rows have the same boundaries and repeats."""
+    words, grey_index, present = scratch[2], scratch[3], scratch[4]
+    present[:] = 0
+    flat = image.reshape(-1)
+    width = np.int64(image.shape[1])
+    base = y0 * width + x0
+    equal = np.uint64(0)
+    marked = False
+    for y in range(th):
+        row = base + y * width
+        if y > 0 and runs.same_row(flat, row, row - width, tw):
+            equal |= np.uint64(1) << np.uint64(y)
+            words[y] = words[y - 1]
+            continue
+        words[y] = runs.boundaries(flat, row, tw)
+        for x in range(np.uint64(tw)):
+            present[flat[np.uint64(row) + x]] = 1
+        marked = True
+        if y & 7 == 7 or y == th - 1:  # (after every 8 rows that marked some: past the most, out)
+            marked = False
+            if _present_count(present) > MAX_GREY_PALETTE:
+                return 0, equal
+    if marked and _present_count(present) > MAX_GREY_PALETTE:
+        return 0, equal
+    q = 0
+    for v in range(256):
+        if present[v]:
+            colours[q] = v
+            grey_index[v] = q
+            q += 1
+    return q, equal
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
@@ -841,29 +833,45 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
     one-colour tiles get none). When runs_counts has entries (runs tiles on), each
     candidate's run symbols from the same index plane (_tile_runs: count in runs_counts[i],
     symbols in kept_*[i]); with runs_first, a candidate sure to become a runs tile (runs.sure)
-    skips the index predictor costs, which only palette tiles use."""
-    h, w = image.shape[0], image.shape[1]
+    skips the index predictor costs, which only palette tiles use, and a one-channel one its
+    index plane too (_grey_rows reads the image)."""
+    h, w, c = image.shape
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         scratch = _runs_scratch()
         hashed = _hash_scratch()
         costs = np.zeros(f2.PREDICTORS, np.int64)
+        padded = planes[chunk, 0]
         for i in range(chunk, choices.shape[0], chunks):
             y0, x0, th, tw = _tile_box(i, tile, h, w)
-            constant[i] = _is_constant(image, y0, x0, th, tw)  # masks and flat art: most tiles
-            # No palette candidate for one colour: as a palette tile (4 + C bytes, then lane
-            # states) it is never smaller than constant planes (2 + 2C bytes).
-            n_colours = 0 if constant[i] else _tile_palette(image, y0, x0, th, tw, colours[i], planes[chunk, 0],
-                                                                 hashed)
+            n = 0
+            if c == 1:
+                n_colours, equal = _grey_rows(image, y0, x0, th, tw, colours[i], scratch)
+                constant[i] = n_colours == 1  # masks and flat art: most tiles
+                if n_colours == 1:
+                    n_colours = 0
+                if n_colours and runs_counts.shape[0]:
+                    n = _tile_runs(image.reshape(-1), y0 * w + x0, w, scratch[3], th, tw, n_colours, scratch[2], equal,
+                                   scratch, kept_syms[i], kept_ctxs[i])
+            else:
+                constant[i] = _is_constant(image, y0, x0, th, tw)
+                # No palette candidate for one colour: as a palette tile (4 + C bytes, then lane
+                # states) it is never smaller than constant planes (2 + 2C bytes).
+                n_colours = 0 if constant[i] else _tile_palette(image, y0, x0, th, tw, colours[i], padded, hashed)
+                if n_colours and runs_counts.shape[0]:
+                    values, stride = padded.reshape(-1), padded.shape[1]
+                    equal = runs.plane_rows(values, stride + 1, stride, th, tw, scratch[2])
+                    n = _tile_runs(values, stride + 1, stride, IDENTITY_LABELS, th, tw, n_colours, scratch[2], equal,
+                                   scratch, kept_syms[i], kept_ctxs[i])
             choices[i, COL_PAL_SIZE] = n_colours
             if n_colours == 0:
                 continue
-            padded = planes[chunk, 0]
             if runs_counts.shape[0]:
-                n = _tile_runs(padded, th, tw, n_colours, scratch, kept_syms[i], kept_ctxs[i])
                 runs_counts[i] = n
                 if runs_first and runs.sure(n, th * tw):
                     continue
+            if c == 1:
+                _index_plane(image, y0, x0, th, tw, colours[i], n_colours, padded, hashed)
             _predictor_costs(padded, th, tw, costs)
             best_p = _best_predictor(costs, n_predictors)
             choices[i, COL_PAL_PRED] = best_p

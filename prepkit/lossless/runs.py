@@ -23,6 +23,7 @@ from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import frequencies, memops
 from prepkit.lossless import plan as plan_mod
+from prepkit.lossless.cpu import popcount64
 
 NO_LABEL = -1  # an absent candidate, or no run before a row's first
 # What a decoder reads (and never takes) where a payload has no 16-bit words left.
@@ -88,22 +89,6 @@ def _label(rank, c0, c1, c2, left, n_colours):
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _row_starts(index, row, tw, starts):
-    """The boundaries of the row at index[row:] (tw <= 64) into starts; returns their count.
-    The comparisons first, as the bits of one word (a loop LLVM vectorises), then the set bits
-    in order: a branch per pixel mispredicted at every boundary (23 ns per mask row against 7)."""
-    differ = np.uint64(0)
-    for x in range(1, tw):
-        differ |= np.uint64(index[row + x] != index[row + x - 1]) << np.uint64(x)
-    n = 0
-    while differ:
-        starts[n] = trailing_zeros(differ)
-        n += 1
-        differ &= differ - np.uint64(1)
-    return n
-
-
-@njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def same_row(flat, row, up, n):
     """Whether flat[row : row + n] equals flat[up : up + n] (unsigned offsets: a loop LLVM
     vectorises). Most rows of a mask or a flat render equal the row above: the encoder's
@@ -114,27 +99,88 @@ def same_row(flat, row, up, n):
     return differ == 0
 
 
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def boundaries(flat, row, tw):
+    """The run boundaries of the row at flat[row : row + tw] (tw <= 64) as the bits of one
+    word: bit x set where pixel x differs from pixel x - 1. The comparisons go into the word
+    in a loop LLVM vectorises; a branch per pixel mispredicted at every boundary (23 ns per
+    mask row against 7)."""
+    differ = np.uint64(0)
+    for x in range(np.uint64(1), np.uint64(tw)):
+        differ |= np.uint64(flat[np.uint64(row) + x] != flat[np.uint64(row) + x - np.uint64(1)]) << x
+    return differ
+
+
 @njit(nogil=True, cache=True, boundscheck=False)
-def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same):
-    """The run symbols of an index plane (uint8, row-major th x tw) into syms, their
-    contexts into ctxs (A2 mode 5 with `repeats` and `same`, mode 4 with `repeats` alone, else
-    mode 3; the choices of reference_v2.runs_symbols); returns their count, or a count above
-    `limit` as soon as a row ends past it (the tile cannot be a runs tile:
-    MIN_PIXELS_PER_SYMBOL; syms and ctxs hold limit + 4 tw). above, starts: int64 scratch of
-    tw entries."""
+def plane_rows(flat, base, stride, th, tw, words):
+    """The row words of a plane whose row y starts at flat[base + y * stride] (th, tw <= 64):
+    words[y] the boundaries of row y (boundaries()), and returned, a word with bit y set where
+    row y equals row y - 1 (such a row's boundaries are copied, not compared again).
+    tile_symbols and symbols_floor work from these."""
+    equal = np.uint64(0)
+    for y in range(th):
+        row = base + y * stride
+        if y > 0 and same_row(flat, row, row - stride, tw):
+            equal |= np.uint64(1) << np.uint64(y)
+            words[y] = words[y - 1]
+        else:
+            words[y] = boundaries(flat, row, tw)
+    return equal
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _is_equal(equal, y):
+    """Whether bit y of a plane_rows word is set: row y equals the row above."""
+    return (equal >> np.uint64(y)) & np.uint64(1) != np.uint64(0)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def symbols_floor(words, equal, th, repeats, same):
+    """The fewest run symbols a plane (its plane_rows words) can code to: each row a label and
+    an END, each boundary at least a run symbol and a label (with `same`, A2 mode 5, at least
+    the run symbol); with `repeats` (modes 4 and 5), none for a row equal to the row above.
+    A noise-like tile is out on this count, before its symbols."""
+    per_boundary = 1 if same else 2
+    total = 0
+    for y in range(th):
+        if repeats and _is_equal(equal, y):
+            continue
+        total += 2 + per_boundary * popcount64(words[y])
+    return total
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _label_at(values, labels, at):
+    """The palette index of the pixel at values[at] (labels: value -> index)."""
+    return np.int64(labels[values[np.uint64(at)]])
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def tile_symbols(values, base, stride, labels, th, tw, words, equal, syms, ctxs, limit, repeats, same):
+    """The run symbols of a tile's index plane into syms, their contexts into ctxs (A2 mode 5
+    with `repeats` and `same`, mode 4 with `repeats` alone, else mode 3; the choices of
+    reference_v2.runs_symbols); returns their count, or a count above `limit` as soon as a row
+    ends past it (the tile cannot be a runs tile: MIN_PIXELS_PER_SYMBOL; syms and ctxs hold
+    limit + 4 tw).
+
+    The plane is read where it lies: row y at values[base + y * stride], each value's index
+    labels[value] (an index plane with identity labels, or a one-channel tile of the image
+    with its grey values' indices: indices keep the values' order, so boundaries and equal
+    rows are the same). words, equal: the plane's plane_rows. The boundaries come from the
+    words' set bits, and those of the row above still ahead of a run from a word masked at
+    the run's start: no list to walk, and a branch per run instead of per pixel."""
     n = 0
-    n_above = 0
     y = -1
     while y + 1 < th:
         y += 1
-        row = y * tw
-        up = row - tw
-        if repeats and y > 0 and same_row(index, row, up, tw):
+        row = base + y * stride
+        up = row - stride
+        if repeats and _is_equal(equal, y):
             # The row above again, and as many rows after it as equal it: one repeat. The
             # boundaries above stay those of the repeated row.
             more = 0
-            while y + more + 1 < th and same_row(index, row + (more + 1) * tw, up, tw):
-                more += 1
+            if y + 1 < th:
+                more = min(np.int64(trailing_zeros(~(equal >> np.uint64(y + 1)))), th - 1 - y)
             syms[n] = f2.RUN_REPEAT
             ctxs[n] = f2.RUN_CTX_ROW
             syms[n + 1] = more
@@ -144,7 +190,7 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same)
             if n > limit:
                 return n
             continue
-        if y > 0 and same_row(index, row, up, tw):  # (mode 3: without repeats)
+        if _is_equal(equal, y):  # (mode 3: without repeats)
             # The row above again (most rows of a mask): its label, then at each of its
             # boundaries a zero offset and the label above (rank 0: the run's left neighbour
             # differs from it), then END with no boundary above to its right. The loop below
@@ -152,7 +198,7 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same)
             syms[n] = 0
             ctxs[n] = f2.RUN_CTX_LABEL
             n += 1
-            for _ in range(n_above):
+            for _ in range(popcount64(words[y - 1])):
                 syms[n] = f2.RUN_NEAR + f2.RUN_REACH
                 ctxs[n] = f2.RUN_CTX_NEAR
                 syms[n + 1] = 0
@@ -164,20 +210,24 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same)
             if n > limit:
                 return n
             continue
-        c0 = np.int64(index[up]) if y > 0 else NO_LABEL
-        syms[n] = _rank(np.int64(index[row]), c0, NO_LABEL, NO_LABEL, NO_LABEL)
+        c0 = _label_at(values, labels, up) if y > 0 else NO_LABEL
+        syms[n] = _rank(_label_at(values, labels, row), c0, NO_LABEL, NO_LABEL, NO_LABEL)
         ctxs[n] = f2.RUN_CTX_ROW if repeats and y > 0 else f2.RUN_CTX_LABEL
         n += 1
-        n_starts = _row_starts(index, row, tw, starts)
+        starts = words[y]  # boundaries of this row not yet coded
+        ahead = words[y - 1] if y > 0 else np.uint64(0)  # boundaries above not yet passed
         a0 = 0
-        j = 0
-        for t in range(n_starts + 1):
-            a1 = starts[t] if t < n_starts else tw
+        while True:
+            a1 = tw
+            if starts:
+                a1 = np.int64(trailing_zeros(starts))
+                starts &= starts - np.uint64(1)
+            # The boundaries above at or left of the run's start are behind it (a0 <= 63:
+            # the shift stays inside the word).
+            ahead &= ~((np.uint64(2) << np.uint64(a0)) - np.uint64(1))
             while True:
-                while j < n_above and above[j] <= a0:
-                    j += 1
-                near = j < n_above
-                b1 = above[j] if near else 0
+                near = ahead != np.uint64(0)
+                b1 = np.int64(trailing_zeros(ahead)) if near else 0
                 ctx = f2.RUN_CTX_NEAR if near else f2.RUN_CTX_FAR
                 run_at = n  # (mode 5 adds RUN_OTHER to it when a label symbol follows)
                 ctxs[n] = ctx
@@ -188,7 +238,7 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same)
                 elif near and b1 < a1:
                     syms[n] = f2.RUN_PASS
                     n += 1
-                    j += 1
+                    ahead &= ahead - np.uint64(1)
                     continue
                 else:
                     syms[n] = f2.RUN_LENGTH
@@ -199,10 +249,10 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same)
             n += 1
             if a1 == tw:
                 break
-            c0 = np.int64(index[up + a1]) if y > 0 else NO_LABEL
-            c1 = np.int64(index[up + min(a1 + 1, tw - 1)]) if y > 0 else NO_LABEL
-            c2 = np.int64(index[row + a0 - 1]) if a0 > 0 else NO_LABEL
-            rank = _rank(np.int64(index[row + a1]), c0, c1, c2, np.int64(index[row + a1 - 1]))
+            c0 = _label_at(values, labels, up + a1) if y > 0 else NO_LABEL
+            c1 = _label_at(values, labels, up + min(a1 + 1, tw - 1)) if y > 0 else NO_LABEL
+            c2 = _label_at(values, labels, row + a0 - 1) if a0 > 0 else NO_LABEL
+            rank = _rank(_label_at(values, labels, row + a1), c0, c1, c2, _label_at(values, labels, row + a1 - 1))
             a0 = a1
             if same:
                 if rank == 0:  # implied by the run symbol alone
@@ -211,9 +261,6 @@ def tile_symbols(index, th, tw, syms, ctxs, above, starts, limit, repeats, same)
             syms[n] = rank
             ctxs[n] = f2.RUN_CTX_LABEL
             n += 1
-        for q in range(n_starts):
-            above[q] = starts[q]
-        n_above = n_starts
         if n > limit:
             return n
     return n

@@ -326,10 +326,11 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
 @pytest.mark.parametrize(("c", "n_values"), [(1, n) for n in (1, 2, 63, 64, 65, 200)]
                          + [(3, n) for n in (1, 2, 64, 65, 200, 256, 257, 1000)])
 def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c: int, n_values: int) -> None:
-    """The palette candidate's colour list (grey tiles: a presence table; colour tiles: a
-    hash set, indices renumbered from order of appearance) is np.unique of the packed
-    colours, or 0 past reference_v2.max_palette(C) (64 values for grey tiles, 256 colours
-    otherwise); indices map back, and _index_plane rebuilds the same plane."""
+    """The palette candidate's colour list (grey tiles: a presence table, with the rows equal
+    to the row above and a value -> index map; colour tiles: a hash set, indices renumbered
+    from order of appearance) is np.unique of the packed colours, or 0 past
+    reference_v2.max_palette(C) (64 values for grey tiles, 256 colours otherwise); indices map
+    back, and _index_plane rebuilds the same plane."""
     rng = np.random.default_rng(n_values)
     values = rng.choice(256 if c == 1 else 1 << 24, n_values, replace=False)
     packed = values[rng.integers(0, n_values, (64, 64))]
@@ -338,11 +339,20 @@ def test_tile_colours_are_the_sorted_distinct_colours_up_to_the_palette_limit(c:
     colours = np.zeros(cpu_v2.MAX_PALETTE, np.int64)
     padded = np.full((65, 65), -1, np.int32)
     hashed = cpu_v2._hash_scratch()
-    n = cpu_v2._tile_palette(image, 0, 0, 64, 64, colours, padded, hashed)
+    if c == 1:  # one pass over the rows, no index plane (_grey_rows)
+        scratch = cpu_v2._runs_scratch()
+        n, equal = cpu_v2._grey_rows(image, 0, 0, 64, 64, colours, scratch)
+        assert equal == sum(1 << y for y in range(1, 64) if (packed[y] == packed[y - 1]).all())
+        if n:
+            np.testing.assert_array_equal(scratch[3][colours[:n]], np.arange(n))  # value -> index
+    else:
+        n = cpu_v2._tile_palette(image, 0, 0, 64, 64, colours, padded, hashed)
     if n_values > r2.max_palette(c):
         assert n == 0
         return
     np.testing.assert_array_equal(colours[:n], np.unique(values))
+    if c == 1:
+        cpu_v2._index_plane(image, 0, 0, 64, 64, colours, n, padded, hashed)
     np.testing.assert_array_equal(colours[padded[1:, 1:]], packed)
     assert (padded[0] == 0).all() and (padded[:, 0] == 0).all()
     again = np.full((65, 65), -1, np.int32)  # the later symbol pass rebuilds it from the colours

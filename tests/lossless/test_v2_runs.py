@@ -74,19 +74,41 @@ def test_run_symbols_decode_back_and_match_the_numba_encoder(repeats: bool, same
         th, tw = index.shape
         np.testing.assert_array_equal(r2.runs_decode(next_symbol, th, tw, n_colours, repeats, same), index)
         assert next(position, None) is None
-        got_syms = np.zeros(4 * index.size + 64, np.int64)
-        got_ctxs = np.zeros_like(got_syms)
-        flat = index.astype(np.uint8).reshape(-1)
-        n = runs.tile_symbols(flat, th, tw, got_syms, got_ctxs, np.zeros(64, np.int64), np.zeros(64, np.int64),
-                              4 * index.size, repeats, same)
-        np.testing.assert_array_equal(got_syms[:n], syms)
-        np.testing.assert_array_equal(got_ctxs[:n], ctxs)
-        # With a limit the count stops past it at a row's end, the symbols so far unchanged.
-        limit = syms.size // 3
-        cut = runs.tile_symbols(flat, th, tw, got_syms, got_ctxs, np.zeros(64, np.int64), np.zeros(64, np.int64),
-                                limit, repeats, same)
-        assert cut == syms.size or limit < cut <= limit + 4 * tw
-        np.testing.assert_array_equal(got_syms[:cut], syms[:cut])
+        for values, base, stride, labels in _planes_as_read(index):
+            words = np.zeros(64, np.uint64)
+            equal = np.uint64(runs.plane_rows(values, base, stride, th, tw, words))  # (a Python int past 2**63)
+            rows = values[base + stride * np.arange(th)[:, None] + np.arange(tw)]
+            assert equal == sum(1 << y for y in range(1, th) if (rows[y] == rows[y - 1]).all())
+            assert [int(words[y]) for y in range(th)] == [
+                sum(1 << x for x in range(1, tw) if rows[y, x] != rows[y, x - 1]) for y in range(th)]
+            assert runs.symbols_floor(words, equal, th, repeats, same) <= syms.size
+            got_syms = np.zeros(4 * index.size + 64, np.int64)
+            got_ctxs = np.zeros_like(got_syms)
+            n = runs.tile_symbols(values, base, stride, labels, th, tw, words, equal, got_syms, got_ctxs,
+                                  4 * index.size, repeats, same)
+            np.testing.assert_array_equal(got_syms[:n], syms)
+            np.testing.assert_array_equal(got_ctxs[:n], ctxs)
+            # With a limit the count stops past it at a row's end, the symbols so far unchanged.
+            limit = syms.size // 3
+            cut = runs.tile_symbols(values, base, stride, labels, th, tw, words, equal, got_syms, got_ctxs, limit,
+                                    repeats, same)
+            assert cut == syms.size or limit < cut <= limit + 4 * tw
+            np.testing.assert_array_equal(got_syms[:cut], syms[:cut])
+
+
+def _planes_as_read(index: np.ndarray) -> list[tuple[np.ndarray, int, int, np.ndarray]]:
+    """An index plane as runs.tile_symbols reads it (values, base, stride, labels): the plane
+    itself with identity labels, and grey values (in the indices' order, not consecutive) at an
+    offset inside a wider image, labelled by their index."""
+    th, tw = index.shape
+    grey = np.arange(index.max() + 1) * 3 + 7  # ascending values
+    labels = np.zeros(256, np.uint8)
+    labels[grey] = np.arange(grey.size)
+    image = np.full((th + 3, tw + 5), 255, np.uint8)
+    image[2 : 2 + th, 3 : 3 + tw] = grey[index]
+    stride = image.shape[1]
+    return [(index.astype(np.uint8).reshape(-1), 0, tw, np.arange(256, dtype=np.uint8)),
+            (image.reshape(-1), 2 * stride + 3, stride, labels)]
 
 
 @pytest.mark.parametrize("c", [None, 1, 3, 4])

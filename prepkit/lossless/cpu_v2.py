@@ -888,7 +888,8 @@ def _choose_symbols_all(image, tile, choices, const_vals, planes, constant, sure
                         syms, hist, tshift):
     """Every tile's coded choice (_choose), then at once its symbols at syms[sym_start[i]:]
     (their count in sym_count[i]) and, when hist has rows, their histogram (_tile_histogram;
-    tshift its). The tiles already sure to become runs tiles get every plane constant (no
+    tshift its; a tile without symbols leaves its rows as they were: its readers skip it, and
+    zeroing them was a tenth of a mask's encode time). The tiles already sure to become runs tiles get every plane constant (no
     symbols; the encoder writes them raw until their runs payloads replace them). One pass:
     the tile's planes are still at hand from the choice (a second pass made them again)."""
     h, w = image.shape[0], image.shape[1]
@@ -919,8 +920,6 @@ def _choose_symbols_all(image, tile, choices, const_vals, planes, constant, sure
                     if hist.shape[0]:
                         _tile_histogram(syms, sym_start[i], sym_count[i], choices[i], c, th * tw, False, hist[i], tshift,
                                         parts)
-            if sym_count[i] == 0 and hist.shape[0]:
-                hist[i] = 0  # (the buffer is not zeroed: every other tile's rows are written above)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -1001,14 +1000,15 @@ def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, counts, tshift):
+def _count_hist(c, choices, keep, pick, tile_sets, hist, phist, sym_count, counts, tshift):
     """_count_all from the tiles' histograms: counts[chunk] (int32) += each kept tile's picked
-    histogram, plane k's 1 << tshift rows into its set's (a constant plane's rows are zero)."""
+    histogram, plane k's 1 << tshift rows into its set's (a constant plane's rows are zero; a
+    coded choice without symbols, sym_count[i] == 0, adds nothing and is skipped)."""
     chunks = counts.shape[0]
     for chunk in prange(chunks):
         total = counts[chunk]
         for i in range(chunk, choices.shape[0], chunks):
-            if not keep[i]:
+            if not keep[i] or (not pick[i] and sym_count[i] == 0):
                 continue
             tile_hist = phist[i] if pick[i] else hist[i]
             for r in range(tile_hist.shape[0]):
@@ -1038,9 +1038,11 @@ def _dot_cost(hist, cost, sets_row, pal, tshift):
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
-def _estimate_hist(h, w, tile, c, choices, pick, tile_sets, min_log2, cost, sizes, totals, hist, phist, tshift):
+def _estimate_hist(h, w, tile, c, choices, pick, tile_sets, min_log2, cost, sizes, totals, hist, phist, sym_count,
+                   tshift):
     """_estimate_all from the tiles' histograms; totals[i]: the symbols' summed cost (what
-    _rans_body would add up again to pick the lane count)."""
+    _rans_body would add up again to pick the lane count; 0 for a coded choice without
+    symbols, sym_count[i] == 0, whose histogram rows are not read)."""
     for i in prange(choices.shape[0]):
         _, _, th, tw = _tile_box(i, tile, h, w)
         if pick[i]:
@@ -1050,7 +1052,7 @@ def _estimate_hist(h, w, tile, c, choices, pick, tile_sets, min_log2, cost, size
             size = 2 + c
             for k in range(c):
                 size += choices[i, 5 + k]
-            total = _dot_cost(hist[i], cost, tile_sets[i], False, tshift)
+            total = _dot_cost(hist[i], cost, tile_sets[i], False, tshift) if sym_count[i] else 0
         coded = 0
         for k in range(c):
             coded += 1 - choices[i, 5 + k]
@@ -1630,7 +1632,9 @@ HISTOGRAM_BUDGET = 64 << 20  # bytes of per-tile histograms always allowed (_Cou
 class _Counted:
     """The encoder's symbols and what it counts from them: frequency tables over a set of
     tiles, and each tile's estimated size. From per-tile histograms when the encoder made
-    them (hist has rows), else by passes over the symbols (_count_all, _estimate_all)."""
+    them (hist has rows), else by passes over the symbols (_count_all, _estimate_all). A tile's
+    histogram rows hold its counts only where it has symbols (symbols[1], the counts, > 0):
+    every reader skips the others'."""
 
     def __init__(self, h: int, w: int, c: int, tile: int, choices: np.ndarray, min_log2: int,
                  symbols: tuple[np.ndarray, ...], hist: np.ndarray, phist: np.ndarray, tables: np.ndarray,
@@ -1661,7 +1665,8 @@ class _Counted:
         if self.hist.shape[0]:
             # int32 partial counts (an image has at most 2^30 symbols): eight to a vector register
             counts = np.zeros((chunks, n_sets << self.tshift, 256), np.int32)
-            _count_hist(self.c, self.choices, keep, pick, sets, self.hist, self.phist, counts, self.tshift)
+            _count_hist(self.c, self.choices, keep, pick, sets, self.hist, self.phist, self.symbols[1], counts,
+                        self.tshift)
             totals = counts.sum(axis=0, dtype=np.int64)
         else:
             counts = np.zeros((chunks, 4, n_sets << self.tshift, 256), np.int64)
@@ -1678,7 +1683,7 @@ class _Counted:
         totals = np.full(n, -1, np.int64)
         if self.hist.shape[0]:
             _estimate_hist(self.h, self.w, self.tile, self.c, self.choices, pick, sets, self.min_log2,
-                           cost.astype(np.int32), sizes, totals, self.hist, self.phist, self.tshift)
+                           cost.astype(np.int32), sizes, totals, self.hist, self.phist, self.symbols[1], self.tshift)
         else:
             _estimate_all(self.h, self.w, self.c, self.tile, self.choices, pick, sets, self.min_log2, cost, sizes,
                           *self.symbols, self.scratch, self.tshift)

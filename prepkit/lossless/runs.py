@@ -466,11 +466,17 @@ def _chosen_counts(syms, ctxs, rows, n_symbols, chosen):
     return out
 
 
-@njit(nogil=True, cache=True)
-def _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed):
+# _estimates' weights: a symbol's cost (1/16 bits) plus this when its table cannot code it;
+# far above any tile's total cost (at most 4096 x 4 symbols of under 2^12 each).
+UNCODABLE = np.int64(1) << np.int64(40)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _estimates(syms, ctxs, rows, n_symbols, chosen, weights, fixed):
     """Each chosen tile's estimated payload bytes under the tables (fixed bytes plus its
     symbols' costs, in 1/16 bits, over 128) and whether the tables code every symbol it has;
-    (0, False) for the others."""
+    (0, False) for the others. weights: _weights of the tables, flat: one load per symbol
+    gives both its cost and whether it is codable."""
     n = rows.shape[0]
     estimate = np.zeros(n, np.int64)
     codable = np.zeros(n, np.bool_)
@@ -479,24 +485,23 @@ def _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed):
             continue
         r = rows[i]
         total = np.int64(0)
-        every = True
         for j in range(n_symbols[i]):
-            k = ctxs[r, j]
-            s = syms[r, j]
-            total += cost[k, s]
-            every &= freq[k, s] != 0
-        estimate[i] = fixed[i] + total // 128
-        codable[i] = every
+            total += weights[(np.int64(ctxs[r, j]) << 8) | np.int64(syms[r, j])]
+        estimate[i] = fixed[i] + (total & (UNCODABLE - 1)) // 128
+        codable[i] = total < UNCODABLE
     return estimate, codable
 
 
-@njit(nogil=True, cache=True)
-def _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, cost):
-    """The normalised tables (into freq) and their costs (into cost) of the chosen tiles."""
+@njit(nogil=True, cache=True, boundscheck=False)
+def _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, weights):
+    """The normalised tables (into freq) of the chosen tiles, and the weights _estimates
+    reads (flat, (context, symbol)): each symbol's cost, plus UNCODABLE where its frequency
+    is 0."""
     frequencies.normalize_rows_into(_chosen_counts(syms, ctxs, rows, n_symbols, chosen), freq)
     for k in range(freq.shape[0]):
         for s in range(256):
-            cost[k, s] = frequencies.COST_OF_FREQ[freq[k, s]]
+            f = freq[k, s]
+            weights[(k << 8) | s] = frequencies.COST_OF_FREQ[f] + (UNCODABLE if f == 0 else 0)
 
 
 @njit(nogil=True, cache=True)
@@ -504,15 +509,15 @@ def _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq):
     """choose() in one compiled call (the choice is a few dozen steps, each a call from
     Python costing more than its work on a small image): the chosen tiles, the tables in freq;
     no tile chosen when the set is not kept."""
-    cost = np.empty(freq.shape, np.int64)
+    weights = np.empty(freq.size, np.int64)
     chosen = n_symbols * MIN_PIXELS_PER_SYMBOL <= pixels
     # Two rounds, then the final tables and estimates. A round that keeps every tile leaves
     # the tables, and so every later round, as they are: the passes stop there (most images).
     for round_ in range(3):
         if not chosen.any():
             return chosen
-        _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, cost)
-        estimate, codable = _estimates(syms, ctxs, rows, n_symbols, chosen, freq, cost, fixed)
+        _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, weights)
+        estimate, codable = _estimates(syms, ctxs, rows, n_symbols, chosen, weights, fixed)
         if round_ == 2:
             break
         kept = codable & (estimate < current) & chosen

@@ -209,7 +209,7 @@ def encode(image: np.ndarray, tile: int = 64) -> bytes:
 
 
 @intrinsic
-def _load64(typingctx, array, index):
+def load64(typingctx, array, index):
     """8 bytes little-endian from a uint8 array at index, as one unaligned load.
 
     numba does not fold the byte-by-byte version into one load (measured 2x slower on the
@@ -300,7 +300,7 @@ def _decode_item(src, item, out, popcount, positions, flat_positions, ks, block_
     n_words = unary.size // 8
     total = 0
     for w in range(n_words):
-        total += popcount64(_load64(unary, 8 * w))
+        total += popcount64(load64(unary, 8 * w))
     for p in range(8 * n_words, unary.size):
         total += popcount[unary[p]]
     if total != n_vals or unary[unary.size - 1] == 0:
@@ -311,7 +311,7 @@ def _decode_item(src, item, out, popcount, positions, flat_positions, ks, block_
     ends[0] = -1
     j = np.uint64(1)
     for w in range(n_words):
-        word = _load64(unary, 8 * w)
+        word = load64(unary, 8 * w)
         for i in range(8):
             byte = (word >> (8 * i)) & 255
             at = j + np.uint64(popcount64(word & ((np.int64(1) << (8 * i)) - 1)))
@@ -333,8 +333,8 @@ def _decode_item(src, item, out, popcount, positions, flat_positions, ks, block_
         mask = np.int32((1 << k) - 1)
         at = block_start[b]
         if at + k + 8 <= src.size:
-            w0 = _load64(src, at)
-            w1 = _load64(src, at + k)
+            w0 = load64(src, at)
+            w1 = load64(src, at + k)
         else:  # the last blocks of the input: no 8 bytes left to load at once
             w0 = _load64_tail(src, at)
             w1 = _load64_tail(src, at + k)

@@ -790,9 +790,11 @@ def _grey_rows(image, y0, x0, th, tw, colours, scratch):
     the row boundaries in scratch[2], the values sorted in colours and their indices in
     scratch[3] (value -> index). One value is a constant tile. A row equal to the row above
     (58% of the rows of a mask's busy tiles) is compared and nothing else; the others mark
-    their values (a presence table: in order, no sort) and have their boundaries taken. Where
+    their values (a presence table: in order, no sort; counted after every 8 rows that marked
+    some, so that a tile of many values stops early) and have their boundaries taken. Where
     the index plane would be read (the run symbols, the floor) the image is read instead:
-    indices keep the values' order, so their rows have the same boundaries and repeats."""
+    indices keep the values' order, so their rows have the same boundaries and repeats.
+    (Marking only each run's first pixel, with a branch per new value, measured slower.)"""
     words, grey_index, present = scratch[2], scratch[3], scratch[4]
     present[:] = 0
     flat = image.reshape(-1)
@@ -800,9 +802,10 @@ def _grey_rows(image, y0, x0, th, tw, colours, scratch):
     base = y0 * width + x0
     equal = np.uint64(0)
     marked = False
+    full = tw == 64  # (a full tile's rows compare eight bytes at a time)
     for y in range(th):
         row = base + y * width
-        if y > 0 and runs.same_row(flat, row, row - width, tw):
+        if y > 0 and (runs.same_row64(flat, row, row - width) if full else runs.same_row(flat, row, row - width, tw)):
             equal |= np.uint64(1) << np.uint64(y)
             words[y] = words[y - 1]
             continue
@@ -810,7 +813,7 @@ def _grey_rows(image, y0, x0, th, tw, colours, scratch):
         for x in range(np.uint64(tw)):
             present[flat[np.uint64(row) + x]] = 1
         marked = True
-        if y & 7 == 7 or y == th - 1:  # (after every 8 rows that marked some: past the most, out)
+        if y & 7 == 7 or y == th - 1:
             marked = False
             if _present_count(present) > MAX_GREY_PALETTE:
                 return 0, equal

@@ -423,3 +423,19 @@ def test_choose_from_symbols_follows_the_rule_on_random_candidates() -> None:
             np.testing.assert_array_equal(got[1], want[1])
             agreed += 1
     assert agreed >= 5  # the rule kept a runs set often enough to compare tables
+
+
+def test_rows_of_64_compare_equal_only_when_every_byte_is() -> None:
+    """runs.same_row64 (eight bytes at a time, at any offset) against same_row's byte loop:
+    a row that differs from the other in any one byte, by any bit, is not the same."""
+    rng = np.random.default_rng(5)
+    flat = rng.integers(0, 256, 64 * 3 + 5, dtype=np.uint8)
+    row, up = 2 * 64 + 3, 1
+    flat[row : row + 64] = flat[up : up + 64]
+    assert runs.same_row64(flat, row, up) and runs.same_row(flat, row, up, 64)
+    for x in range(64):
+        for bit in (0, 7):
+            flat[row + x] ^= 1 << bit
+            assert not runs.same_row64(flat, row, up)
+            assert not runs.same_row(flat, row, up, 64)
+            flat[row + x] ^= 1 << bit

@@ -743,7 +743,8 @@ RUNS_CAP = MAX_PLANE // runs.MIN_PIXELS_PER_SYMBOL
 def _runs_scratch():
     """A thread's arrays for _tile_runs and _grey_rows: symbols, contexts, a tile's row words
     (runs.plane_rows), a grey tile's value -> index map and its values' presence."""
-    return (np.empty(MAX_VALUES, np.int64), np.empty(MAX_VALUES, np.int64), np.empty(64, np.uint64),
+    # (runs.tile_symbols writes at most its limit, RUNS_CAP at most, plus a row's 4 tw.)
+    return (np.empty(RUNS_CAP + 4 * 64, np.int64), np.empty(RUNS_CAP + 4 * 64, np.int64), np.empty(64, np.uint64),
             np.zeros(256, np.uint8), np.zeros(256, np.uint8))
 
 

@@ -1647,6 +1647,9 @@ class _Counted:
         self.choices, self.min_log2, self.symbols = choices, min_log2, symbols
         self.hist, self.phist, self.scratch = hist, phist, tables
         self.tshift = tshift  # tables per set: 1 << tshift
+        # No coded or palette symbols at all (a mask of constant tiles and runs tiles): every
+        # count is 0, and estimates need no pass over the tiles.
+        self.empty = not (symbols[1] > 0).any() and symbols[4].size == 0
 
     def folded(self) -> _Counted:
         """The same analysis with four tables per set (no plane bits): each plane's eight
@@ -1665,6 +1668,8 @@ class _Counted:
 
     def counts(self, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int) -> np.ndarray:
         """(n_sets << tshift, 256) counts of (table, symbol) of the kept tiles' picked choices."""
+        if self.empty:
+            return np.zeros((n_sets << self.tshift, 256), np.int64)
         chunks = self.scratch.shape[0]
         if self.hist.shape[0]:
             # int32 partial counts (an image has at most 2^30 symbols): eight to a vector register
@@ -1685,7 +1690,13 @@ class _Counted:
         n = self.choices.shape[0]
         sizes = np.zeros(n, np.int64)
         totals = np.full(n, -1, np.int64)
-        if self.hist.shape[0]:
+        if self.empty and not pick.any():
+            # Every plane constant (a sure tile's too): 2 + C bytes and one per constant plane,
+            # no lanes and no symbols (_estimate_hist and _estimate_all, in closed form).
+            sizes[:] = 2 + self.c + self.choices[:, 5 : 5 + self.c].sum(axis=1)
+            if self.hist.shape[0]:
+                totals[:] = 0
+        elif self.hist.shape[0]:
             _estimate_hist(self.h, self.w, self.tile, self.c, self.choices, pick, sets, self.min_log2,
                            cost.astype(np.int32), sizes, totals, self.hist, self.phist, self.symbols[1], self.tshift)
         else:
@@ -1713,6 +1724,8 @@ def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets
     planes[:, :c] = (keep & ~pick)[:, None] & (choices[:, 5 : 5 + c] == 0)
     planes[:, PALETTE_SET] = keep & pick
     tile_of, plane_of = np.nonzero(planes)  # tile order, then plane order
+    if tile_of.size < 2:  # nothing to split (table_sets.propose would leave the sets)
+        return sets, n_sets, freq, totals, counts
     per_set = 1 << counted.tshift
     items = table_sets.histogram_items(counted.hist, counted.phist, tile_of, plane_of, per_set, PALETTE_SET)
     now = sets[tile_of, plane_of]

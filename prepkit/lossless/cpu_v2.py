@@ -790,12 +790,12 @@ def _grey_rows(image, y0, x0, th, tw, colours, scratch):
     values, 0 past MAX_GREY_PALETTE; its runs.plane_rows word of rows equal to the row above),
     the row boundaries in scratch[2], the values sorted in colours and their indices in
     scratch[3] (value -> index). One value is a constant tile. A row equal to the row above
-    (58% of the rows of a mask's busy tiles) is compared and nothing else; the others mark
+    (61% of the rows of the evaluation masks' busy tiles) is compared and nothing else; the others mark
     their values (a presence table: in order, no sort; counted after every 8 rows that marked
     some, so that a tile of many values stops early) and have their boundaries taken. Where
     the index plane would be read (the run symbols, the floor) the image is read instead:
     indices keep the values' order, so their rows have the same boundaries and repeats.
-    (Marking only each run's first pixel, with a branch per new value, measured slower.)"""
+    (Marking only each run's first pixel, with a branch per new value, was no faster.)"""
     words, grey_index, present = scratch[2], scratch[3], scratch[4]
     present[:] = 0
     flat = image.reshape(-1)

@@ -310,9 +310,12 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
         monkeypatch.setattr(cpu_v2, name, lambda *args, _k=kernel, _n=name: (used.append(_n), _k(*args))[1])
     for image in (smooth, flat, labels):
         expected = r2.encode(image, tile)
+        # (flat and labels may have no coded symbols at all, constant and runs tiles only:
+        # then their counts come in closed form and neither kernel runs)
+        closed_form_allowed = image is not smooth
         used.clear()
         assert lossless.encode(image, tile, version=2) == expected
-        assert set(used) == {"_count_hist"}
+        assert set(used) == {"_count_hist"} or (closed_form_allowed and not used)
         with monkeypatch.context() as budget:
             budget.setattr(cpu_v2, "HISTOGRAM_BUDGET", 0)
             budget.setattr(table_sets, "ITEMS_BUDGET", 0)  # table sets need the histograms
@@ -320,7 +323,7 @@ def test_histogram_and_symbol_pass_encoders_agree(tile: int, monkeypatch: pytest
             assert lossless.encode(image, tile, version=2) == expected
             # (64-pixel tiles keep their histograms: they take at most twice the memory of the
             # symbols' slots, a tile's pixels each; a 16-pixel tile's would take 16 times)
-            assert set(used) == ({"_count_hist"} if tile == 64 else {"_count_all"})
+            assert set(used) == ({"_count_hist"} if tile == 64 else {"_count_all"}) or (closed_form_allowed and not used)
 
 
 @pytest.mark.parametrize(("c", "n_values"), [(1, n) for n in (1, 2, 63, 64, 65, 200)]

@@ -790,12 +790,14 @@ def _grey_rows(image, y0, x0, th, tw, colours, scratch):
     values, 0 past MAX_GREY_PALETTE; its runs.plane_rows word of rows equal to the row above),
     the row boundaries in scratch[2], the values sorted in colours and their indices in
     scratch[3] (value -> index). One value is a constant tile. A row equal to the row above
-    (61% of the rows of the evaluation masks' busy tiles) is compared and nothing else; the others mark
-    their values (a presence table: in order, no sort; counted after every 8 rows that marked
-    some, so that a tile of many values stops early) and have their boundaries taken. Where
-    the index plane would be read (the run symbols, the floor) the image is read instead:
-    indices keep the values' order, so their rows have the same boundaries and repeats.
-    (Marking only each run's first pixel, with a branch per new value, was no faster.)"""
+    (61% of the rows of the evaluation masks' busy tiles) is compared and nothing else; the
+    others mark their values (a presence table: in order, no sort; counted after every 8 rows
+    that marked some, so that a tile of many values stops early) and have their boundaries
+    taken. Where the index plane would be read (the run symbols, the floor) the image is read
+    instead: indices keep the values' order, so their rows have the same boundaries and
+    repeats. (Marking only each run's first pixel, with a branch per new value, was no
+    faster.) The loop is runs.plane_rows' with the presence table and its early exit added,
+    and same_row64 for full rows (plane_rows also reads int32 index planes)."""
     words, grey_index, present = scratch[2], scratch[3], scratch[4]
     present[:] = 0
     flat = image.reshape(-1)
@@ -893,9 +895,10 @@ def _choose_symbols_all(image, tile, choices, const_vals, planes, constant, sure
     """Every tile's coded choice (_choose), then at once its symbols at syms[sym_start[i]:]
     (their count in sym_count[i]) and, when hist has rows, their histogram (_tile_histogram;
     tshift its; a tile without symbols leaves its rows as they were: its readers skip it, and
-    zeroing them was a tenth of a mask's encode time). The tiles already sure to become runs tiles get every plane constant (no
-    symbols; the encoder writes them raw until their runs payloads replace them). One pass:
-    the tile's planes are still at hand from the choice (a second pass made them again)."""
+    zeroing them was a tenth of a mask's encode time). The tiles already sure to become runs
+    tiles get every plane constant (no symbols; the encoder writes them raw until their runs
+    payloads replace them). One pass: the tile's planes are still at hand from the choice (a
+    second pass made them again)."""
     h, w = image.shape[0], image.shape[1]
     c = image.shape[2]
     chunks = planes.shape[0]

@@ -1330,7 +1330,9 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     scr = _encode_scratch(chunks)
     choices = np.zeros((n, N_CHOICE), np.int64)
     const_vals = np.zeros((n, 4), np.int64)
-    colours = np.zeros((n, MAX_PALETTE), np.int64)
+    # (Not zeroed: every reader of a tile's colours reads the palette size it was given,
+    # each of them written by _palettes_all. Zeroed, a mask's 2 KiB per tile took 2-3% of its encode.)
+    colours = array("colours", (n, MAX_PALETTE), np.int64)
     constant = np.zeros(n, np.bool_)
     n_predictors = f2.encoder_predictors(fast_decode)
     # Run symbols come with the palette candidates (their index planes), and the tiles sure
@@ -1341,6 +1343,14 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     kept_ctxs = array("kept_ctxs", (n if runs_tiles else 0, RUNS_CAP), np.uint8)
     _palettes_all(image, tile, choices, colours, constant, scr.planes, n_predictors, runs_counts, kept_syms, kept_ctxs,
                   runs_first)
+    if c == 1 and runs_tiles and runs_first and not one_set:
+        # Most masks: constant tiles and runs tiles only, written in one call (mask_encoder).
+        from prepkit.lossless import mask_encoder
+
+        flat = mask_encoder.stream(image, header, choices[:, COL_PAL_SIZE], colours, constant, runs_counts, kept_syms,
+                                   kept_ctxs)
+        if flat is not None:
+            return flat
     th, tw = fmt.tile_geometry(header)
     pal_sizes = choices[:, COL_PAL_SIZE].copy()
     found = _runs_found(pal_sizes, runs_counts, kept_syms, kept_ctxs) if runs_tiles else None

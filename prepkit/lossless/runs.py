@@ -441,12 +441,15 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
 # ("Row repeats in runs tiles").
 MIN_PIXELS_PER_SYMBOL = 4
 # The encoders take a candidate with at least this many pixels per run symbol as a runs tile
-# before any other choice (`sure`): of the evaluation masks' candidates, 746 of 849 have that
-# many, and 705 of them became runs tiles when weighed against their coded payloads; the other
-# 41 cost an estimated 204 bytes more as runs tiles (0.2% of the masks' bytes), and the encoder skips the
-# coded and palette choices, symbols and payloads of every sure tile (docs/BENCHMARKS.md
-# "Runs tiles first").
-SURE_PIXELS_PER_SYMBOL = 8
+# before any other choice (`sure`), and skip the coded and palette choices, symbols and
+# payloads of every sure tile. At 8 (stop 41) 746 of the evaluation masks' 849 candidates were
+# sure; at 5 (stop 47) every candidate of the 22 masks is, and the streams are smaller: masks
+# 93,589 -> 92,846 bytes (-0.79%), rendered -0.03%, medical +37 bytes, photographs unchanged
+# (first 12 images of each set). Weighed one by one against their coded payloads, the few
+# tiles below 8 kept the coded tables they needed, which cost more than the runs symbols
+# saved; sure, a mask has no coded tile at all and the encoder's short path
+# (mask_encoder) writes it (docs/BENCHMARKS.md "Masks in one compiled call").
+SURE_PIXELS_PER_SYMBOL = 5
 
 
 @njit(nogil=True, cache=True)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from prepkit import lossless
 from prepkit.errors import CodecError
-from prepkit.lossless import cpu_v2, table_sets
+from prepkit.lossless import cpu_v2, mask_encoder, table_sets
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 
@@ -407,10 +407,11 @@ def test_zigzag_codes_and_bits_by_arithmetic_equal_the_tables() -> None:
             np.testing.assert_array_equal(symbols[5:], r2.zigzag(r2.predict(plane.astype(np.int64), p)).ravel())
 
 
-def _narrow_and_wide(image: np.ndarray, tile: int) -> tuple[bytes, bytes]:
+def _narrow_and_wide(image: np.ndarray, tile: int, runs_tiles: bool = True) -> tuple[bytes, bytes]:
     """The reference's streams of `image` with narrow contexts (the first v2 streams) and
     with wide ones."""
-    return r2.encode(image, tile, wide_context=False), r2.encode(image, tile, wide_context=True)
+    return (r2.encode(image, tile, wide_context=False, runs_tiles=runs_tiles),
+            r2.encode(image, tile, wide_context=True, runs_tiles=runs_tiles))
 
 
 @pytest.mark.parametrize("kind", ["smooth", "gradient", "labels", "noise"])
@@ -429,15 +430,17 @@ def test_streams_with_narrow_contexts_still_decode(kind: str, channels: int | No
     else:
         image = make_image(kind, 150, 170, channels, seed=3)
     lanes: set[int] = set()
+    runs_tiles = kind != "labels"  # (as runs tiles, the labels' tiles would have no contexts)
     for tile in (16, 64):
-        old, new = _narrow_and_wide(image, tile)
+        old, new = _narrow_and_wide(image, tile, runs_tiles)
         assert old[5] & f2.FLAG_WIDE_CONTEXT == 0 and new[5] & f2.FLAG_WIDE_CONTEXT
         if kind != "noise":  # (noise is all raw tiles: no contexts, the same payloads)
             assert old[24:] != new[24:]
         for stream in (old, new):
             np.testing.assert_array_equal(r2.decode(stream), image)
             np.testing.assert_array_equal(lossless.decode(stream), image)
-        assert lossless.encode(image, tile, version=2) == (new if f2.encoder_wide_context(channels or 1) else old)
+        assert cpu_v2.encode(image, tile, runs_tiles=runs_tiles) == (new if f2.encoder_wide_context(channels or 1)
+                                                                     else old)
         assert f2.encoder_wide_context(channels or 1)
         lanes |= {int(v) for v in f2.read_stream(np.frombuffer(old, np.uint8)).lanes_log2}
     if kind in ("smooth", "labels"):  # 2 lanes (the two-lane loop) and 8 or more (the vector steps)
@@ -513,7 +516,9 @@ def test_encodes_in_a_row_and_on_two_threads_match_fresh_ones(monkeypatch: pytes
 def test_one_channel_small_images_finish_once_where_one_set_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """Images of at most ONE_SET_MAX_TILES tiles are finished twice (per-plane sets, one set)
     and the smaller kept, except where the two are the same stream: one channel, no palette
-    first guess, one table set. Either way the bytes are the reference's."""
+    first guess, one table set. Either way the bytes are the reference's. (The one-channel
+    images here are constant and runs tiles: the general encoder's path, not the short one.)"""
+    monkeypatch.setattr(mask_encoder, "stream", lambda *args: None)
     calls: list[int] = []
     kernel = cpu_v2._encode_all
     monkeypatch.setattr(cpu_v2, "_encode_all", lambda *a: (calls.append(1), kernel(*a))[1])

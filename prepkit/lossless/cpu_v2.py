@@ -874,7 +874,7 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
                 continue
             if runs_counts.shape[0]:
                 runs_counts[i] = n
-                if runs_first and runs.sure(n, th * tw):
+                if runs_first and runs.sure(n, th * tw, c):
                     continue
             if c == 1:
                 _index_plane(image, y0, x0, th, tw, colours[i], n_colours, padded, hashed)
@@ -1356,7 +1356,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     found = _runs_found(pal_sizes, runs_counts, kept_syms, kept_ctxs) if runs_tiles else None
     sure = np.zeros(n, np.bool_)
     if found is not None and runs_first:
-        sure[found.cands] = runs.sure(found.counts, (th * tw)[found.cands])
+        sure[found.cands] = runs.sure(found.counts, (th * tw)[found.cands], c)
         choices[sure, COL_PAL_SIZE] = 0
     min_log2 = f2.min_lanes_log2(fast_decode)
     # Each tile's symbols in a slot of its own (the most it can have), written as it is chosen.

@@ -1,16 +1,17 @@
 """The v2 encoder's short path for one-channel images of constant tiles and runs tiles only.
 
-Segmentation masks are such images (all 22 evaluation masks since runs.SURE_PIXELS_PER_SYMBOL
-is 5; 17 of them before): every tile is one value or sure to become a runs tile (runs.sure).
-For them the general encoder (cpu_v2._encode) makes no coded or palette symbol, and its
-choices, counts, estimates and table-set proposal all come out empty, yet each costs calls
-from Python: about 330 per image, 0.2-0.5 ms, more than the compiled work of a small mask.
-This path writes the same stream from the tile analysis (cpu_v2._palettes_all) in one
-compiled call: the runs choice (runs.choose's rounds), the tables, the tile table, the
-constant and raw tiles and the runs payloads; Python adds the header. Where the general
-encoder would decide otherwise (a tile that is neither, a runs tile that does not pay, a
-stream larger than raw) it returns None and the general encoder carries on from the same
-analysis: the bytes are always the general encoder's, which tests check against reference_v2."""
+Segmentation masks are such images (all 22 evaluation masks since
+runs.SURE_PIXELS_PER_SYMBOL_GREY is 5; 17 of them before): every tile is one value or sure to
+become a runs tile (runs.sure). For them the general encoder (cpu_v2._encode) makes no coded
+or palette symbol, and its choices, counts, estimates and table-set proposal all come out
+empty, yet each costs calls from Python: about 330 per image, 0.2-0.5 ms, more than the
+compiled work of a small mask. This path writes the same stream from the tile analysis
+(cpu_v2._palettes_all) in one compiled call: the runs choice (runs.choose's rounds), the
+tables, the tile table, the constant and raw tiles and the runs payloads; Python adds the
+header. Where the general encoder would decide otherwise (a tile that is neither, a runs tile
+that does not pay, a stream larger than raw) it returns None and the general encoder carries
+on from the same analysis: the bytes are always the general encoder's, which tests check
+against reference_v2."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
         raw_len = 1 + th * tw
         raw_total += raw_len + (raw_len >= f2.SHORT_ONE_BYTE)  # and its bytes in the tile table
         if pal_sizes[i] > 0:
-            if not runs.sure(runs_counts[i], th * tw):
+            if not runs.sure(runs_counts[i], th * tw, 1):
                 return NOT_FLAT, none
             rows[k] = i
             n_symbols[k] = runs_counts[i]

@@ -594,7 +594,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
     # Runs candidates first: the sure ones (runs.sure) take no part in the coded and palette
     # choices or their tables, and are written raw until with_runs replaces them.
     sure = {i for i, ch in runs_choices.items()
-            if runs_first and runs.sure(ch.symbols.size, ch.index.size)}
+            if runs_first and runs.sure(ch.symbols.size, ch.index.size, c)}
     active = [i for i in range(len(tiles)) if i not in sure]
     coded = [choose(t, n_predictors, colours) for t in tiles]
     choices: list[Choice] = [coded[i] for i in range(len(tiles))]

@@ -442,14 +442,17 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
 MIN_PIXELS_PER_SYMBOL = 4
 # The encoders take a candidate with at least this many pixels per run symbol as a runs tile
 # before any other choice (`sure`), and skip the coded and palette choices, symbols and
-# payloads of every sure tile. At 8 (stop 41) 746 of the evaluation masks' 849 candidates were
-# sure; at 5 (stop 47) every candidate of the 22 masks is, and the streams are smaller: masks
-# 93,589 -> 92,846 bytes (-0.79%), rendered -0.03%, medical +37 bytes, photographs unchanged
-# (first 12 images of each set). Weighed one by one against their coded payloads, the few
-# tiles below 8 kept the coded tables they needed, which cost more than the runs symbols
-# saved; sure, a mask has no coded tile at all and the encoder's short path
-# (mask_encoder) writes it (docs/BENCHMARKS.md "Masks in one compiled call").
-SURE_PIXELS_PER_SYMBOL = 5
+# payloads of every sure tile: 8 for colour tiles, 5 for one-channel ones. At 8 (stop 41)
+# 746 of the evaluation masks' 849 candidates were sure, and 5 of the 22 masks had a tile
+# weighed against its coded payload. With 5 for one channel (stop 47) every candidate of the
+# 22 masks is sure and the masks are 0.79% smaller (93,589 -> 92,846 bytes; a grey medical
+# scan -0.04%): weighed one by one, the few tiles below 8 kept coded tables alive that cost
+# more than their runs symbols saved. A mask then has no coded tile at all and the encoder's
+# short path (mask_encoder) writes it. On colour images 5 was mixed (evaluation photographs
+# +0.12%, one of them +1.1%; rendered -0.02%), so they keep 8 (docs/BENCHMARKS.md "Masks in
+# one compiled call").
+SURE_PIXELS_PER_SYMBOL = 8
+SURE_PIXELS_PER_SYMBOL_GREY = 5
 
 
 @njit(nogil=True, cache=True)
@@ -461,10 +464,12 @@ def mode_of(n_colours):
 
 
 @njit(nogil=True, cache=True)
-def sure(n_symbols, pixels):
-    """Whether candidates (run symbol counts, pixel counts: integers or arrays) are sure to
-    become runs tiles. Compiled, so that the encoders' kernels and Python share one test."""
-    return n_symbols * SURE_PIXELS_PER_SYMBOL <= pixels
+def sure(n_symbols, pixels, channels):
+    """Whether candidates (run symbol counts, pixel counts: integers or arrays) of an image of
+    this many channels are sure to become runs tiles. Compiled, so that the encoders' kernels
+    and Python share one test."""
+    per_symbol = SURE_PIXELS_PER_SYMBOL_GREY if channels == 1 else SURE_PIXELS_PER_SYMBOL
+    return n_symbols * per_symbol <= pixels
 
 
 @njit(nogil=True, cache=True)

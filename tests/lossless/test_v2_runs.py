@@ -137,7 +137,7 @@ def test_runs_first_and_weighed_encoders_agree() -> None:
     index = np.unique(image.reshape(-1, 3), axis=0, return_inverse=True)[1].reshape(150, 170)
     sure = [i for i, t in enumerate(r2.tiles_of(index, 64)) if np.unique(t).size > 1
             and runs.sure(r2.runs_symbols(np.unique(t, return_inverse=True)[1].reshape(t.shape),
-                                          np.unique(t).size)[0].size, t.size)]
+                                          np.unique(t).size)[0].size, t.size, 3)]
     assert len(sure) >= 2
     for first in (True, False):
         data = cpu_v2.encode(image, runs_first=first)

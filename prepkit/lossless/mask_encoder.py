@@ -30,7 +30,7 @@ RUNS_SET = 1
 RUNS_TABLES = f2.runs_sets(TABLES_PER_SET) * TABLES_PER_SET  # runs.table_set's rows
 CONSTANT_TILE_BYTES = 4  # mode, colour | lanes, channel byte, the value (cpu_v2._encode_tile)
 
-# What _payloads reports.
+# What _stream reports.
 FLAT = 0
 NOT_FLAT = 1  # a tile is neither constant nor sure to become a runs tile
 NOT_CHOSEN = 2  # the runs choice left out a tile (or the whole set), or a payload reached raw size

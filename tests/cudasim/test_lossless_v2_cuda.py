@@ -201,7 +201,9 @@ def _coded_tile(stream: bytes) -> tuple[int, int]:
 
 @pytest.mark.parametrize("what", ["state_low", "final_state", "words_short", "words_long"])
 def test_cuda_v2_rejects_corrupt_rans(what: str) -> None:
-    image = _images()[2][:16, :16]
+    # A coded tile of 113 values (a 16 x 16 crop of the horizontal ramp is a runs tile:
+    # one-channel candidates from 5 pixels per run symbol are runs tiles first, runs.sure).
+    image = _images()[4][:16, :16]
     stream = bytearray(lossless.encode(image, tile=16, version=2))
     start, end = _coded_tile(bytes(stream))
     s = f2.read_stream(np.frombuffer(bytes(stream), np.uint8))

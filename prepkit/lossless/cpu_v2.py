@@ -1502,31 +1502,35 @@ def _rans_one_lane(syms, ctxs, n, table_base, coder, words, out, pos, limit):
     return _write_words(words, n_words, out, _write_state(x, out, pos))
 
 
+@njit(nogil=True, cache=True, boundscheck=False)
+def _runs_payload(c, n_colours, colours, syms, ctxs, n, table_set, tshift, coder, words, out, base, limit):
+    """A runs payload (A2 mode runs.mode_of(n_colours)) of n kept symbols (syms, ctxs) and the
+    palette colours[:n_colours] at out[base:]; returns its length, or 0 where it would reach
+    `limit` bytes (the tile keeps its other payload). table_set << tshift: the row of the
+    runs set's first table."""
+    pos = base + f2.RUNS_HEADER + n_colours * c
+    if pos + 4 >= base + limit:
+        return 0
+    out[base] = runs.mode_of(n_colours)
+    out[base + 1] = table_set
+    out[base + 2] = n_colours - 1
+    _write_palette(colours, n_colours, c, out, base + f2.RUNS_HEADER)
+    end = _rans_one_lane(syms, ctxs, n, table_set << tshift, coder, words, out, pos, base + limit)
+    return end - base if end > 0 else 0
+
+
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, tshift, coder, out,
                      starts, lengths, limits, words):
-    """Runs payloads (A2 mode 4, or 3 for 256 colours) of tiles i = cands[kept[k]] at out[starts[k]:] from their
-    kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes
-    (the tile keeps its payload). table_set << tshift: the row of the runs set's first table."""
+    """Runs payloads (_runs_payload) of tiles i = cands[kept[k]] at out[starts[k]:] from their
+    kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes."""
     chunks = words.shape[0]
     for chunk in prange(chunks):
         for k in range(chunk, kept.shape[0], chunks):
             q = kept[k]
             i = cands[q]
-            n_colours = pal_sizes[i]
-            base = starts[k]
-            pos = base + f2.RUNS_HEADER + n_colours * c
-            lengths[k] = 0
-            if pos + 4 >= base + limits[k]:
-                continue
-            out[base] = runs.mode_of(n_colours)
-            out[base + 1] = table_set
-            out[base + 2] = n_colours - 1
-            _write_palette(colours[i], n_colours, c, out, base + f2.RUNS_HEADER)
-            end = _rans_one_lane(kept_syms[i], kept_ctxs[i], counts[q], table_set << tshift, coder, words[chunk],
-                                 out, pos, base + limits[k])
-            if end > 0:
-                lengths[k] = end - base
+            lengths[k] = _runs_payload(c, pal_sizes[i], colours[i], kept_syms[i], kept_ctxs[i], counts[q], table_set,
+                                       tshift, coder, words[chunk], out, starts[k], limits[k])
 
 
 class _RunsFound(NamedTuple):

@@ -4,7 +4,7 @@ Segmentation masks are such images (all 22 evaluation masks since
 runs.SURE_PIXELS_PER_SYMBOL_GREY is 5; 17 of them before): every tile is one value or sure to
 become a runs tile (runs.sure). For them the general encoder (cpu_v2._encode) makes no coded
 or palette symbol, and its choices, counts, estimates and table-set proposal all come out
-empty, yet each costs calls from Python: about 330 per image, 0.2-0.5 ms, more than the
+empty, yet each costs calls from Python: about 350 per image, 0.2-0.5 ms, more than the
 compiled work of a small mask. This path writes the same stream from the tile analysis
 (cpu_v2._palettes_all) in one compiled call: the runs choice (runs.choose's rounds), the
 tables, the tile table, the constant and raw tiles and the runs payloads; Python adds the
@@ -25,7 +25,8 @@ from prepkit.lossless import format_v2 as f2
 
 # One channel: one table set of four tables for the coded planes (empty here), then the runs
 # tables as whole sets of four; a runs tile names the set after the coded one.
-TABLES_PER_SET = 4
+TSHIFT = 2  # four tables per set (no plane contexts in one channel)
+TABLES_PER_SET = 1 << TSHIFT
 RUNS_SET = 1
 RUNS_TABLES = f2.runs_sets(TABLES_PER_SET) * TABLES_PER_SET  # runs.table_set's rows
 CONSTANT_TILE_BYTES = 4  # mode, colour | lanes, channel byte, the value (cpu_v2._encode_tile)
@@ -114,20 +115,10 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
         y0, x0, th, tw = cpu_v2._tile_box(i, tile, h, w)
         raw_len = 1 + th * tw
         if pal_sizes[i] > 0:
-            # cpu_v2._encode_runs_all's payload, against its raw length
-            n_colours = pal_sizes[i]
-            at = pos + f2.RUNS_HEADER + n_colours
-            if at + 4 >= pos + raw_len:
+            lengths[i] = cpu_v2._runs_payload(1, pal_sizes[i], colours[i], kept_syms[i], kept_ctxs[i], runs_counts[i],
+                                              RUNS_SET, TSHIFT, coder, words, body, pos, raw_len)
+            if lengths[i] == 0:  # (a payload that reaches the raw tile's size)
                 return NOT_CHOSEN, none
-            body[pos] = runs.mode_of(n_colours)
-            body[pos + 1] = RUNS_SET
-            body[pos + 2] = n_colours - 1
-            cpu_v2._write_palette(colours[i], n_colours, 1, body, pos + f2.RUNS_HEADER)
-            end = cpu_v2._rans_one_lane(kept_syms[i], kept_ctxs[i], runs_counts[i], RUNS_SET * TABLES_PER_SET, coder,
-                                        words, body, at, pos + raw_len)
-            if end <= 0:
-                return NOT_CHOSEN, none
-            lengths[i] = end - pos
         elif CONSTANT_TILE_BYTES < raw_len:
             body[pos] = f2.TILE_CODED
             body[pos + 1] = 0  # no colour transform, no lanes

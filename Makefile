@@ -20,6 +20,8 @@ setup: $(VENV)/.installed
 # compare decoders on them.
 demo: setup
 	rm -rf $(DEMO_OUT)
+	@echo "== prepkit warmup (compile the CPU kernels once; later commands load them from numba's cache)"
+	$(PREPKIT) warmup
 	@for layout in $(DEMO_LAYOUTS); do \
 	  echo "== prepkit shard samples/photos $(DEMO_OUT)/$$layout --layout $$layout"; \
 	  $(PREPKIT) shard samples/photos $(DEMO_OUT)/$$layout --layout $$layout --samples-per-shard 8 --workers 2 || exit 1; \
@@ -36,6 +38,8 @@ demo: setup
 SIM_LOG := out/test-cudasim.log
 test: setup lint
 	@mkdir -p out
+	@echo "== prepkit warmup (the CPU kernels into numba's cache once, so both suites load them)"
+	@$(PREPKIT) warmup
 	@NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q --durations=10 tests/cudasim > $(SIM_LOG) 2>&1 & sim=$$!; \
 	echo "== main suite (the CUDA simulator suite runs beside it, output in $(SIM_LOG))"; \
 	$(PY) -m pytest -q --durations=10 tests --ignore=tests/cudasim; main=$$?; \
@@ -79,11 +83,16 @@ bench: setup
 # into the system environment (not --target: nvImageCodec's nvidia/ package would shadow the
 # image's CUDA libraries) and runs both halves. numpy 2.4 replaces the image's numpy 2.5: that
 # image's numba-cuda registers np.row_stack, which numpy 2.5 removed, so `numba.cuda` fails to
-# import there (seen 2026-11-26 on an H200). On the device: `make gpu-check` (about 450 s), or
-# `make gpu-correct` and `make gpu-bench` as two calls; each packs GPU_OUT into $OUT.
-# - gpu-correct: prepkit.bench.gpucheck's identity, fuzz and reader stages beside
-#   compute-sanitizer, then the CUDA tests on the device (eight pytest-xdist workers, test by
-#   test: 177 s on the H200 machine in stop 37), then an ncu profile of the v2 decode kernel;
+# import there (seen 2026-11-26 on an H200). On the device, as two calls (together they pass
+# the 600 s a call may run): `make gpu-correct` (about 330 s), then `make gpu-bench` (about
+# 300 s); each packs GPU_OUT into $OUT. `make gpu-check` runs both where time allows.
+# Every device machine starts with an empty numba cache, and the CPU kernels' cold compile is
+# minutes (the decoder's alone about 200 s on one core: stop 48's checks ran past their limit
+# compiling), so both halves run `python -m prepkit.warmup` (prepkit/warmup.py) first.
+# - gpu-correct: the CUDA tests on the device (eight pytest-xdist workers, test by test: 230 s
+#   on the H200 machine in stop 48) beside the warm-up; then prepkit.bench.gpucheck's
+#   identity, fuzz and reader stages beside compute-sanitizer; then an ncu profile of the v2
+#   decode kernel;
 # - gpu-bench: prepkit.bench.gpucheck's benchmarks, alone on the GPU (with stack samples of
 #   the Reader's threads), then the Reader's host work on that machine (bench.hostprep).
 GPU_PY ?= python3
@@ -112,29 +121,33 @@ gpu-install:
 	-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current \
 	  --format=csv > $(GPU_OUT)/nvidia-smi.txt
 
-# Fails (after printing every summary) when any of its four parts failed. The checks and the
-# sanitizer run side by side (about 60 s each, alone on the H200 machine), then the tests alone:
-# with all three at once (stop 41) the checks' CPU decodes and memcheck ran past their limits.
+# Fails (after printing every summary) when any of its five parts failed. The tests and the
+# warm-up run side by side, then the checks beside the sanitizer (about 60 s each from a warm
+# cache on the H200 machine); with the tests, checks and sanitizer at once (stop 41) the checks'
+# CPU decodes and memcheck ran past their limits.
 gpu-correct: gpu-install
-	@$(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages sanitize --sanitize-timeout 70 \
-	  --out $(GPU_OUT)/sanitize > $(GPU_OUT)/sanitize.log 2>&1 & sanitize=$$!; \
-	$(GPU_RUN) timeout 220 $(GPU_PY) -m prepkit.bench.gpucheck --stages env,identity,fuzz,reader \
-	  --out $(GPU_OUT)/check 2>&1 | tee $(GPU_OUT)/check.log | tail -8; checks=$$?; \
-	wait $$sanitize; sanitize=$$?; \
+	@$(GPU_RUN) timeout 280 $(GPU_PY) -m prepkit.warmup > $(GPU_OUT)/warmup.log 2>&1 & warm=$$!; \
 	$(GPU_RUN) timeout 280 $(GPU_PY) -m pytest -q $(GPU_XDIST) -p no:cacheprovider --noconftest tests/cudasim \
 	  --ignore=tests/cudasim/test_simulator_active.py tests/lossless/test_ptx.py tests/augment/test_ptx.py \
 	  > $(GPU_OUT)/pytest.log 2>&1; tests=$$?; \
+	wait $$warm; warm=$$?; grep "^warmup" $(GPU_OUT)/warmup.log; \
+	$(GPU_RUN) timeout 200 $(GPU_PY) -m prepkit.bench.gpucheck --stages sanitize --sanitize-timeout 120 \
+	  --out $(GPU_OUT)/sanitize > $(GPU_OUT)/sanitize.log 2>&1 & sanitize=$$!; \
+	$(GPU_RUN) timeout 200 $(GPU_PY) -m prepkit.bench.gpucheck --stages env,identity,fuzz,reader \
+	  --out $(GPU_OUT)/check 2>&1 | tee $(GPU_OUT)/check.log | tail -8; checks=$$?; \
+	wait $$sanitize; sanitize=$$?; \
 	$(GPU_RUN) timeout 120 ncu --set basic -k regex:decode_kernel -s 1 -c 1 \
 	  $(GPU_PY) -m prepkit.bench.gpucheck --child profile > $(GPU_OUT)/ncu.txt 2>&1; profile=$$?; \
 	tail -3 $(GPU_OUT)/pytest.log; tail -2 $(GPU_OUT)/sanitize.log; \
 	grep -E "Duration|Registers|Occupancy|Throughput" $(GPU_OUT)/ncu.txt | head -12; \
-	echo "gpu-correct: tests exit $$tests, checks $$checks, sanitizer $$sanitize, ncu $$profile"; \
-	$(GPU_PACK); [ $$tests = 0 ] && [ $$checks = 0 ] && [ $$sanitize = 0 ] && [ $$profile = 0 ]
+	echo "gpu-correct: tests exit $$tests, warm-up $$warm, checks $$checks, sanitizer $$sanitize, ncu $$profile"; \
+	$(GPU_PACK); [ $$tests = 0 ] && [ $$warm = 0 ] && [ $$checks = 0 ] && [ $$sanitize = 0 ] && [ $$profile = 0 ]
 
 # The benchmark alone on the GPU, then the Reader's host work on that machine's cores
 # (bench.hostprep with 1, 4 and 8 gather threads).
 gpu-bench: gpu-install
-	@$(GPU_RUN) timeout $(GPU_BENCH_SECONDS) $(GPU_PY) -m prepkit.bench.gpucheck --stages env,bench \
+	@$(GPU_RUN) timeout 280 $(GPU_PY) -m prepkit.warmup | grep "^warmup"; \
+	$(GPU_RUN) timeout $(GPU_BENCH_SECONDS) $(GPU_PY) -m prepkit.bench.gpucheck --stages env,bench \
 	  --out $(GPU_OUT)/bench 2>&1 | tee $(GPU_OUT)/bench.log | tail -40; bench=$$?; \
 	$(GPU_RUN) timeout 90 $(GPU_PY) -m prepkit.bench.hostprep --make-store /tmp/hostprep --images 64 --version 2 \
 	  --batch 64 --repeat 5 --threads 1 --json $(GPU_OUT)/hostprep-1.json | tail -3; host=$$?; \

@@ -18,13 +18,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from prepkit.cli import bench, convert, inspect, shard, verify
+    from prepkit.cli import bench, convert, inspect, shard, verify, warmup
 
     cli.add_command(shard.shard)
     cli.add_command(convert.convert)
     cli.add_command(inspect.inspect)
     cli.add_command(verify.verify)
     cli.add_command(bench.bench_decode)
+    cli.add_command(warmup.warmup)
 
 
 def main() -> None:

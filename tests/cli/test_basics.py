@@ -12,5 +12,5 @@ def test_version_and_help() -> None:
     assert prepkit.__version__ in result.output
     result = runner.invoke(cli, ["--help"])
     assert result.exit_code == 0
-    for command in ("shard", "convert", "inspect"):
+    for command in ("shard", "convert", "inspect", "verify", "bench-decode", "warmup"):
         assert command in result.output

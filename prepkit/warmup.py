@@ -1,0 +1,178 @@
+"""Compile prepkit's numba CPU kernels ahead of the first batch, into numba's disk cache.
+
+numba compiles a kernel the first time it runs and keeps the machine code in its disk cache
+(``__pycache__`` beside the module, or ``NUMBA_CACHE_DIR``). On a fresh install the lossless
+decoder's first call compiles for minutes (about 200 s on one core of the dev VM's Xeon,
+2026-11-28), the encoder's for about a minute, and every process that starts before the cache
+is filled compiles again on its own. ``prepkit warmup`` fills the cache once, its parts in
+parallel processes (the decoder and the encoder share no kernel): run it in a container
+image's build, or once before a training job's ranks start.
+
+The parts run the paths a user runs on tiny images: ``encode`` (``lossless.encode``, every
+tile kind, v1 and v2), ``decode`` (``lossless.decode``, ``decode_batch`` and the Reader's
+planned decode, whole images and crops, of streams written by the numpy reference encoders so
+that this part does not wait for the encoder's compile) and ``reader`` (a Reader over a raw
+store with the usual crop, flip, cast and normalise: the fused augmentation kernels).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from prepkit.layouts import Layout
+
+
+def _photo(height: int, width: int, channels: int, seed: int) -> np.ndarray:
+    """Smooth gradients and noise: a tile the encoder codes with predictors."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    planes = [96 + 40 * np.sin(x / (5 + c) + seed) + 30 * np.cos(y / (7 + c)) + rng.normal(0, 3, (height, width))
+              for c in range(channels)]
+    return np.clip(np.stack(planes, axis=-1), 0, 255).astype(np.uint8)
+
+
+def _mask(height: int, width: int) -> np.ndarray:
+    """A label mask (one channel): constant tiles and runs tiles."""
+    y, x = np.mgrid[0:height, 0:width]
+    return (((x // 9) + (y // 13)) % 4 * ((x - 20) ** 2 + (y - 20) ** 2 < 300)).astype(np.uint8)[:, :, None]
+
+
+def _images() -> list[np.ndarray]:
+    """One image of each kind the encoders treat differently, each with partial edge tiles."""
+    photo = _photo(41, 70, 3, 1)
+    flat = np.repeat(np.repeat(_photo(5, 9, 3, 2), 8, axis=0), 8, axis=1)[:37, :67]  # palette tiles
+    return [photo, flat, _photo(35, 34, 1, 3), _photo(19, 23, 4, 4), _mask(45, 50)]
+
+
+def _encode() -> None:
+    from prepkit import lossless
+
+    for image in _images():
+        for version in (1, 2):
+            lossless.encode(image, tile=16, version=version)
+        lossless.encode(image, tile=16, fast_decode=True)
+
+
+def _decode() -> None:
+    from prepkit import lossless
+    from prepkit.lossless import reference, reference_v2
+
+    images = _images()
+    streams = [reference_v2.encode(image, tile=16) for image in images] + [reference.encode(images[0], tile=16)]
+    lossless.decode_batch(streams, device="cpu")
+    lossless.decode_batch_packed(streams, "cpu", [(1, 2, 12, 20)] * len(streams))
+    lossless.decode(streams[0], roi=(3, 4, 20, 33))
+    with tempfile.TemporaryDirectory(prefix="prepkit-warmup-") as folder:
+        store = _store(Path(folder), images[:2], streams[:2])
+        _read(store)
+
+
+def _reader() -> None:
+    from prepkit.layouts import RawLayout
+
+    images = [_photo(30 + 4 * i, 40 - 3 * i, 3, i) for i in range(4)]
+    layout = RawLayout()
+    with tempfile.TemporaryDirectory(prefix="prepkit-warmup-") as folder:
+        _read(_store(Path(folder), images, [layout.encode(image) for image in images], layout))
+
+
+def _store(folder: Path, images: list[np.ndarray], encoded: list[bytes], layout: Layout | None = None) -> Path:
+    """A store of ``images`` whose stored bytes are ``encoded`` (lossless v2 by default)."""
+    from prepkit.layouts import LosslessLayout
+    from prepkit.store.writer import EncodedSample, plan_store, write_all
+
+    shapes = [(int(h), int(w), int(c)) for h, w, c in (image.shape for image in images)]
+    plan = plan_store({"image": layout or LosslessLayout(tile=16)}, {"image": shapes}, 2, class_names=None,
+                      provenance={"command": "prepkit warmup"}, items_digest="warmup")
+    dest = folder / "store"
+    write_all(dest, plan, lambda i: EncodedSample(i, str(i), i % 2, {"image": (encoded[i], shapes[i])}))
+    return dest
+
+
+def _read(store: Path) -> None:
+    """Every batch of a Reader with the usual training transforms, then of one without any."""
+    import prepkit
+    from prepkit.augment import Normalize, RandomHorizontalFlip, RandomResizedCrop, ToDtype
+
+    ops = [RandomResizedCrop(8), RandomHorizontalFlip(), ToDtype("float32", scale=True),
+           Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+    for transforms in (ops, []):
+        for _ in prepkit.Reader(store, batch_size=2, transforms=transforms, prefetch=0):
+            pass
+
+
+PARTS: dict[str, Callable[[], None]] = {"decode": _decode, "encode": _encode, "reader": _reader}
+
+
+@dataclass(frozen=True)
+class PartResult:
+    """How one part went: its wall time, and the error that stopped it (None when it ran)."""
+
+    name: str
+    seconds: float
+    error: str | None = None
+
+
+def run_part(name: str) -> PartResult:
+    """Run one part in this process (``warm`` runs each in its own)."""
+    start = time.perf_counter()
+    try:
+        PARTS[name]()
+    except Exception as exc:  # reported by the parent, which names the part
+        return PartResult(name, time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
+    return PartResult(name, time.perf_counter() - start)
+
+
+def warm(parts: Iterable[str] = tuple(PARTS), jobs: int | None = None,
+         on_done: Callable[[PartResult], None] = lambda result: None) -> list[PartResult]:
+    """Run ``parts`` (names in PARTS) in ``jobs`` spawned processes (default: one per part),
+    so that later processes load their kernels from numba's disk cache. Returns one result
+    per part, in the order they finished; ``on_done`` sees each as it finishes."""
+    names = list(dict.fromkeys(parts))
+    unknown = [name for name in names if name not in PARTS]
+    if unknown or not names:
+        raise ValueError(f"Expected warm-up parts among {sorted(PARTS)}. Got {unknown or names}.")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"Expected jobs >= 1. Got {jobs}.")
+    results = []
+    # spawn, not fork: a fork after numba's OpenMP threads have run kills the child.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs or len(names), mp_context=context) as pool:
+        for future in as_completed([pool.submit(run_part, name) for name in names]):
+            result = future.result()
+            on_done(result)
+            results.append(result)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m prepkit.warmup [PART ...]``: the CLI's warm-up without click (the GPU
+    machine's image has numba but not the command line's dependencies). Exit 1 when a part
+    failed, 2 for an unknown part."""
+    import sys
+
+    from prepkit import warmup  # (run as __main__, this module's functions would pickle by that name)
+
+    names = (sys.argv[1:] if argv is None else argv) or list(PARTS)
+    try:
+        results = warmup.warm(names, on_done=lambda result: print(
+            f"warmup {result.name}: {result.seconds:.1f} s" + (f", failed: {result.error}" if result.error else ""),
+            flush=True))
+    except ValueError as error:
+        print(f"warmup: {error}", file=sys.stderr)
+        return 2
+    return 1 if any(result.error for result in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

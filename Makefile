@@ -38,8 +38,6 @@ demo: setup
 SIM_LOG := out/test-cudasim.log
 test: setup lint
 	@mkdir -p out
-	@echo "== prepkit warmup (the CPU kernels into numba's cache once, so both suites load them)"
-	@$(PREPKIT) warmup
 	@NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q --durations=10 tests/cudasim > $(SIM_LOG) 2>&1 & sim=$$!; \
 	echo "== main suite (the CUDA simulator suite runs beside it, output in $(SIM_LOG))"; \
 	$(PY) -m pytest -q --durations=10 tests --ignore=tests/cudasim; main=$$?; \

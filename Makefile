@@ -82,11 +82,12 @@ bench: setup
 # image's CUDA libraries) and runs both halves. numpy 2.4 replaces the image's numpy 2.5: that
 # image's numba-cuda registers np.row_stack, which numpy 2.5 removed, so `numba.cuda` fails to
 # import there (seen 2026-11-26 on an H200). On the device, as two calls (together they pass
-# the 600 s a call may run): `make gpu-correct` (about 330 s), then `make gpu-bench` (about
-# 300 s); each packs GPU_OUT into $OUT. `make gpu-check` runs both where time allows.
+# the 600 s a call may run): `make gpu-correct`, then `make gpu-bench` (estimated from stop
+# 41's and 48's parts: about 330 s and 300 s; not yet run in this form); each packs GPU_OUT
+# into $OUT. `make gpu-check` runs both where time allows.
 # Every device machine starts with an empty numba cache, and the CPU kernels' cold compile is
-# minutes (the decoder's alone about 200 s on one core: stop 48's checks ran past their limit
-# compiling), so both halves run `python -m prepkit.warmup` (prepkit/warmup.py) first.
+# minutes (the decoder's alone 210-250 s on one core of the dev VM: stop 48's checks ran past
+# their limit compiling), so both halves run `python -m prepkit.warmup` (prepkit/warmup.py) first.
 # - gpu-correct: the CUDA tests on the device (eight pytest-xdist workers, test by test: 230 s
 #   on the H200 machine in stop 48) beside the warm-up; then prepkit.bench.gpucheck's
 #   identity, fuzz and reader stages beside compute-sanitizer; then an ncu profile of the v2

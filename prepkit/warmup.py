@@ -2,11 +2,11 @@
 
 numba compiles a kernel the first time it runs and keeps the machine code in its disk cache
 (``__pycache__`` beside the module, or ``NUMBA_CACHE_DIR``). On a fresh install the lossless
-decoder's first call compiles for minutes (about 200 s on one core of the dev VM's Xeon,
-2026-11-28), the encoder's for about a minute, and every process that starts before the cache
+decoder's first call compiles for minutes (210-250 s on one core of the dev VM's Xeon,
+2026-11-28), the encoder's for about 100 s, and every process that starts before the cache
 is filled compiles again on its own. ``prepkit warmup`` fills the cache once, its parts in
-parallel processes (the decoder and the encoder share no kernel): run it in a container
-image's build, or once before a training job's ranks start.
+parallel processes (none waits for another's compile): run it in a container image's build,
+or once before a training job's ranks start.
 
 The parts run the paths a user runs on tiny images: ``encode`` (``lossless.encode``, every
 tile kind, v1 and v2), ``decode`` (``lossless.decode``, ``decode_batch`` and the Reader's
@@ -145,11 +145,16 @@ def warm(parts: Iterable[str] = tuple(PARTS), jobs: int | None = None,
     if jobs is not None and jobs < 1:
         raise ValueError(f"Expected jobs >= 1. Got {jobs}.")
     results = []
+    start = time.perf_counter()
     # spawn, not fork: a fork after numba's OpenMP threads have run kills the child.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs or len(names), mp_context=context) as pool:
-        for future in as_completed([pool.submit(run_part, name) for name in names]):
-            result = future.result()
+        futures = {pool.submit(run_part, name): name for name in names}
+        for future in as_completed(futures):
+            try:
+                result = future.result()
+            except Exception as exc:  # the process itself died (a crash in compiled code, killed)
+                result = PartResult(futures[future], time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
             on_done(result)
             results.append(result)
     return results

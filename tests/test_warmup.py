@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,19 @@ def test_a_failing_part_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(warmup.PARTS, "decode", broken)
     result = warmup.run_part("decode")
     assert result.name == "decode" and result.error == "RuntimeError: no compiler"
+
+
+def _die(name: str) -> warmup.PartResult:
+    """A part whose process dies (as a crash in compiled code would end it)."""
+    os._exit(3)
+
+
+def test_a_dead_part_process_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warmup, "run_part", _die)
+    seen: list[warmup.PartResult] = []
+    results = warmup.warm(["reader"], on_done=seen.append)
+    assert results == seen and len(results) == 1
+    assert results[0].name == "reader" and results[0].error is not None and "BrokenProcessPool" in results[0].error
 
 
 def test_the_parts_images_cover_every_channel_count_and_a_mask() -> None:

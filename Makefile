@@ -6,7 +6,7 @@ PREPKIT := $(VENV)/bin/prepkit
 DEMO_OUT := out/demo
 DEMO_LAYOUTS ?= raw jpeg lossless
 
-.PHONY: demo test test-fast test-cudasim lint setup fuzz bench evalsets bench-lossless gpu-wheels gpu-install gpu-correct gpu-bench gpu-check clean
+.PHONY: demo test test-fast test-cudasim lint setup fuzz bench compile-audit evalsets bench-lossless gpu-wheels gpu-install gpu-correct gpu-bench gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ test-cudasim: setup
 FUZZ_SECONDS ?= 600
 fuzz: setup
 	$(PY) -m prepkit.fuzz --seconds $(FUZZ_SECONDS)
+
+# The CPU kernels' cold compile, part by part, each in a new process with an empty numba cache
+# (about 4 minutes on the dev VM); exits 1 when a kernel was compiled for two signatures.
+compile-audit: setup
+	$(PY) -m prepkit.bench.compile_audit --json out/compile-audit.json
 
 bench: setup
 	$(PY) -m prepkit.bench.reads

@@ -356,7 +356,7 @@ def _colour_kernel(src, codes, args, warp, is_u8, channels, h, w, scale, bias, k
             for y in range(h):
                 for x in range(w):
                     row[x] = buf[(y * w + x) * channels + c]
-                first = _out_index(i * size, c, y, 0, channels, h, w, nchw)
+                first = _out_index(i * size, c, y, np.int64(0), channels, h, w, nchw)
                 _emit_row(row, False, False, scale[c], bias[c], kind, out, first, step)
 
 
@@ -389,7 +389,7 @@ def _mask_warp_kernel(out, codes, warp, channels, h, w, nchw):
             for p in range(h * w):
                 q = nearest_source(code, p % w, p // w, h, w, warp, i, k, small)
                 for c in range(channels):
-                    value = np.uint8(0) if q < 0 else spare[_out_index(0, c, q // w, q % w, channels, h, w, nchw)]
+                    value = np.uint8(0) if q < 0 else spare[_out_index(np.int64(0), c, q // w, q % w, channels, h, w, nchw)]
                     out[_out_index(i * size, c, p // w, p % w, channels, h, w, nchw)] = value
 
 

@@ -186,7 +186,7 @@ def _augment_kernel(
             for k in range(taps):
                 for col in range(w):
                     row[col] += x_weight[i, k, col] * line[x_index[i, col] + k * channels + c]
-            first = _out_index(out_offsets[i], c, y, 0, channels, h, w, nchw)
+            first = _out_index(out_offsets[i], c, y, np.int64(0), channels, h, w, nchw)
             _emit_row(row, flip[i], round_u8, ch_scale[c], ch_bias[c], kind, out, first, step)
 
 

@@ -151,12 +151,12 @@ def _encode_some(image, tile, colour, scratch, starts, lengths, first, step, val
 def _encode_tiles(image, tile, colour, scratch, starts, lengths, values, ks):
     chunks = values.shape[0]
     for chunk in prange(chunks):
-        _encode_some(image, tile, colour, scratch, starts, lengths, chunk, chunks, values[chunk], ks[chunk])
+        _encode_some(image, tile, colour, scratch, starts, lengths, np.int64(chunk), chunks, values[chunk], ks[chunk])
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _encode_tiles_serial(image, tile, colour, scratch, starts, lengths, values, ks):
-    _encode_some(image, tile, colour, scratch, starts, lengths, 0, 1, values[0], ks[0])
+    _encode_some(image, tile, colour, scratch, starts, lengths, np.int64(0), np.int64(1), values[0], ks[0])
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -480,7 +480,7 @@ def decode_plan(plan: plan_mod.Plan, out: np.ndarray | None = None) -> np.ndarra
     else:
         plan_mod.check_out(out, plan.total)
         out = out[: plan.total]
-    errors = np.zeros(plan.work.shape[0], np.int32)
+    errors = np.zeros(plan.work.shape[0], np.int64)  # (int64 like single.py's: one specialization)
     present = plan.versions  # hostplan's plans record them: no scan of the work table
     if present <= {1}:
         _decode_v1(plan.src, plan.work, out, errors)
@@ -494,7 +494,7 @@ def decode_plan(plan: plan_mod.Plan, out: np.ndarray | None = None) -> np.ndarra
         versions = plan.work[:, plan_mod.VERSION]
         v1 = np.flatnonzero(versions == 1)
         if v1.size:
-            sub = np.zeros(v1.size, np.int32)
+            sub = np.zeros(v1.size, np.int64)
             _decode_v1(plan.src, np.ascontiguousarray(plan.work[v1]), out, sub)
             errors[v1] = sub
         cpu_v2.decode_items(plan, np.flatnonzero(versions == 2), out, errors)

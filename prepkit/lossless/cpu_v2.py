@@ -925,7 +925,7 @@ def _choose_symbols_all(image, tile, choices, const_vals, planes, constant, sure
                             n = _residual_symbols(tile_planes[k], th, tw, choices[i, 1 + k], syms, n)
                     sym_count[i] = n - sym_start[i]
                     if hist.shape[0]:
-                        _tile_histogram(syms, sym_start[i], sym_count[i], choices[i], c, th * tw, False, hist[i], tshift,
+                        _tile_histogram(syms, sym_start[i], sym_count[i], choices[i], c, th * tw, np.bool_(False), hist[i], tshift,
                                         parts)
 
 
@@ -951,7 +951,8 @@ def _palette_symbols_all(image, tile, choices, colours, psym_start, psyms, plane
                 _palette_symbols(image, y0, x0, th, tw, choices[i], colours[i], planes[chunk, 0], psyms,
                                  psym_start[i], hashed)
                 if hist.shape[0]:
-                    _tile_histogram(psyms, psym_start[i], th * tw, choices[i], c, th * tw, True, hist[i], 2, parts)
+                    _tile_histogram(psyms, psym_start[i], th * tw, choices[i], c, th * tw, np.bool_(True), hist[i],
+                                    np.int64(2), parts)
             elif hist.shape[0]:
                 hist[i] = 0  # (the buffer is not zeroed)
 
@@ -999,7 +1000,7 @@ def _estimate_all(h, w, c, tile, choices, pick, tile_sets, min_log2, cost, sizes
                     size += choices[i, 5 + k]
             if n:
                 _tile_tables(src, s0, n, choices[i], c, th * tw, tile_sets[i], tables[chunk], pick[i], tshift)
-                total = 0
+                total = np.int64(0)  # (a literal 0 would compile _lanes_log2 for it too)
                 for j in range(n):
                     total += cost[tables[chunk, j], src[s0 + j]]
                 size += (4 << _lanes_log2(total, min_log2, n)) + total // 128
@@ -1059,7 +1060,7 @@ def _estimate_hist(h, w, tile, c, choices, pick, tile_sets, min_log2, cost, size
             size = 2 + c
             for k in range(c):
                 size += choices[i, 5 + k]
-            total = _dot_cost(hist[i], cost, tile_sets[i], False, tshift) if sym_count[i] else 0
+            total = _dot_cost(hist[i], cost, tile_sets[i], False, tshift) if sym_count[i] else np.int64(0)
         coded = 0
         for k in range(c):
             coded += 1 - choices[i, 5 + k]
@@ -1164,7 +1165,7 @@ def _encode_tile(image, y0, x0, th, tw, choice, const_vals, sets_row, min_log2, 
             pos += 1
     log2 = 0
     if n:
-        _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, False, tshift)
+        _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, np.bool_(False), tshift)
         pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
         if pos < 0:
             return _raw_tile(image, y0, x0, th, tw, out, base)
@@ -1198,7 +1199,7 @@ def _encode_palette_tile(image, y0, x0, th, tw, choice, colours, sets_row, min_l
     out[base + 2] = n_colours - 1
     out[base + 3] = _channel_byte(choice[COL_PAL_PRED], sets_row[PALETTE_SET])
     pos = _write_palette(colours, n_colours, c, out, base + 4)
-    _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, True, tshift)
+    _tile_tables(syms, s0, n, choice, c, th * tw, sets_row, tables, np.bool_(True), tshift)
     pos, log2 = _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, base + raw_len, min_log2, total)
     if pos < 0:
         return _raw_tile(image, y0, x0, th, tw, out, base)
@@ -1643,7 +1644,7 @@ def _coder_table(freq: np.ndarray) -> np.ndarray:
     """int64 (n_tables, 256, 2): [f | cum << 16, ceil(2^44 / f)] per (table, symbol), the
     encoder's one load per symbol (0 for symbols of frequency 0, which are never coded)."""
     coder = np.empty(freq.shape + (2,), np.int64)
-    _fill_coder(freq, coder)
+    _fill_coder(freq.astype(np.int64), coder)  # (int64 like mask_encoder's: one specialization)
     return coder
 
 
@@ -2376,7 +2377,7 @@ def _pair_symbols(src, item_a, base_a, item_b, base_b, plane, dec, empty, ctx_of
     pos_a, end_a, tset_a, wmask_a, wide_a = _pair_setup(src, item_a, base_a, ctx_of, table_a)
     pos_b, end_b, tset_b, wmask_b, wide_b = _pair_setup(src, item_b, base_b, ctx_of, table_b)
     # (read_stream and the host plan put every rANS tile's lane states inside its payload)
-    if not (_lane_states(src, pos_a, 2, states_a) and _lane_states(src, pos_b, 2, states_b)):
+    if not (_lane_states(src, pos_a, np.int64(2), states_a) and _lane_states(src, pos_b, np.int64(2), states_b)):
         return False
     xa0, xa1, xb0, xb1 = states_a[0], states_a[1], states_b[0], states_b[1]
     n_a = np.uint64((end_a - pos_a - 8) >> 1)
@@ -2450,11 +2451,11 @@ def _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, 
     if not decoded:
         if not _lane_states(src, pos, lanes, scratch[0]):
             return plan_mod.ERR_STATE
-        err = _rans(src, pos + 4 * lanes, end, start + 1, 1, th * tw, base, lanes, dec, empty, ctx_of, ctx16, wmask,
-                    tshift, symbols, scratch, 0, -1)
+        err = _rans(src, pos + 4 * lanes, end, start + 1, np.int64(1), th * tw, base, lanes, dec, empty, ctx_of, ctx16,
+                    wmask, tshift, symbols, scratch, np.int64(0), np.int64(-1))
         if err:
             return err
-    _unpredict(symbols, 0, _predictor_of(np.int64(src[start + 3])), index, th, tw, scratch[4])
+    _unpredict(symbols, np.int64(0), _predictor_of(np.int64(src[start + 3])), index, th, tw, scratch[4])
     top = np.uint8(0)
     for q in range(th * tw):
         top = max(top, index[q])
@@ -2649,7 +2650,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         if err:
             return err
         if c == 1:  # the plane holds the pixels
-            _interleave(planes, 1, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[8])
+            _interleave(planes, np.int64(1), tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[8])
         else:
             _palette_pixels(src, start + f2.RUNS_HEADER, np.int64(src[start + 2]) + 1, planes[0, :plane], c, tw, out,
                             out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[7], scratch[8])
@@ -2665,7 +2666,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
     if n_rans == 0:  # a constant tile (masks' and flat art's backgrounds): one pixel, repeated
         for k in range(c):
             planes[k, 0] = src[start + 2 + c + k]
-        _colour_inverse(planes, 1, colour)
+        _colour_inverse(planes, np.int64(1), colour)
         _fill_pixel(planes, c, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[8])
         return 0
     lanes = np.int64(1) << (np.int64(src[start + 1]) >> 4)
@@ -2681,13 +2682,14 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         if not _lane_states(src, pos, lanes, scratch[0]):
             return plan_mod.ERR_STATE
         err = _rans(src, pos + 4 * lanes, end, start, c, plane, base, lanes, dec, empty, ctx, ctx16, wmask,
-                    tshift, symbols, scratch, 0, -1)
+                    tshift, symbols, scratch, np.int64(0), np.int64(-1))
         if err:
             return err
     # The MED planes' diagonal steps run side by side (med_simd.med_steps), the others
-    # are undone plane by plane.
-    i = 0
-    n_med = 0
+    # are undone plane by plane. (np.int64 counters: a literal 0 would make numba compile the
+    # callees once more for it, while typing the loop.)
+    i = np.int64(0)
+    n_med = np.int64(0)
     for k in range(c):
         chb = np.int64(src[start + 2 + k])
         if chb == 0:
@@ -2700,7 +2702,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
         i += plane
     if n_med:
         med_simd.med_steps(scratch[4], th + tw - 1, n_med)
-        m = 0
+        m = np.int64(0)
         for k in range(c):
             chb = np.int64(src[start + 2 + k])
             if chb != 0 and _predictor_of(chb) == f2.PRED_MED:
@@ -2747,7 +2749,7 @@ def _window_base(b, freq, cum, empty, n_tables_at, window, window_empty, tags):
     return slot * WINDOW_TABLES
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _decode_strided(src, work, items, first, stride, out, errors, freq, cum, empty, n_tables_at, window,
                     window_empty, ctx_of, sym_a, sym_b, planes, pairs):
     """Decode items[first::stride]; with `pairs`, two two-lane tiles in a row (_two_lane_plane)
@@ -2758,9 +2760,11 @@ def _decode_strided(src, work, items, first, stride, out, errors, freq, cum, emp
     front: a table is 16 KiB, and a batch of 256 small images had 16 MB of them, read back
     from memory one symbol at a time (a 32x32 image decoded in 22 us instead of 5)."""
     scratch_a = _decode_scratch_arrays()
-    # The pair's second tile needs only lane states, table rows and bases (no MED scratch).
+    # The pair's second tile needs only lane states, table rows and bases (no MED scratch);
+    # the empty rest gives it scratch_a's type, so _rans is compiled once for both.
     scratch_b = (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32),
-                 np.empty(MAX_LANES, np.uint32))
+                 np.empty(MAX_LANES, np.uint32), np.empty(0, np.uint8), np.empty(0, np.int64), np.empty(0, np.uint8),
+                 np.empty(0, np.uint32), np.empty(0, np.uint8))
     tags = np.array([-1, -1, 0], np.int64)  # the plan rows held by the window's two slots; the slot used last
     _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty, n_tables_at, window, window_empty,
                  ctx_of, sym_a, sym_b, planes, pairs, scratch_a, scratch_b, tags)
@@ -2790,9 +2794,9 @@ def _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty,
                 if _pair_symbols(src, work[i], base, work[i2], base2, plane, window, window_empty, ctx_of, sym_a,
                                  sym_b, scratch_a, scratch_b):
                     errors[i] = _decode_item(src, work[i], base, out, window, window_empty, ctx_of, sym_a, planes,
-                                             scratch_a, True)
+                                             scratch_a, np.bool_(True))
                     errors[i2] = _decode_item(src, work[i2], base2, out, window, window_empty, ctx_of, sym_b, planes,
-                                              scratch_a, True)
+                                              scratch_a, np.bool_(True))
                     j = k + stride
                     continue
                 # (base stays valid: the second image's tables went to the other slot)
@@ -2808,12 +2812,13 @@ def _decode_loop(src, work, items, first, stride, out, errors, freq, cum, empty,
                                                 sym_a, sym_b, scratch_a, scratch_b)
                 if err_a >= 0:
                     errors[i] = err_a if err_a else _decode_item(src, work[i], base, out, window, window_empty,
-                                                                 ctx_of, sym_a, planes, scratch_a, True)
+                                                                 ctx_of, sym_a, planes, scratch_a, np.bool_(True))
                     errors[i2] = err_b if err_b else _decode_item(src, work[i2], base2, out, window, window_empty,
-                                                                  ctx_of, sym_b, planes, scratch_a, True)
+                                                                  ctx_of, sym_b, planes, scratch_a, np.bool_(True))
                     j = k + stride
                     continue
-        errors[i] = _decode_item(src, work[i], base, out, window, window_empty, ctx_of, sym_a, planes, scratch_a)
+        errors[i] = _decode_item(src, work[i], base, out, window, window_empty, ctx_of, sym_a, planes, scratch_a,
+                                 np.bool_(False))
         j = k
 
 
@@ -2839,14 +2844,14 @@ def _decode_items(src, work, items, out, errors, freq, cum, empty, n_tables_at, 
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         row = 2 * np.int64(chunk)
-        _decode_strided(src, work, items, chunk, chunks, out, errors, freq, cum, empty, n_tables_at, windows[chunk],
+        _decode_strided(src, work, items, np.int64(chunk), chunks, out, errors, freq, cum, empty, n_tables_at, windows[chunk],
                         window_empty[chunk], ctx_of, symbols[row], symbols[row + 1], planes[chunk], pairs)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_items_serial(src, work, items, out, errors, freq, cum, empty, n_tables_at, windows, window_empty, ctx_of,
                          symbols, planes, pairs=True):
-    _decode_strided(src, work, items, 0, 1, out, errors, freq, cum, empty, n_tables_at, windows[0], window_empty[0],
+    _decode_strided(src, work, items, np.int64(0), np.int64(1), out, errors, freq, cum, empty, n_tables_at, windows[0], window_empty[0],
                     ctx_of, symbols[0], symbols[1], planes[0], pairs)
 
 

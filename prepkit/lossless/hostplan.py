@@ -576,6 +576,16 @@ class Sources:
     stops: np.ndarray  # int64 (n,)
     which: np.ndarray  # int64 (n,): index into arrays
 
+    def __post_init__(self) -> None:
+        # Read-only views, like single.py's: numba compiles the kernels once for read-only
+        # input, not again for the writable arrays (joined buffers, bytearrays) that also come here.
+        views = []
+        for array in self.arrays:
+            view = array.view()
+            view.flags.writeable = False
+            views.append(view)
+        self.arrays = views
+
 
 def split_by(which: np.ndarray, count: int) -> list[np.ndarray]:
     """For k in range(count), the positions i (ascending) with which[i] == k: one sort, where

@@ -82,7 +82,7 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
         raw_len = 1 + th * tw
         raw_total += raw_len + (raw_len >= f2.SHORT_ONE_BYTE)  # and its bytes in the tile table
         if pal_sizes[i] > 0:
-            if not runs.sure(runs_counts[i], th * tw, 1):
+            if not runs.sure(runs_counts[i], th * tw, np.int64(1)):
                 return NOT_FLAT, none
             rows[k] = i
             n_symbols[k] = runs_counts[i]
@@ -110,13 +110,14 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
     lengths = np.empty(n, np.int64)
     words = np.empty(cpu_v2.RUNS_CAP, np.int64)
     body = np.empty(room, np.uint8)
-    pos = 0
+    pos = np.int64(0)  # (np.int64 literals throughout: a literal compiles the callees once more)
     for i in range(n):
         y0, x0, th, tw = cpu_v2._tile_box(i, tile, h, w)
         raw_len = 1 + th * tw
         if pal_sizes[i] > 0:
-            lengths[i] = cpu_v2._runs_payload(1, pal_sizes[i], colours[i], kept_syms[i], kept_ctxs[i], runs_counts[i],
-                                              RUNS_SET, TSHIFT, coder, words, body, pos, raw_len)
+            lengths[i] = cpu_v2._runs_payload(np.int64(1), pal_sizes[i], colours[i], kept_syms[i], kept_ctxs[i],
+                                              runs_counts[i], np.int64(RUNS_SET), np.int64(TSHIFT), coder, words, body,
+                                              pos, raw_len)
             if lengths[i] == 0:  # (a payload that reaches the raw tile's size)
                 return NOT_CHOSEN, none
         elif CONSTANT_TILE_BYTES < raw_len:

@@ -280,6 +280,6 @@ def unpredict(zigzag, row, th, tw, work):
     """Zig-zag residual symbols of one th x tw plane -> its pixels under MED, into row; work
     is `scratch()`. (A tile's MED planes go through to_diagonals, med_steps and
     from_diagonals together: cpu_v2._decode_item.)"""
-    to_diagonals(zigzag, th, tw, work, 0)
-    med_steps(work, th + tw - 1, 1)
-    from_diagonals(row, th, tw, work, 0)
+    to_diagonals(zigzag, th, tw, work, np.int64(0))
+    med_steps(work, th + tw - 1, np.int64(1))
+    from_diagonals(row, th, tw, work, np.int64(0))

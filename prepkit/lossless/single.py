@@ -63,7 +63,7 @@ def _validate(src, starts, stops):
     regions[:, 2] = info[:, hostplan.I_H]
     regions[:, 3] = info[:, hostplan.I_W]
     totals = np.empty(5, np.int64)
-    hostplan._layout(info, regions, False, starts, stops, lay, totals)
+    hostplan._layout(info, regions, np.bool_(False), starts, stops, lay, totals)
     n_items, n_segs, n_tables, n_out = totals[0], totals[1], totals[2], totals[3]
     work = np.empty((n_items, plan_mod.N_COLS), np.int64)
     owner = np.empty(n_items, np.int64)
@@ -73,15 +73,15 @@ def _validate(src, starts, stops):
     packed = np.empty(1, np.uint32)  # (no packed tables: the decoder expands them itself)
     errors = np.zeros(n, np.int64)
     staged = np.zeros(n, np.int64)
-    hostplan._validate_fill(src, starts, stops, rows, info, regions, False, lay, work, owner, segs, freq, cum, packed,
-                            False, errors, staged)
+    hostplan._validate_fill(src, starts, stops, rows, info, regions, np.bool_(False), lay, work, owner, segs, freq, cum,
+                            packed, np.bool_(False), errors, staged)
     for r in range(n):
         if errors[r] != 0:
             return errors[r], info, lay, work, freq, cum, n_out
     return 0, info, lay, work, freq, cum, n_out
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty, symbols, planes, ctx_of):
     """Decode every validated work item into out; the first tile's error code, or 0. On numba's
     threads (the scratch holds one chunk per thread) when there are more tiles than
@@ -100,7 +100,7 @@ def _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty,
         cpu_v2._decode_items(src, work, items, out, codes, freq, cum, empty, n_tables_at, windows, window_empty,
                              ctx_of, symbols, planes)
     else:
-        cpu_v2._decode_strided(src, work, items, 0, 1, out, codes, freq, cum, empty, n_tables_at, windows[0],
+        cpu_v2._decode_strided(src, work, items, np.int64(0), np.int64(1), out, codes, freq, cum, empty, n_tables_at, windows[0],
                                window_empty[0], ctx_of, symbols[0], symbols[1], planes[0], True)
     for k in range(n_items):
         if codes[k] != 0:
@@ -136,7 +136,7 @@ def _decode_one(src, serial_tiles, windows, window_empty, symbols, planes, ctx_o
     """(code, pixels, height, width, channels, header flags) of one stream: _decode_many of
     the whole of src into a new buffer (the pixels are undefined unless code is 0)."""
     code, out, _, shapes, flags = _decode_many(src, np.zeros(1, np.int64), np.full(1, src.size, np.int64),
-                                               serial_tiles, np.empty(0, np.uint8), True, windows, window_empty,
+                                               serial_tiles, np.empty(0, np.uint8), np.bool_(True), windows, window_empty,
                                                symbols, planes, ctx_of)
     return code, out, shapes[0, 0], shapes[0, 1], shapes[0, 2], flags[0]
 

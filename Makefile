@@ -91,8 +91,8 @@ bench: setup
 # 41's and 48's parts: about 330 s and 300 s; not yet run in this form); each packs GPU_OUT
 # into $OUT. `make gpu-check` runs both where time allows.
 # Every device machine starts with an empty numba cache, and the CPU kernels' cold compile is
-# minutes (the decoder's alone 210-250 s on one core of the dev VM: stop 48's checks ran past
-# their limit compiling), so both halves run `python -m prepkit.warmup` (prepkit/warmup.py) first.
+# minutes (the decoders' 142 s on one core of the dev VM since stop 49, 337 s before: stop 48's
+# checks ran past their limit compiling), so both halves run `python -m prepkit.warmup` (prepkit/warmup.py) first.
 # - gpu-correct: the CUDA tests on the device (eight pytest-xdist workers, test by test: 230 s
 #   on the H200 machine in stop 48) beside the warm-up; then prepkit.bench.gpucheck's
 #   identity, fuzz and reader stages beside compute-sanitizer; then an ncu profile of the v2

@@ -2,8 +2,9 @@
 
 numba compiles a kernel the first time it runs and keeps the machine code in its disk cache
 (``__pycache__`` beside the module, or ``NUMBA_CACHE_DIR``). On a fresh install the lossless
-decoder's first call compiles for minutes (210-250 s on one core of the dev VM's Xeon,
-2026-11-28), the encoder's for about 100 s, and every process that starts before the cache
+decoders' entry points compile for minutes (142 s on one core of the dev VM's Xeon, 2026-11-29,
+``make compile-audit``; 337 s before stop 49 stopped literal arguments from compiling kernels
+twice), the encoders' for about 96 s, and every process that starts before the cache
 is filled compiles again on its own. ``prepkit warmup`` fills the cache once, its parts in
 parallel processes (none waits for another's compile): run it in a container image's build,
 or once before a training job's ranks start.

@@ -84,7 +84,7 @@ def load_revision(rev: str) -> ModuleType:
 def _decode(module: ModuleType, plan, items: np.ndarray) -> tuple[np.ndarray, float]:
     """module.decode_items over the plan: (the pixels, seconds); raises on a decode error."""
     out = np.empty(plan.total, np.uint8)
-    errors = np.zeros(plan.work.shape[0], np.int32)
+    errors = np.zeros(plan.work.shape[0], np.int64)  # (the library's dtype: one specialization)
     start = time.perf_counter()
     module.decode_items(plan, items, out, errors)
     seconds = time.perf_counter() - start

@@ -2840,7 +2840,7 @@ def _table_counts(work, n_tables, counts):
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _decode_items(src, work, items, out, errors, freq, cum, empty, n_tables_at, windows, window_empty, ctx_of,
-                  symbols, planes, pairs=True):
+                  symbols, planes, pairs):
     chunks = planes.shape[0]
     for chunk in prange(chunks):
         row = 2 * np.int64(chunk)
@@ -2850,7 +2850,7 @@ def _decode_items(src, work, items, out, errors, freq, cum, empty, n_tables_at, 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _decode_items_serial(src, work, items, out, errors, freq, cum, empty, n_tables_at, windows, window_empty, ctx_of,
-                         symbols, planes, pairs=True):
+                         symbols, planes, pairs):
     _decode_strided(src, work, items, np.int64(0), np.int64(1), out, errors, freq, cum, empty, n_tables_at, windows[0], window_empty[0],
                     ctx_of, symbols[0], symbols[1], planes[0], pairs)
 
@@ -2882,11 +2882,11 @@ def decode_items(plan: plan_mod.Plan, items: np.ndarray, out: np.ndarray, errors
     if cpu.use_parallel(items.size):
         symbols, planes, windows, window_empty = _decode_scratch(numba.get_num_threads())
         _decode_items(plan.src, plan.work, items, out, errors, plan.freq, plan.cum, empty, n_tables_at, windows,
-                      window_empty, CONTEXT_OF, symbols, planes)
+                      window_empty, CONTEXT_OF, symbols, planes, True)
     else:
         symbols, planes, windows, window_empty = _decode_scratch(1)
         _decode_items_serial(plan.src, plan.work, items, out, errors, plan.freq, plan.cum, empty, n_tables_at,
-                             windows, window_empty, CONTEXT_OF, symbols, planes)
+                             windows, window_empty, CONTEXT_OF, symbols, planes, True)
 
 
 # Last, once every cached function above exists: the modules whose functions and constants

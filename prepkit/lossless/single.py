@@ -98,10 +98,10 @@ def _decode_into(src, work, freq, cum, out, serial_tiles, windows, window_empty,
     codes = np.zeros(n_items, np.int64)
     if n_items > serial_tiles:
         cpu_v2._decode_items(src, work, items, out, codes, freq, cum, empty, n_tables_at, windows, window_empty,
-                             ctx_of, symbols, planes)
+                             ctx_of, symbols, planes, np.bool_(True))
     else:
-        cpu_v2._decode_strided(src, work, items, np.int64(0), np.int64(1), out, codes, freq, cum, empty, n_tables_at, windows[0],
-                               window_empty[0], ctx_of, symbols[0], symbols[1], planes[0], True)
+        cpu_v2._decode_strided(src, work, items, np.int64(0), np.int64(1), out, codes, freq, cum, empty, n_tables_at,
+                               windows[0], window_empty[0], ctx_of, symbols[0], symbols[1], planes[0], np.bool_(True))
     for k in range(n_items):
         if codes[k] != 0:
             return codes[k]

@@ -2,7 +2,7 @@
 
 numba compiles a kernel the first time it runs and keeps the machine code in its disk cache
 (``__pycache__`` beside the module, or ``NUMBA_CACHE_DIR``). On a fresh install the lossless
-decoders' entry points compile for minutes (142 s on one core of the dev VM's Xeon, 2026-11-29,
+decoders' entry points compile for minutes (123-142 s on one core of the dev VM's Xeon, 2026-11-29,
 ``make compile-audit``; 337 s before stop 49 stopped literal arguments from compiling kernels
 twice), the encoders' for about 96 s, and every process that starts before the cache
 is filled compiles again on its own. ``prepkit warmup`` fills the cache once, its parts in

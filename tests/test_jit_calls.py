@@ -3,9 +3,9 @@
 numba types a constant argument as a literal (``Literal[int](0)``, ``Literal[bool](True)``)
 and compiles the callee once more for it: a decoder loop called with ``0, 1`` from one caller
 and with variables from another was compiled twice, its callees with it. Before stop 49 the
-cold compile of the CPU decoder's entry points took 299 s on the dev VM, 129 s after every
-such call passed ``np.int64(...)`` or ``np.bool_(...)`` instead (docs/BENCHMARKS.md, "Cold
-compile without literal specializations"). This test reads the source: a call from one
+cold compile of the CPU decoders' entry points took 337 s on the dev VM (``make
+compile-audit``), 142 s after every such call passed ``np.int64(...)`` or ``np.bool_(...)``
+instead (docs/BENCHMARKS.md, "Cold compile without literal specializations"). This test reads the source: a call from one
 ``@njit`` function to another that is compiled on its own (not ``inline="always"``, whose
 body is typed in the caller anyway) must not pass a number or bool literal.
 """

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 # Kernels whose two signatures are two real uses: runs.sure on one tile's counts (compiled
 # code) and on every tile's at once (numpy arrays, from Python); the runs tokenizer over a grey
@@ -114,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                     twice.append(name)
                     for line in _differences(sigs):
                         print(f"      {line}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(reports, f, indent=1)
+    if args.json:  # (make compile-audit writes into out/, which a fresh clone lacks)
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(reports, indent=1))
     if twice:
         print(f"compiled for more than one signature: {', '.join(sorted(set(twice)))}")
         return 1

@@ -20,7 +20,7 @@ def test_a_kernel_compiled_twice_fails_the_audit(monkeypatch: pytest.MonkeyPatch
     reports = {"decode": _report("decode", {"cpu_v2._decode_loop": [["int64", "Literal[int](0)"], ["int64", "int64"]],
                                             "cpu_v2._rans": [["int64"]]})}
     monkeypatch.setattr(compile_audit, "audit_part", lambda part: reports[part])
-    out = tmp_path / "audit.json"
+    out = tmp_path / "out" / "audit.json"  # a folder that does not exist yet
     assert compile_audit.main(["decode", "--json", str(out)]) == 1
     printed = capsys.readouterr().out
     assert "TWICE cpu_v2._decode_loop: 2 signatures" in printed

@@ -34,10 +34,14 @@ demo: setup
 # The whole suite. CUDA kernels run under numba's simulator, which must be switched on
 # before numba is first imported, so those tests run in their own pytest process. The two
 # processes run side by side (each is mostly one thread; the simulator suite is the longer),
-# the simulator's output is printed when both are done; make fails if either fails.
+# the simulator's output is printed when both are done; make fails if either fails. Both
+# use the CPU kernels: `prepkit warmup` compiles them once first (its parts on both cores),
+# where each suite would otherwise compile them on its own in its first minutes.
 SIM_LOG := out/test-cudasim.log
 test: setup lint
 	@mkdir -p out
+	@echo "== prepkit warmup (the CPU kernels compiled once, into numba's cache, for both suites)"
+	$(PREPKIT) warmup
 	@NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q --durations=10 tests/cudasim > $(SIM_LOG) 2>&1 & sim=$$!; \
 	echo "== main suite (the CUDA simulator suite runs beside it, output in $(SIM_LOG))"; \
 	$(PY) -m pytest -q --durations=10 tests --ignore=tests/cudasim; main=$$?; \

@@ -89,15 +89,17 @@ def predict(plane: np.ndarray, predictor: int) -> np.ndarray:
 
 def unpredict(res: np.ndarray, predictor: int) -> np.ndarray:
     """Inverse of predict: prefix sums along rows (left), columns (up), or both (gradient);
-    MED pixel by pixel in raster order (each prediction needs the pixels left and above)."""
+    MED one anti-diagonal (y + x = d) at a time: a pixel's left, upper and upper-left
+    neighbours all lie on earlier anti-diagonals."""
     out = res.astype(np.int64)
     if predictor == f2.PRED_MED:
         th, tw = out.shape
         p = np.zeros((th + 1, tw + 1), np.int64)
-        for y in range(th):
-            for x in range(tw):
-                guess = med(p[y + 1, x], p[y, x + 1], p[y, x])
-                p[y + 1, x + 1] = (out[y, x] + guess) & 255
+        for d in range(th + tw - 1):
+            y = np.arange(max(0, d - tw + 1), min(th, d + 1))
+            x = d - y
+            guess = med(p[y + 1, x], p[y, x + 1], p[y, x])
+            p[y + 1, x + 1] = (out[y, x] + guess) & 255
         return p[1:, 1:]
     if predictor in (1, 3):
         out = np.cumsum(out, axis=1)
@@ -263,12 +265,44 @@ def label_candidates(index: np.ndarray, y: int, a1: int, a0: int) -> list[int]:
 
 def label_order(candidates: list[int], left: int, n_colours: int) -> list[int]:
     """The ranks' order: the candidates, then every index in increasing order, each once,
-    without `left` (the index of the run before, -1 for a row's first run)."""
+    without `left` (the index of the run before, -1 for a row's first run). The definition;
+    the coders use label_rank and label_of_rank, which give the same answers without
+    listing every index (tests compare them)."""
     order: list[int] = []
     for v in [*candidates, *range(n_colours)]:
         if v != left and v not in order:
             order.append(v)
     return order
+
+
+def _label_head(candidates: list[int], left: int) -> list[int]:
+    """The head of label_order: the distinct candidates other than `left`."""
+    head: list[int] = []
+    for v in candidates:
+        if v != left and v not in head:
+            head.append(v)
+    return head
+
+
+def label_rank(candidates: list[int], left: int, value: int) -> int:
+    """label_order(candidates, left, n).index(value) for a value other than `left`: its place
+    among the candidates, else after them, less the smaller indices listed earlier or skipped."""
+    head = _label_head(candidates, left)
+    if value in head:
+        return head.index(value)
+    return len(head) + value - sum(1 for u in {left, *head} if 0 <= u < value)
+
+
+def label_of_rank(candidates: list[int], left: int, n_colours: int, rank: int) -> int | None:
+    """label_order(candidates, left, n_colours)[rank], None when the rank is past the order."""
+    head = _label_head(candidates, left)
+    if rank < len(head):
+        return head[rank]
+    value = rank - len(head)  # the value-th index that is neither a candidate nor left
+    for u in sorted(u for u in {left, *head} if 0 <= u < n_colours):
+        if u <= value:
+            value += 1
+    return value if value < n_colours else None
 
 
 def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True, same: bool = True
@@ -294,7 +328,7 @@ def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True, same: 
             y += n  # the boundaries above stay those of the repeated row
             continue
         first = f2.RUN_CTX_ROW if repeats and y > 0 else f2.RUN_CTX_LABEL
-        syms.append((first, label_order(label_candidates(index, y, 0, 0), -1, n_colours).index(int(row[0]))))
+        syms.append((first, label_rank(label_candidates(index, y, 0, 0), -1, int(row[0]))))
         a0, j = 0, 0
         for a1 in [*run_starts(row), None]:
             while True:
@@ -317,8 +351,7 @@ def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True, same: 
                 break
             if a1 is None:
                 break
-            order = label_order(label_candidates(index, y, a1, a0), int(row[a1 - 1]), n_colours)
-            rank = order.index(int(row[a1]))
+            rank = label_rank(label_candidates(index, y, a1, a0), int(row[a1 - 1]), int(row[a1]))
             a0 = a1
             if same and rank == 0:
                 continue  # implied by the run symbol
@@ -364,7 +397,6 @@ def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: 
     y = -1
     while y + 1 < th:
         y += 1
-        order = label_order(label_candidates(index, y, 0, 0), -1, n_colours)
         rank = next_symbol(f2.RUN_CTX_ROW if repeats and y > 0 else f2.RUN_CTX_LABEL)
         if repeats and y > 0 and rank == f2.RUN_REPEAT:
             n = next_symbol(f2.RUN_CTX_LENGTH)
@@ -373,9 +405,10 @@ def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: 
             index[y : y + n + 1] = index[y - 1]
             y += n  # the boundaries above stay those of the repeated row
             continue
-        if rank >= len(order):
-            raise CodecError(f"runs tile: label rank {rank} of {len(order)}")
-        label = order[rank]
+        first = label_of_rank(label_candidates(index, y, 0, 0), -1, n_colours, rank)
+        if first is None:
+            raise CodecError(f"runs tile: label rank {rank} of {n_colours}")
+        label = first
         a0, j = 0, 0
         starts: list[int] = []
         while True:
@@ -403,11 +436,11 @@ def runs_decode(next_symbol: Callable[[int], int], th: int, tw: int, n_colours: 
             if not a0 < a1 < tw:
                 raise CodecError(f"runs tile: run boundary {a1} outside ({a0}, {tw})")
             index[y, a0:a1] = label
-            order = label_order(label_candidates(index, y, a1, a0), label, n_colours)
             rank = next_symbol(f2.RUN_CTX_LABEL) if explicit else 0
-            if rank >= len(order):
-                raise CodecError(f"runs tile: label rank {rank} of {len(order)}")
-            label = order[rank]
+            following = label_of_rank(label_candidates(index, y, a1, a0), label, n_colours, rank)
+            if following is None:
+                raise CodecError(f"runs tile: label rank {rank} of {n_colours - 1}")
+            label = following
             starts.append(a1)
             a0 = a1
         above = starts
@@ -807,6 +840,7 @@ def rans_decode(
     stride = f2.set_tables(flags)
     plane = plane if flags & f2.FLAG_PLANE_CONTEXT and plane >= f2.PLANE_CONTEXT_MIN_PIXELS else 0
     distances = np.array(f2.WIDE_DISTANCES if wide else (f2.CONTEXT_DISTANCE,))
+    context_of = f2.context_of_value(np.arange(256), wide)  # (looked up: a step is often 2 symbols)
     states = buf[start : start + 4 * lanes].view("<u4").astype(np.int64)
     if (states < f2.STATE_LOW).any():
         raise CodecError(f"rANS state below {f2.STATE_LOW}")
@@ -820,7 +854,7 @@ def rans_decode(
         # it was decoded in an earlier step (by any lane): out already holds it.
         back = i[:, None] - distances[None, :]
         u = np.where(back >= 0, out[np.maximum(back, 0)], 0).max(axis=1)
-        t = set_of[i] * stride + f2.context_of_value(u, wide)
+        t = set_of[i] * stride + context_of[u]
         if plane:
             t += f2.PLANE_CONTEXT * ((i >= plane) & (out[np.maximum(i - plane, 0)] > 0))
         slot = x & (f2.PROB_SCALE - 1)

@@ -13,6 +13,6 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
 
 from prepkit import cudasim
 
-# A short thread switch interval (about 4x faster here) and a lock around the simulator's
+# A barrier in place of the simulator's polling loop (faster) and a lock around its
 # shared-array allocation (prepkit/cudasim.py).
 cudasim.tune()

@@ -51,3 +51,62 @@ def test_threads_of_a_block_share_one_shared_array_under_fast_switching() -> Non
             np.testing.assert_array_equal(out.copy_to_host(), (np.arange(1, 33) % 32) * 11)
     finally:
         sys.setswitchinterval(before)
+
+
+def test_block_barrier_counts_running_threads_and_raises_the_first_error() -> None:
+    """prepkit.cudasim.tune() replaces the simulator's polling block scheduler by a barrier:
+    every thread of a block sees the writes made before a syncthreads, threads that returned
+    early do not hold the others at later barriers, syncthreads_count counts, and a
+    thread's exception (not the waiting threads' aborts) reaches the launch."""
+    import pytest
+    from numba.cuda.simulator import kernel
+
+    from prepkit import cudasim
+
+    assert cudasim.tune() and getattr(kernel.BlockManager.run, "prepkit_barrier", False)
+
+    @cuda.jit
+    def rounds(out, counts):
+        tid = cuda.threadIdx.x
+        s = cuda.shared.array(64, np.int32)
+        s[tid] = tid
+        cuda.syncthreads()
+        for step in range(6):  # thread t leaves after t % 6 rounds
+            if tid % 6 == step:
+                out[tid] = s[(tid + 1) % 64]
+                return
+            cuda.syncthreads()
+            s[tid] += 1
+            cuda.syncthreads()
+        counts[0] = cuda.syncthreads_count(tid % 3 == 0)  # (never reached: every thread left)
+
+    @cuda.jit
+    def count(counts):
+        tid = cuda.threadIdx.x
+        counts[tid] = cuda.syncthreads_count(tid % 3 == 0)
+
+    for blocks in (1, 3):
+        out = cuda.to_device(np.zeros(64, np.int32))
+        counts = cuda.to_device(np.zeros(6, np.int32))
+        rounds[blocks, 64](out, counts)
+        tid = np.arange(64)
+        # thread t reads its neighbour after t % 6 rounds: the neighbour had t % 6 increments
+        # when it was still running by then, else its own number of rounds
+        neighbour = (tid + 1) % 64
+        np.testing.assert_array_equal(out.copy_to_host(), neighbour + np.minimum(tid % 6, neighbour % 6))
+        assert counts.copy_to_host()[0] == 0
+        every = cuda.to_device(np.zeros(64, np.int32))
+        count[blocks, 64](every)
+        np.testing.assert_array_equal(every.copy_to_host(), np.full(64, 22))
+
+    @cuda.jit
+    def fails(values):
+        tid = cuda.threadIdx.x
+        cuda.syncthreads()
+        if tid == 5:
+            values[100] = 1  # past the end: the simulator raises IndexError
+        cuda.syncthreads()
+        values[tid] = tid
+
+    with pytest.raises(IndexError, match=r"tid=\[5, 0, 0\]"):
+        fails[1, 32](cuda.to_device(np.zeros(32, np.int32)))

@@ -465,3 +465,28 @@ def test_masks_without_coded_symbols_are_estimated_in_closed_form(monkeypatch: p
     image = blobs(200, 260, c, seed=seed, n=4)
     assert lossless.encode(image, version=2) == r2.encode(image)
     assert bool(calls) == counted
+
+
+def test_label_rank_and_label_of_rank_follow_label_order() -> None:
+    """The reference coders' label_rank and label_of_rank (no list of every index) give
+    label_order's answers for every candidate list, left index and value of small palettes,
+    and the numba coders' runs._rank and runs._label do too."""
+    import itertools
+
+    checked = 0
+    for n_colours in range(1, 7):
+        values = [runs.NO_LABEL, *range(n_colours)]
+        for candidates in itertools.product(values, repeat=3):
+            present = [v for v in candidates if v >= 0]
+            for left in range(-1, n_colours):
+                order = r2.label_order(present, left, n_colours)
+                for rank in range(len(order) + 2):
+                    expected = order[rank] if rank < len(order) else None
+                    assert r2.label_of_rank(present, left, n_colours, rank) == expected
+                    numba_label = runs._label(rank, *candidates, left, n_colours)
+                    assert (None if numba_label == runs.NO_LABEL else numba_label) == expected
+                for value in order:
+                    assert r2.label_rank(present, left, value) == order.index(value)
+                    assert runs._rank(value, *candidates, left) == order.index(value)
+                    checked += 1
+    assert checked > 10_000

@@ -12,8 +12,10 @@ or once before a training job's ranks start.
 The parts run the paths a user runs on tiny images: ``encode`` (``lossless.encode``, every
 tile kind, v1 and v2), ``decode`` (``lossless.decode``, ``decode_batch`` and the Reader's
 planned decode, whole images and crops, of streams written by the numpy reference encoders so
-that this part does not wait for the encoder's compile) and ``reader`` (a Reader over a raw
-store with the usual crop, flip, cast and normalise: the fused augmentation kernels).
+that this part does not wait for the encoder's compile), ``reader`` (a Reader over a raw
+store with the usual crop, flip, cast and normalise: the fused augmentation kernels) and
+``augment`` (the colour stage of ColorJitter and the policies, on uint8 and float32 pixels,
+and the channel ops).
 """
 
 from __future__ import annotations
@@ -87,6 +89,41 @@ def _reader() -> None:
         _read(_store(Path(folder), images, [layout.encode(image) for image in images], layout))
 
 
+def _augment() -> None:
+    """The colour stage (ColorJitter and the policies, on uint8 and on float32 pixels) and
+    the channel ops, which the reader part's transforms do not reach."""
+    from prepkit.augment import (
+        RGB,
+        CenterCrop,
+        ColorJitter,
+        Grayscale,
+        Normalize,
+        Pipeline,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        ToDtype,
+        TrivialAugmentWide,
+    )
+
+    def packed(images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        shapes = np.array([image.shape for image in images], np.int32)
+        offsets = np.concatenate([[0], np.cumsum([image.size for image in images])[:-1]]).astype(np.int64)
+        return np.concatenate([image.ravel() for image in images]), offsets, shapes
+
+    flat, offsets, shapes = packed([_photo(13, 12, 3, 5), _photo(9, 14, 3, 6)])
+    to_float, normalize = ToDtype("float32", scale=True), Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    jitter = ColorJitter(0.4, 0.4, 0.4, 0.1)
+    for ops in ([RandomResizedCrop(8), RandomHorizontalFlip(), jitter, to_float, normalize],  # uint8 stage
+                [CenterCrop(8), to_float, TrivialAugmentWide(), normalize],  # float32 stage
+                [RandomResizedCrop(8), jitter]):  # uint8 out
+        pipe = Pipeline(ops)
+        pipe(flat, offsets, shapes, pipe.params(shapes, np.arange(2)))
+    flat, offsets, shapes = packed([_photo(13, 12, 3, 5), _photo(11, 11, 1, 7), _photo(7, 9, 4, 8)])
+    for channel_op in (RGB(), Grayscale()):  # (a batch of mixed channel counts)
+        pipe = Pipeline([channel_op])
+        pipe.apply_packed(flat, offsets, shapes, pipe.params(shapes, np.arange(3)))
+
+
 def _store(folder: Path, images: list[np.ndarray], encoded: list[bytes], layout: Layout | None = None) -> Path:
     """A store of ``images`` whose stored bytes are ``encoded`` (lossless v2 by default)."""
     from prepkit.layouts import LosslessLayout
@@ -112,7 +149,8 @@ def _read(store: Path) -> None:
             pass
 
 
-PARTS: dict[str, Callable[[], None]] = {"decode": _decode, "encode": _encode, "reader": _reader}
+PARTS: dict[str, Callable[[], None]] = {"decode": _decode, "encode": _encode, "reader": _reader,
+                                        "augment": _augment}
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def test_parts_fill_the_cache_of_the_decoder_and_the_encoder() -> None:
 
 
 def test_unknown_parts_and_job_counts_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"parts among \['decode', 'encode', 'reader'\]. Got \['decoder'\]"):
+    with pytest.raises(ValueError, match=r"parts among \['augment', 'decode', 'encode', 'reader'\]. Got \['decoder'\]"):
         warmup.warm(["decode", "decoder"])
     with pytest.raises(ValueError, match="Got \\[\\]"):
         warmup.warm([])
@@ -90,3 +90,10 @@ def test_cli_runs_the_named_parts_and_refuses_unknown_ones() -> None:
 def test_module_entry_refuses_an_unknown_part(capsys: pytest.CaptureFixture[str]) -> None:
     assert warmup.main(["decode", "gpu"]) == 2
     assert "Got ['gpu']" in capsys.readouterr().err
+
+
+def test_the_augment_part_runs_the_colour_stage_and_the_channel_ops() -> None:
+    """The augment part (in this process: its kernels load from the cache `make test`'s
+    warm-up filled) runs its pipelines without an error."""
+    result = warmup.run_part("augment")
+    assert result.name == "augment" and result.error is None, result

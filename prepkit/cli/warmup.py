@@ -1,4 +1,4 @@
-"""``prepkit warmup [--parts decode,encode,reader] [--jobs N]``: compile the CPU kernels once."""
+"""``prepkit warmup [--parts decode,encode,reader,augment] [--jobs N]``: compile the CPU kernels once."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from prepkit.cli.options import progress_bar
 
 
 @click.command()
-@click.option("--parts", default="decode,encode,reader", show_default=True,
+@click.option("--parts", default="decode,encode,reader,augment", show_default=True,
               help="Comma-separated parts: decode (lossless decoders), encode (lossless encoders), "
                    "reader (the Reader's augmentation kernels).")
 @click.option("--jobs", type=click.IntRange(1, None), default=None, help="Processes at once  [default: one per part]")

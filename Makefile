@@ -31,29 +31,32 @@ demo: setup
 	@echo "== prepkit bench-decode (the bundled sample photos, every format side by side)"
 	$(PREPKIT) bench-decode --repeat 3 --json $(DEMO_OUT)/bench.json --plot $(DEMO_OUT)/bench.png
 
-# The whole suite, in three pytest processes side by side: the codec's tests (CODEC_TESTS),
-# the rest of the main suite, and the CUDA kernels under numba's simulator, which must be
-# switched on before numba is first imported. Each is mostly one thread; the three split the
-# two cores of the CI machine more evenly than two did. The other two's output is printed when
-# all are done; make fails if any fails. All use the CPU kernels: `prepkit warmup` compiles
-# them once first (its parts on both cores), where each process would otherwise compile them
-# on its own in its first minutes.
+# The whole suite, in two lines of pytest processes side by side, each mostly one thread: the
+# main suite, and the CUDA kernels under numba's simulator (which must be switched on before
+# numba is first imported: its own process), followed by LATE_TESTS, a part of the main suite
+# that evens the two lines out (the simulator suite is the shorter; a third process beside
+# both slowed the simulator's threads by half). The second line's output is printed when
+# both are done; make fails if any process fails. All use the CPU kernels: `prepkit warmup`
+# compiles them once first (its parts on both cores), where each process would otherwise
+# compile them on its own in its first minutes.
 SIM_LOG := out/test-cudasim.log
-CODEC_LOG := out/test-codec.log
-CODEC_TESTS := tests/lossless tests/bench tests/decode
+LATE_LOG := out/test-late.log
+LATE_TESTS := tests/bench tests/decode tests/remote
 test: setup lint
 	@mkdir -p out
 	@echo "== prepkit warmup (the CPU kernels compiled once, into numba's cache, for the test processes)"
 	$(PREPKIT) warmup
-	@NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q --durations=10 tests/cudasim > $(SIM_LOG) 2>&1 & sim=$$!; \
-	$(PY) -m pytest -q --durations=10 $(CODEC_TESTS) > $(CODEC_LOG) 2>&1 & codec=$$!; \
-	echo "== main suite but the codec's tests ($(CODEC_TESTS) and the CUDA simulator suite run beside it, output in $(CODEC_LOG) and $(SIM_LOG))"; \
-	$(PY) -m pytest -q --durations=10 tests --ignore=tests/cudasim $(CODEC_TESTS:%=--ignore=%); main=$$?; \
-	wait $$codec; coded=$$?; wait $$sim; simulated=$$?; \
-	echo "== the codec's tests"; cat $(CODEC_LOG); \
+	@(NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q --durations=10 tests/cudasim > $(SIM_LOG) 2>&1; simulated=$$?; \
+	  $(PY) -m pytest -q --durations=10 $(LATE_TESTS) > $(LATE_LOG) 2>&1; late=$$?; \
+	  echo "simulator suite exit $$simulated, $(LATE_TESTS) exit $$late" >> $(LATE_LOG); \
+	  [ $$simulated -eq 0 ] && [ $$late -eq 0 ]) & side=$$!; \
+	echo "== main suite but $(LATE_TESTS) (the CUDA simulator suite and then those run beside it, output in $(SIM_LOG) and $(LATE_LOG))"; \
+	$(PY) -m pytest -q --durations=10 tests --ignore=tests/cudasim $(LATE_TESTS:%=--ignore=%); main=$$?; \
+	wait $$side; beside=$$?; \
 	echo "== CUDA simulator suite"; cat $(SIM_LOG); \
-	if [ $$main -ne 0 ] || [ $$coded -ne 0 ] || [ $$simulated -ne 0 ]; then \
-	  echo "make test: main suite exit $$main, codec tests exit $$coded, simulator suite exit $$simulated"; exit 1; fi
+	echo "== $(LATE_TESTS)"; cat $(LATE_LOG); \
+	if [ $$main -ne 0 ] || [ $$beside -ne 0 ]; then \
+	  echo "make test: main suite exit $$main, the simulator suite and $(LATE_TESTS) exit $$beside"; exit 1; fi
 
 # Lint and types: ruff over the code and tests, mypy over the package (configuration in
 # pyproject.toml).

@@ -31,32 +31,23 @@ demo: setup
 	@echo "== prepkit bench-decode (the bundled sample photos, every format side by side)"
 	$(PREPKIT) bench-decode --repeat 3 --json $(DEMO_OUT)/bench.json --plot $(DEMO_OUT)/bench.png
 
-# The whole suite, in two lines of pytest processes side by side, each mostly one thread: the
-# main suite, and the CUDA kernels under numba's simulator (which must be switched on before
-# numba is first imported: its own process), followed by LATE_TESTS, a part of the main suite
-# that evens the two lines out (the simulator suite is the shorter; a third process beside
-# both slowed the simulator's threads by half). The second line's output is printed when
-# both are done; make fails if any process fails. All use the CPU kernels: `prepkit warmup`
-# compiles them once first (its parts on both cores), where each process would otherwise
-# compile them on its own in its first minutes.
+# The whole suite. CUDA kernels run under numba's simulator, which must be switched on
+# before numba is first imported, so those tests run in their own pytest process. The two
+# processes run side by side (each is mostly one thread; the simulator suite is the longer),
+# the simulator's output is printed when both are done; make fails if either fails. Both
+# use the CPU kernels: `prepkit warmup` compiles them once first (its parts on both cores),
+# where each suite would otherwise compile them on its own in its first minutes.
 SIM_LOG := out/test-cudasim.log
-LATE_LOG := out/test-late.log
-LATE_TESTS := tests/bench tests/decode tests/remote
 test: setup lint
 	@mkdir -p out
-	@echo "== prepkit warmup (the CPU kernels compiled once, into numba's cache, for the test processes)"
+	@echo "== prepkit warmup (the CPU kernels compiled once, into numba's cache, for both suites)"
 	$(PREPKIT) warmup
-	@(NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q --durations=10 tests/cudasim > $(SIM_LOG) 2>&1; simulated=$$?; \
-	  $(PY) -m pytest -q --durations=10 $(LATE_TESTS) > $(LATE_LOG) 2>&1; late=$$?; \
-	  echo "simulator suite exit $$simulated, $(LATE_TESTS) exit $$late" >> $(LATE_LOG); \
-	  [ $$simulated -eq 0 ] && [ $$late -eq 0 ]) & side=$$!; \
-	echo "== main suite but $(LATE_TESTS) (the CUDA simulator suite and then those run beside it, output in $(SIM_LOG) and $(LATE_LOG))"; \
-	$(PY) -m pytest -q --durations=10 tests --ignore=tests/cudasim $(LATE_TESTS:%=--ignore=%); main=$$?; \
-	wait $$side; beside=$$?; \
+	@NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q --durations=10 tests/cudasim > $(SIM_LOG) 2>&1 & sim=$$!; \
+	echo "== main suite (the CUDA simulator suite runs beside it, output in $(SIM_LOG))"; \
+	$(PY) -m pytest -q --durations=10 tests --ignore=tests/cudasim; main=$$?; \
+	wait $$sim; simulated=$$?; \
 	echo "== CUDA simulator suite"; cat $(SIM_LOG); \
-	echo "== $(LATE_TESTS)"; cat $(LATE_LOG); \
-	if [ $$main -ne 0 ] || [ $$beside -ne 0 ]; then \
-	  echo "make test: main suite exit $$main, the simulator suite and $(LATE_TESTS) exit $$beside"; exit 1; fi
+	if [ $$main -ne 0 ] || [ $$simulated -ne 0 ]; then echo "make test: main suite exit $$main, simulator suite exit $$simulated"; exit 1; fi
 
 # Lint and types: ruff over the code and tests, mypy over the package (configuration in
 # pyproject.toml).

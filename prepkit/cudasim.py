@@ -9,8 +9,8 @@ them in a loop. Two things follow:
   decoded 13x faster, 15.4 s -> 1.16 s on the dev VM; the simulator suite 881 s -> 226 s, when
   it was smaller). `tune()` now replaces the loop by a barrier the threads wait on
   (`_block_barrier`; the launching thread waits for them) and keeps Python's 5 ms interval:
-  the simulator suite took 582 s with the loop, 409 s with the barrier at 0.1 ms and 365 s at
-  5 ms (2026-11-29, dev VM, the two barrier runs side by side);
+  the simulator suite's tests took 582 s with the loop, 406 s with the barrier at 0.1 ms and
+  357 s at 5 ms (sums of durations; 2026-11-29, dev VM, the two barrier runs side by side);
 - the simulator's `cuda.shared.array` looks an allocation up and creates it without a lock, so
   two threads that reach it together can get different arrays and read each other's
   uninitialised memory (seen as out-of-bounds reads in the v1 kernel under the fuzz harness

@@ -268,11 +268,8 @@ def label_order(candidates: list[int], left: int, n_colours: int) -> list[int]:
     without `left` (the index of the run before, -1 for a row's first run). The definition;
     the coders use label_rank and label_of_rank, which give the same answers without
     listing every index (tests compare them)."""
-    order: list[int] = []
-    for v in [*candidates, *range(n_colours)]:
-        if v != left and v not in order:
-            order.append(v)
-    return order
+    head = _label_head(candidates, left)
+    return head + [v for v in range(n_colours) if v != left and v not in head]
 
 
 def _label_head(candidates: list[int], left: int) -> list[int]:

@@ -11,8 +11,9 @@ from the image with the stream's colour transform, predictors and table sets. Th
 - ``refine``: each tile's predictors (and table sets) chosen again by their cost under the
   stream's own tables, contexts included, plane by plane, where the encoders choose by the
   zig-zag bit lengths (docs/LOSSLESS.md A9). Also with every colour transform tried, and with
-  a context-free cost per (set, symbol) in place of the bit lengths. No table is rebuilt
-  after the new choices, so this is a lower bound for an encoder that did it. Reported as the
+  a context-free cost per (set, symbol) in place of the bit lengths. Most of it comes from
+  the table sets. No table is counted again after the new choices, as an encoder would (which
+  moves the figure either way; docs/BENCHMARKS.md has a trial that does). Reported as the
   share of the stream saved.
 - ``signs``: residual signs. A4's context is the largest of four earlier symbols, which says
   how large the residual around is but not its sign. Three variants: the symbol negated where

@@ -85,6 +85,7 @@ class Stream:
     n_sets: int
     wide: bool
     plane_bits: bool
+    runs_sets: np.ndarray  # bool (n_sets,): the sets that hold runs tiles' tables (no plane may take them)
 
 
 def coded_tiles(image: np.ndarray) -> Stream:
@@ -109,8 +110,13 @@ def coded_tiles(image: np.ndarray) -> Stream:
     flags = s.header.flags
     g = f2.set_tables(flags)
     freq = s.tables.freq.astype(np.int64)
-    return Stream(len(data), tiles, freq, f2.cost_table(freq).astype(np.int64), g, s.tables.n_tables // g,
-                  bool(flags & f2.FLAG_WIDE_CONTEXT), bool(flags & f2.FLAG_PLANE_CONTEXT))
+    n_sets = s.tables.n_tables // g
+    runs_sets = np.zeros(n_sets, np.bool_)
+    for i in np.flatnonzero(np.isin(s.mode, f2.RUNS_MODES)):
+        first = int(s.table_set[i, 0])  # its contexts' tables run on into the next set with four a set
+        runs_sets[first : first + f2.runs_sets(g)] = True
+    return Stream(len(data), tiles, freq, f2.cost_table(freq).astype(np.int64), g, n_sets,
+                  bool(flags & f2.FLAG_WIDE_CONTEXT), bool(flags & f2.FLAG_PLANE_CONTEXT), runs_sets)
 
 
 # ----------------------------------------------------------------------------- refine
@@ -118,12 +124,14 @@ def coded_tiles(image: np.ndarray) -> Stream:
 
 def plane_costs(stream: Stream, before: np.ndarray, symbols: np.ndarray) -> np.ndarray:
     """Cost in 1/16 bits of one plane's symbols under each table set, after the tile's
-    earlier planes' symbols `before` (their context values and plane bits reach into it)."""
+    earlier planes' symbols `before` (their context values and plane bits reach into it);
+    a runs set costs more than any real choice."""
     plane = symbols.size
     sequence = np.concatenate([before, symbols])
     ctx = f2.contexts(sequence, stream.wide, plane if stream.plane_bits else 0)[before.size :]
     rows = np.arange(stream.n_sets)[:, None] * stream.set_tables + ctx[None, :]
-    return stream.cost[rows, symbols[None, :]].sum(axis=1)
+    costs = stream.cost[rows, symbols[None, :]].sum(axis=1)
+    return np.where(stream.runs_sets, np.iinfo(np.int64).max // 4, costs)
 
 
 def tile_cost(stream: Stream, planes: list[np.ndarray], sets: Sequence[int]) -> int:

@@ -86,3 +86,15 @@ def test_estimate_weights_every_variant_over_the_images(make) -> None:  # type: 
     for idea, name, value in rows:  # a weighted mean lies between the images' own values
         low, high = sorted((one[idea, name], two[idea, name]))
         assert low - 1e-12 <= value <= high + 1e-12, (idea, name)
+
+
+def test_planes_never_take_a_runs_tiles_set() -> None:
+    """A stream with runs tiles appends their tables as whole sets: a coded plane of
+    mostly zero residuals could look cheap under them, so plane_costs prices them out."""
+    image = dithered_ramp(128, 128)
+    image[:, :64] = np.where((np.arange(64) // 9 % 2 == 0)[None, :, None], 30, 200)  # runs tiles on the left
+    stream = modelling.coded_tiles(image)
+    assert stream.runs_sets.any() and not stream.runs_sets.all()
+    tile = stream.tiles[0]
+    costs = modelling.plane_costs(stream, np.zeros(0, np.int64), tile.symbols()[0])
+    assert (costs[stream.runs_sets] > costs[~stream.runs_sets].max()).all()

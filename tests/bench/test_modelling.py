@@ -1,6 +1,8 @@
 """prepkit.bench.modelling: each estimate finds the redundancy it models in an image made to
 have it, and only counts what the encoder really coded."""
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -76,7 +78,7 @@ def test_refine_never_counts_a_loss_and_more_options_save_at_least_as_much() -> 
 
 
 @pytest.mark.parametrize("make", [dithered_ramp, correlated_noise])
-def test_estimate_weights_every_variant_over_the_images(make) -> None:  # type: ignore[no-untyped-def]
+def test_estimate_weights_every_variant_over_the_images(make: Callable[[], np.ndarray]) -> None:
     images = [make(), make()[:, ::-1].copy()]
     rows = list(modelling.estimate(images, modelling.IDEAS))
     ideas = {idea for idea, _, _ in rows}

@@ -66,11 +66,10 @@ class CodedTile:
         k = self.colour if colour is None else colour
         return r2.colour_forward(self.pixels, k) if self.pixels.shape[2] >= 3 else self.pixels
 
-    def symbols(self, predictors: Sequence[int] | None = None, colour: int | None = None) -> list[np.ndarray]:
-        """The zig-zag residual symbols of each plane, flattened."""
-        q = self.planes(colour)
-        preds = self.predictors if predictors is None else predictors
-        return [r2.zigzag(r2.predict(q[..., k], preds[k])).ravel() for k in range(q.shape[2])]
+    def symbols(self) -> list[np.ndarray]:
+        """The zig-zag residual symbols of each plane as the stream codes them, flattened."""
+        q = self.planes()
+        return [r2.zigzag(r2.predict(q[..., k], self.predictors[k])).ravel() for k in range(q.shape[2])]
 
 
 @dataclass
@@ -180,9 +179,10 @@ def refine(stream: Stream) -> dict[str, float]:
     saved = {"same colour transform": 0, "every colour transform": 0, "context-free cost": 0}
     for tile in stream.tiles:
         current = tile_cost(stream, tile.symbols(), tile.sets)
-        same, _ = cheapest(stream, tile, tile.colour)
         colours = f2.ENCODER_COLOURS if tile.pixels.shape[2] >= 3 else (0,)
-        every = min(cheapest(stream, tile, k)[0] for k in colours)
+        by_colour = {k: cheapest(stream, tile, k)[0] for k in colours}  # the stream's transform among them
+        same = by_colour[tile.colour]
+        every = min(by_colour.values())
         free = min(cheapest(stream, tile, k, merged)[0] for k in colours)
         saved["same colour transform"] += max(0, current - same)
         saved["every colour transform"] += max(0, current - every)
@@ -212,13 +212,11 @@ class Histograms:
         return total / 8
 
 
-def model_keys(stream: Stream, tile: CodedTile, sequence: np.ndarray, fine: np.ndarray | None = None) -> np.ndarray:
-    """Key of every symbol of a tile's sequence: (table set, plane bit, A4 context), times
-    27 plus `fine` when given."""
+def model_keys(stream: Stream, tile: CodedTile, sequence: np.ndarray) -> np.ndarray:
+    """Key of every symbol of a tile's sequence: (table set, plane bit, A4 context)."""
     plane = tile.pixels.shape[0] * tile.pixels.shape[1]
     ctx = f2.contexts(sequence, stream.wide, plane if stream.plane_bits else 0)
-    keys = np.repeat(np.asarray(tile.sets), plane) * f2.MAX_SET_TABLES + ctx
-    return keys if fine is None else keys * 27 + fine
+    return np.repeat(np.asarray(tile.sets), plane) * f2.MAX_SET_TABLES + ctx
 
 
 def back(sequence: np.ndarray, distance: int) -> np.ndarray:
@@ -335,12 +333,12 @@ def predictors(stream: Stream) -> dict[str, float]:
     base, new = Histograms(), Histograms()
     for tile in stream.tiles:
         q = tile.planes()
-        mine = tile.symbols()
-        chosen = []
+        mine, chosen = [], []
         for k in range(q.shape[2]):
             own = signed(r2.predict(q[..., k], tile.predictors[k]))
             options = [own] + [signed(q[..., k] - guess) for guess in extra_predictions(q[..., k])]
             best = min(options, key=lambda r: float(np.log2(1 + np.abs(r)).sum()))
+            mine.append(r2.zigzag(own).ravel())
             chosen.append(r2.zigzag(best).ravel())
         for h, planes in ((base, mine), (new, chosen)):
             sequence = np.concatenate(planes)

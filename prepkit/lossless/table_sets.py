@@ -28,6 +28,7 @@ from prepkit.lossless import frequencies
 
 SAMPLE = 1024  # items the Lloyd rounds look at: a 2560x2560 RGB photograph has 4,800
 LLOYD_ROUNDS = 1  # per split; 3 saved 0.02% more bytes (first 12 images per set) in 2x the time
+REFINE_ROUNDS = 3  # Lloyd rounds on every item under the stream's own tables (refine)
 # Images whose per-tile histograms (4C or 8C x 256 uint16 per tile) exceed this are left with one set
 # per plane: the numba encoder keeps such histograms only up to its HISTOGRAM_BUDGET.
 ITEMS_BUDGET = 64 << 20
@@ -160,26 +161,34 @@ def _tables(items: tuple[np.ndarray, np.ndarray, np.ndarray], sets: np.ndarray, 
     return _COST_OF_FREQ[freq].reshape(n_sets, -1)
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _costs(starts, columns, counts, cost):
-    """(m, n_sets) int64 keys: each item's count of distinct symbols the set's tables lack,
-    times 2^32, plus its cost in 1/16 bits under them. The fewest missing symbols win (a set
-    that codes them all, when one exists), then the lowest cost. Integer sums (no BLAS: its
-    threads would fight numba's for the cores), exact in any order; items in parallel."""
-    n_sets = cost.shape[0]
+@njit(parallel=True, cache=True, nogil=True, boundscheck=False)
+def _costs_by_column(starts, columns, counts, cost_by_column):
+    """_costs with the cost tables transposed, (width, n_sets): an entry's costs under every
+    set are one contiguous row (3x faster than a set at a time over the entries)."""
+    n_sets = cost_by_column.shape[1]
     out = np.zeros((starts.size - 1, n_sets), np.int64)
     for i in prange(starts.size - 1):
+        total = np.zeros(n_sets, np.int64)
+        missing = np.zeros(n_sets, np.int64)
+        for e in range(starts[i], starts[i + 1]):
+            row = cost_by_column[columns[e]]
+            count = counts[e]
+            for s in range(n_sets):
+                bits = row[s]
+                total[s] += count * max(bits, 0)
+                missing[s] += bits < 0
         for s in range(n_sets):
-            total = 0
-            missing = 0
-            for e in range(starts[i], starts[i + 1]):
-                bits = cost[s, columns[e]]
-                if bits < 0:
-                    missing += 1
-                else:
-                    total += counts[e] * bits
-            out[i, s] = (missing << 32) + total
+            out[i, s] = (missing[s] << 32) + total[s]
     return out
+
+
+def _costs(starts: np.ndarray, columns: np.ndarray, counts: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """(m, n_sets) int64 keys: each item's count of distinct symbols the set's tables (cost:
+    (n_sets, width) in 1/16 bits, -1 for an absent symbol) lack, times 2^32, plus its cost in
+    1/16 bits under them. The fewest missing symbols win (a set that codes them all, when one
+    exists), then the lowest cost. Integer sums (no BLAS: its threads would fight numba's for
+    the cores), exact in any order; items in parallel."""
+    return _costs_by_column(starts, columns, counts, np.ascontiguousarray(cost.T))
 
 
 # Bits of a symbol of frequency f in 1/4096 bits, by f (0 for f = 0): finer than the encoders'
@@ -222,9 +231,40 @@ def plane_contexts_pay(counts: np.ndarray, freq: np.ndarray) -> bool:
     return eight * 100 <= four * (100 - PLANE_CONTEXT_MIN_SAVING_PERCENT)
 
 
+def _stream_tables(items: Items, sets: np.ndarray, n_sets: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (table, symbol) counts of the items in each set and the tables the encoders would
+    write for them (frequencies.normalize_rows), both (n_sets * contexts, 256)."""
+    counts = _set_counts(items.starts, items.columns, items.counts, sets, n_sets, items.width).reshape(-1, 256)
+    return counts, frequencies.normalize_rows(counts)
+
+
+def refine(items: Items, sets: np.ndarray, n_sets: int) -> np.ndarray:
+    """Lloyd rounds under the stream's own tables: every item to the set whose tables (those
+    the encoders write for the current sets) code it cheapest, the tables counted again, up to
+    REFINE_ROUNDS times; the sets of the round whose symbols' entropy and packed tables
+    (stream_bytes) are smallest. propose's sets come from tables of a sample, with frequencies
+    that are not the stream's; this round is what the stop-51 estimate found most of the
+    encoder-only saving in (docs/BENCHMARKS.md, "What more modelling would buy")."""
+    best = sets
+    counts, freq = _stream_tables(items, sets, n_sets)
+    best_bytes = stream_bytes(0, counts, freq)
+    for _ in range(REFINE_ROUNDS):
+        cost = _COST_OF_FREQ[freq].reshape(n_sets, -1)
+        moved = np.argmin(_costs(items.starts, items.columns, items.counts, cost), axis=1)
+        if (moved == sets).all():
+            break
+        sets = moved
+        counts, freq = _stream_tables(items, sets, n_sets)
+        measure = stream_bytes(0, counts, freq)
+        if measure >= best_bytes:
+            break
+        best, best_bytes = sets, measure
+    return best
+
+
 def propose(items: Items | np.ndarray, sets: np.ndarray, n_sets: int, max_sets: int) -> tuple[np.ndarray, int]:
     """A set for each item and the set count, or (sets, n_sets) unchanged when there is
-    nothing to split.
+    nothing to split or move.
 
     items: (m, set_tables, 256) counts of (context, symbol) of each coded plane of the kept tiles, in
     tile order then plane order (a palette tile's index plane is one item), dense or as
@@ -232,33 +272,38 @@ def propose(items: Items | np.ndarray, sets: np.ndarray, n_sets: int, max_sets: 
     their sets now (0..n_sets-1)."""
     full = items if isinstance(items, Items) else sparse_items(items)
     m = full.starts.size - 1
-    if m < 2 or n_sets >= max_sets:
+    if m < 2:
         return sets, n_sets
     width = full.width
-    sample = np.unique(np.linspace(0, m - 1, min(m, SAMPLE)).astype(np.int64))
-    *part, symbols = _rows(full.starts, full.columns, full.counts, sample)
-    symbols = np.maximum(symbols, 1)
-    cur = sets[sample].copy()
     k = n_sets
-    while k < max_sets:
-        own = _costs(*part, _tables(part, cur, k, width))[np.arange(cur.size), cur]  # every symbol present
-        load = np.bincount(cur, weights=own.astype(np.float64), minlength=k)
-        split = int(np.argmax(load))
-        members = np.flatnonzero(cur == split)
-        rate = own[members] / symbols[members]
-        busy = members[rate > np.median(rate)]
-        if busy.size == 0:
-            break
-        cur[busy] = k
-        k += 1
-        for _ in range(LLOYD_ROUNDS):
-            best = np.argmin(_costs(*part, _tables(part, cur, k, width)), axis=1)
-            if (best == cur).all():
+    proposal = sets
+    if n_sets < max_sets:
+        sample = np.unique(np.linspace(0, m - 1, min(m, SAMPLE)).astype(np.int64))
+        sample_starts, sample_columns, sample_counts, symbols = _rows(full.starts, full.columns, full.counts, sample)
+        part = (sample_starts, sample_columns, sample_counts)
+        symbols = np.maximum(symbols, 1)
+        cur = sets[sample].copy()
+        while k < max_sets:
+            own = _costs(*part, _tables(part, cur, k, width))[np.arange(cur.size), cur]  # every symbol present
+            load = np.bincount(cur, weights=own.astype(np.float64), minlength=k)
+            split = int(np.argmax(load))
+            members = np.flatnonzero(cur == split)
+            rate = own[members] / symbols[members]
+            busy = members[rate > np.median(rate)]
+            if busy.size == 0:
                 break
-            cur = best
-    if k == n_sets:
+            cur[busy] = k
+            k += 1
+            for _ in range(LLOYD_ROUNDS):
+                best = np.argmin(_costs(*part, _tables(part, cur, k, width)), axis=1)
+                if (best == cur).all():
+                    break
+                cur = best
+        if k > n_sets:
+            proposal = np.argmin(_costs(full.starts, full.columns, full.counts, _tables(part, cur, k, width)), axis=1)
+    proposal = refine(full, proposal, k)
+    if k == n_sets and (proposal == sets).all():
         return sets, n_sets
-    proposal = np.argmin(_costs(full.starts, full.columns, full.counts, _tables(part, cur, k, width)), axis=1)
     used = np.unique(proposal)  # number the sets that kept items 0.. in order
     renumber = np.zeros(k, np.int64)
     renumber[used] = np.arange(used.size)

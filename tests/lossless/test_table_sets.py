@@ -106,6 +106,48 @@ def test_propose_leaves_what_it_cannot_split() -> None:
     assert n == 1 and one.tolist() == [0]
 
 
+def _measure(items: np.ndarray, sets: np.ndarray, n_sets: int) -> int:
+    counts, freq = table_sets._stream_tables(table_sets.sparse_items(items), sets, n_sets)
+    return table_sets.stream_bytes(0, counts, freq)
+
+
+def test_refine_moves_a_misplaced_item_to_the_set_that_codes_it_cheaper() -> None:
+    items = _two_classes(40)
+    right = np.arange(40, dtype=np.int64) % 2  # peaked items in set 0, spread ones in set 1
+    wrong = right.copy()
+    wrong[[4, 10]] = 1  # two peaked items among the spread ones
+    refined = table_sets.refine(table_sets.sparse_items(items), wrong, 2)
+    assert refined.tolist() == right.tolist()
+    assert _measure(items, refined, 2) < _measure(items, wrong, 2)
+
+
+def test_propose_at_the_set_limit_still_moves_misplaced_items() -> None:
+    items = _two_classes(40)
+    wrong = np.arange(40, dtype=np.int64) % 2
+    wrong[6] = 1
+    sets, n = table_sets.propose(items, wrong, 2, 2)
+    assert n == 2 and sets.tolist() == (np.arange(40) % 2).tolist()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_refine_never_returns_sets_the_measure_finds_larger(seed: int) -> None:
+    """On random items and sets (some symbols absent from some sets' tables), the sets
+    refine returns measure at most what the given ones do, and every item's symbols are
+    in its set's tables."""
+    rng = np.random.default_rng(seed)
+    m, n_sets = 60, 4
+    items = np.zeros((m, f2.CONTEXTS, 256), np.uint16)
+    for i in range(m):
+        width = int(rng.integers(2, 200))
+        items[i, rng.integers(0, f2.CONTEXTS), :width] = rng.integers(0, 50, width)
+    given = rng.integers(0, n_sets, m).astype(np.int64)
+    refined = table_sets.refine(table_sets.sparse_items(items), given, n_sets)
+    assert _measure(items, refined, n_sets) <= _measure(items, given, n_sets)
+    _, freq = table_sets._stream_tables(table_sets.sparse_items(items), refined, n_sets)
+    tables = freq.reshape(n_sets, f2.CONTEXTS, 256)
+    assert ((items == 0) | (tables[refined] > 0)).all()
+
+
 def test_applies_follows_the_histogram_budget_and_not_fast_decode() -> None:
     per_tile = f2.CONTEXTS * 256 * 2
     assert table_sets.applies(table_sets.ITEMS_BUDGET // (3 * per_tile), 3, False)

@@ -10,7 +10,9 @@ so a second tile's independent rounds in the same loop fill the wait; the third-
 shows where the loop stops being latency-bound. The rows "in registers" run the same rounds
 as the decoder does since stop 42: many rounds per call with the lane states kept in registers
 (rans_avx2.rans_rounds32, rans_pair32), with 8 lanes per step (AVX2) and, on a CPU with
-AVX-512 VBMI2, 16. Needs AVX2 (rans_avx2.AVAILABLE).
+AVX-512 VBMI2, 16, each with the table entries read by a load per lane (the decoder's
+default since stop 53) and by gather instructions (PREPKIT_HW_GATHER=1). The rows before
+them take the process's choice. Needs AVX2 (rans_avx2.AVAILABLE).
 """
 from __future__ import annotations
 
@@ -79,11 +81,12 @@ def three_tiles(sym_a, sym_b, sym_c, x_a, x_b, x_c, flat, ctx16, words, permute,
 
 
 @functools.cache
-def registers_loop(width: int, tiles: int) -> Callable:
+def registers_loop(width: int, tiles: int, hardware: bool = False) -> Callable:
     """`rounds` rounds of one tile (rans_rounds32) or two (rans_pair32) in one call, `width`
-    lanes per step; returns the words read."""
+    lanes per step, the table entries by a load per lane or (`hardware`) by gathers; returns
+    the words read."""
     if tiles == 1:
-        rounds32 = rans_avx2.ROUNDS32[width]
+        rounds32 = rans_avx2.ROUNDS32[width, hardware]
 
         @njit(nogil=True, boundscheck=False)
         def one(sym_a, sym_b, x_a, x_b, flat, ctx16, words, permute, rounds):
@@ -91,7 +94,7 @@ def registers_loop(width: int, tiles: int) -> Callable:
                             words, np.uint64(0), flat, permute)
 
         return one
-    pair32 = rans_avx2.PAIR32[width]
+    pair32 = rans_avx2.PAIR32[width, hardware]
 
     @njit(nogil=True, boundscheck=False)
     def two(sym_a, sym_b, x_a, x_b, flat, ctx16, words, permute, rounds):
@@ -101,6 +104,11 @@ def registers_loop(width: int, tiles: int) -> Callable:
         return w_a + w_b
 
     return two
+
+
+def row_name(name: str, width: int, hardware: bool) -> str:
+    """The table row of a loop in registers."""
+    return f"{name}, in registers, {width} lanes per step" + (", gather instructions" if hardware else "")
 
 
 def measure(rounds: int, repeat: int) -> dict[str, float]:
@@ -115,8 +123,8 @@ def measure(rounds: int, repeat: int) -> dict[str, float]:
 
     best = {"one tile": np.inf, "two tiles": np.inf, "three tiles": np.inf}
     widths = (8, 16) if rans_avx2.AVX512 else (8,)
-    registers = {f"{name}, in registers, {width} lanes per step": (registers_loop(width, tiles), tiles)
-                 for width in widths for name, tiles in (("one tile", 1), ("two tiles", 2))}
+    registers = {row_name(name, width, hardware): (registers_loop(width, tiles, hardware), tiles)
+                 for hardware in (False, True) for width in widths for name, tiles in (("one tile", 1), ("two tiles", 2))}
     best.update({name: np.inf for name in registers})
     for _ in range(repeat + 1):  # the first pass compiles
         (s_a, x_a), (s_b, x_b), (s_c, x_c) = tile(), tile(), tile()

@@ -3,11 +3,11 @@
 LLVM does not vectorise the rANS rounds on its own: each lane's table entry is a load at an
 address computed from its state (a gather, which LLVM's cost model refuses on AMD CPUs), and
 the lanes that renormalise take their words in lane order (a prefix count across lanes). So
-this module writes one step of eight lanes directly in LLVM IR, with the AVX2 gather and
-permute instructions, as a numba intrinsic that `cpu_v2._rans_rounds` calls four times per
-round of 32 lanes:
+this module writes one step of eight lanes directly in LLVM IR, with AVX2's permute
+instructions, as a numba intrinsic that `cpu_v2._rans_rounds` calls four times per round
+of 32 lanes:
 
-    e      = dec[bases[j] + (x & 4095)]                      one vpgatherdd
+    e      = dec[bases[j] + (x & 4095)]                      a load per lane (_table_entries)
     symbol = e & 255                                        8 bytes stored at row[128 + j0]
     x      = ((e >> 8) & 4095) * (x >> 12) + (x >> 12) + (e >> 20)
     need   = x < 2^16                                       a lane mask, then its popcount
@@ -30,7 +30,7 @@ images"). `rans_rounds32` (one tile) and `rans_pair32` (two tiles, a round of ea
 run many such rounds in one loop of IR whose lane states are loop values, which LLVM keeps
 in registers: in an array, as between calls of rans_round32, each round stored them and
 loaded them back (docs/BENCHMARKS.md "Lane states in registers"). On a CPU with AVX-512
-VBMI2, rans_pair32's steps take 16 lanes each (`_decode_step16`): one 16-way gather, and
+VBMI2, rans_pair32's steps take 16 lanes each (`_decode_step16`): sixteen table loads, and
 the renormalising lanes' words placed by one expanding load (`vpexpandw`) instead of the
 permutation table. Tiles of 8 or 16 lanes of narrow streams keep `rans_step8_narrow`, which
 takes its contexts in the step.
@@ -38,6 +38,11 @@ takes its contexts in the step.
 The permutation of each of the 256 lane masks is a row of PERMUTE (vpermd's indices). The
 caller guarantees 8 readable words at `w` and 136 bytes of `row` from `at`; the decoded values
 equal the scalar loop's (tests compare both on every lane count and on random tables).
+
+Each step reads its lanes' table entries with one scalar load per lane, not the gather
+instruction (vpgatherdd) it used until stop 53: on CPUs patched for Intel's Gather Data
+Sampling flaw a gather is several times slower (`_table_entries`); PREPKIT_HW_GATHER=1 brings
+the gathers back, for CPUs where they are faster.
 
 AVAILABLE is False on a CPU without AVX2 (or not x86-64); the decoder then keeps its scalar
 loop. The numpy reference of this step is `step_reference`.
@@ -63,8 +68,11 @@ AVAILABLE = (llvm.get_process_triple().startswith("x86_64") and bool(_FEATURES.g
 # PREPKIT_NO_AVX512=1 keeps 8 (tests run both where the CPU has it).
 AVX512 = (AVAILABLE and all(_FEATURES.get(f, False) for f in ("avx512f", "avx512bw", "avx512vl", "avx512vbmi2"))
           and os.environ.get("PREPKIT_NO_AVX512", "") in ("", "0"))
+# How a step reads its lanes' table entries: one load per lane (the default) or, with
+# PREPKIT_HW_GATHER=1, the CPU's gather instruction (_table_entries says why).
+HARDWARE_GATHER = os.environ.get("PREPKIT_HW_GATHER", "") not in ("", "0")
 # The CPU switches above, for the disk cache's key (jitcache.guard_disk_cache's extra).
-BUILD = f"avx2={AVAILABLE},avx512={AVX512}"
+BUILD = f"avx2={AVAILABLE},avx512={AVX512},hardware_gather={HARDWARE_GATHER}"
 
 # PERMUTE[m, j]: the index among the 8 loaded words of the word lane j takes under mask m
 # (the number of lanes below j that need one); lanes that take none get index 0 (unused).
@@ -181,26 +189,48 @@ def table_bases32(typingctx, row, at, tbase, ctx16, wmask, prev, pbit, bases):
     return sig, codegen
 
 
-def _gather_update(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value, table_base: ir.Value, flat_v,
-                   width: int) -> tuple[ir.Value, ir.Value]:
-    """The part of a rANS step that does not depend on its width's refill: each lane's table
-    entry by one gather (AVX2 for 8 lanes, AVX-512 for 16), the symbols stored to
-    row[at+SYM0 : at+SYM0+width], the states updated. Returns (states, lanes that need a
-    word); tys as _decode_step's."""
+def _table_entries(builder: ir.IRBuilder, flat_p: ir.Value, index: ir.Value, width: int,
+                   hardware: bool) -> ir.Value:
+    """<width x i32> of flat_p[index[j]] (flat_p an i8 pointer to the uint32 table).
+
+    hardware=False: one scalar load per lane, the index taken out of the vector and the value
+    put back into it (vpextrd, vpinsrd). hardware=True: one gather instruction (vpgatherdd).
+    The loads are the default: on CPUs with Intel's fix for Gather Data Sampling (microcode
+    of 2023 for Skylake to Ice Lake and Tiger Lake server and client parts, which most cloud
+    machines of those generations run), a gather costs several times what it did. On the dev
+    VM (Ice Lake-SP) a 16-lane gather took 28-37 cycles against 6-8 for the sixteen loads,
+    and the decoder ran 10-16% faster with the loads (docs/BENCHMARKS.md "Table entries by
+    loads, not gathers")."""
     vector = ir.VectorType(_I32, width)
-    index = builder.add(table_base, builder.and_(x, _splat(4095, width)))
-    flat_p = builder.bitcast(context.make_array(tys[4])(context, builder, flat_v).data, ir.PointerType(_I8))
+    if not hardware:
+        table = builder.bitcast(flat_p, ir.PointerType(_I32))
+        entries = ir.Constant(vector, ir.Undefined)
+        for j in range(width):
+            lane = ir.Constant(_I32, j)
+            value = builder.load(builder.gep(table, [builder.extract_element(index, lane)]), align=4)
+            entries = builder.insert_element(entries, value, lane)
+        return entries
     if width == 16:
         lanes = ir.VectorType(ir.IntType(1), 16)
         gather = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vector, [vector, ir.PointerType(_I8), vector, lanes, _I32]),
             "llvm.x86.avx512.mask.gather.dpi.512")
-        e = builder.call(gather, [_splat(0, 16), flat_p, index, ir.Constant(lanes, [1] * 16), ir.Constant(_I32, 4)])
-    else:
-        gather = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vector, [vector, ir.PointerType(_I8), vector, vector, _I8]),
-            "llvm.x86.avx2.gather.d.d.256")
-        e = builder.call(gather, [_splat(0), flat_p, index, _splat(-1), ir.Constant(_I8, 4)])
+        return builder.call(gather, [_splat(0, 16), flat_p, index, ir.Constant(lanes, [1] * 16),
+                                     ir.Constant(_I32, 4)])
+    gather = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vector, [vector, ir.PointerType(_I8), vector, vector, _I8]),
+        "llvm.x86.avx2.gather.d.d.256")
+    return builder.call(gather, [_splat(0), flat_p, index, _splat(-1), ir.Constant(_I8, 4)])
+
+
+def _gather_update(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value, table_base: ir.Value, flat_v,
+                   width: int, hardware: bool) -> tuple[ir.Value, ir.Value]:
+    """The part of a rANS step that does not depend on its width's refill: each lane's table
+    entry (_table_entries), the symbols stored to row[at+SYM0 : at+SYM0+width], the states
+    updated. Returns (states, lanes that need a word); tys as _decode_step's."""
+    index = builder.add(table_base, builder.and_(x, _splat(4095, width)))
+    flat_p = builder.bitcast(context.make_array(tys[4])(context, builder, flat_v).data, ir.PointerType(_I8))
+    e = _table_entries(builder, flat_p, index, width, hardware)
     out_at = builder.add(at_v, ir.Constant(at_v.type, SYM0))
     symbols = ir.VectorType(_I8, width)
     builder.store(builder.trunc(e, symbols), _address(builder, context, tys[0], row_v, out_at, symbols), align=1)
@@ -211,7 +241,7 @@ def _gather_update(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value
 
 
 def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: ir.Value, table_base: ir.Value,
-                 flat_v, words_v, w_v, permute_v):
+                 flat_v, words_v, w_v, permute_v, hardware: bool = HARDWARE_GATHER):
     """The rANS step of 8 lanes once each lane's table row (table_base, <8 x i32>) is known:
     gather, symbol store to row[at+SYM0 : at+SYM0+8], state update (_gather_update) and
     renormalisation, the words permuted into place by PERMUTE (the states back to states_p);
@@ -221,7 +251,7 @@ def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: 
     permd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8I32, [_V8I32, _V8I32]),
                                            "llvm.x86.avx2.permd")
     ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
-    x, need = _gather_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 8)
+    x, need = _gather_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 8, hardware)
     mask = builder.zext(builder.bitcast(need, _I8), _I32)
     count = builder.call(ctpop, [mask])
     next_words = builder.load(_address(builder, context, tys[-3], words_v, w_v, _V8I16), align=2)
@@ -238,8 +268,8 @@ def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: 
 
 
 def _decode_step16(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value, table_base: ir.Value, flat_v,
-                   words_v, w_v) -> tuple[ir.Value, ir.Value]:
-    """_decode_step on 16 lanes with AVX-512: one 16-way gather, and the words of the lanes
+                   words_v, w_v, hardware: bool = HARDWARE_GATHER) -> tuple[ir.Value, ir.Value]:
+    """_decode_step on 16 lanes with AVX-512: the sixteen table entries, and the words of the lanes
     that renormalise taken in lane order by one expanding load (vpexpandw, which reads
     exactly as many words as lanes need one) instead of a permutation table. Returns the new
     states and word index; tys as _decode_step's."""
@@ -248,7 +278,7 @@ def _decode_step16(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value
         builder.module, ir.FunctionType(v16i16, [ir.PointerType(_I16), v16i1, v16i16]),
         "llvm.masked.expandload.v16i16")
     ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
-    x, need = _gather_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 16)
+    x, need = _gather_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 16, hardware)
     count = builder.call(ctpop, [builder.zext(builder.bitcast(need, ir.IntType(16)), _I32)])
     words_p = builder.bitcast(_address(builder, context, tys[-3], words_v, w_v, _V8I16), ir.PointerType(_I16))
     word = builder.zext(builder.call(expand, [words_p, need, ir.Constant(v16i16, [0] * 16)]), _V16I32)
@@ -341,13 +371,14 @@ def rans_step8_narrow(typingctx, row, at, states, j0, flat, tbase, words, w, per
 
 
 def _rounds_loop(context, builder: ir.IRBuilder, n_v: ir.Value, tiles: list[tuple], flat: tuple,
-                 permute: tuple, width: int) -> list[ir.Value]:
+                 permute: tuple, width: int, hardware: bool) -> list[ir.Value]:
     """The IR of n_v rounds of 32-lane tiles, a round of each tile in turn (rans_round32's
     code), looping with the lane states as loop values: LLVM keeps them in registers, where
     states in an array go to memory and back every round (docs/BENCHMARKS.md "Lane states in
     registers"). Each tile is a tuple of (type, value) pairs (symbols, i, states, tbase,
     ctx16, wmask, back, words, w); flat and permute are (type, value). width: the lanes per
-    step, 8 (AVX2, _decode_step) or 16 (AVX-512, _decode_step16). Returns each tile's new w."""
+    step, 8 (AVX2, _decode_step) or 16 (AVX-512, _decode_step16); hardware: the table entries
+    by gather instructions (_table_entries). Returns each tile's new w."""
     i64 = ir.IntType(64)
     zero64 = ir.Constant(i64, 0)
 
@@ -392,10 +423,10 @@ def _rounds_loop(context, builder: ir.IRBuilder, n_v: ir.Value, tiles: list[tupl
             step_at = builder.add(at, ir.Constant(i64, width * k))
             if width == 16:
                 x, w_v = _decode_step16(context, builder, step_tys, sym_v, step_at, x_phis[steps * t + k], vectors[k],
-                                        flat[1], words_v, w_v)
+                                        flat[1], words_v, w_v, hardware)
             else:
                 x, w_v = _decode_step(context, builder, step_tys, sym_v, step_at, None, x_phis[steps * t + k],
-                                      vectors[k], flat[1], words_v, w_v, permute[1])
+                                      vectors[k], flat[1], words_v, w_v, permute[1], hardware)
             new_x.append(x)
         new_w.append(w_v)
     round_phi.add_incoming(builder.add(round_phi, ir.Constant(i64, 1)), builder.block)
@@ -416,8 +447,8 @@ def _tile_types(symbols, states, ctx16, words) -> list:
     return [symbols, u64, states, types.int64, ctx16, types.uint8, u64, words, u64]
 
 
-def _rounds32_intrinsic(width: int):
-    """rans_rounds32 with `width` lanes per step."""
+def _rounds32_intrinsic(width: int, hardware: bool):
+    """rans_rounds32 with `width` lanes per step, table entries by gathers when `hardware`."""
 
     @intrinsic
     def rans_rounds32(typingctx, n, symbols, i, states, tbase, ctx16, wmask, back, words, w, flat, permute):
@@ -430,15 +461,16 @@ def _rounds32_intrinsic(width: int):
 
         def codegen(context, builder, signature, args):
             pairs = list(zip(signature.args, args, strict=True))
-            return _rounds_loop(context, builder, args[0], [tuple(pairs[1:10])], pairs[10], pairs[11], width)[0]
+            return _rounds_loop(context, builder, args[0], [tuple(pairs[1:10])], pairs[10], pairs[11], width,
+                                hardware)[0]
 
         return sig, codegen
 
     return rans_rounds32
 
 
-def _pair32_intrinsic(width: int):
-    """rans_pair32 with `width` lanes per step."""
+def _pair32_intrinsic(width: int, hardware: bool):
+    """rans_pair32 with `width` lanes per step, table entries by gathers when `hardware`."""
 
     @intrinsic
     def rans_pair32(typingctx, n, sym_a, i_a, x_a, tbase_a, ctx16_a, wmask_a, back_a, words_a, w_a,
@@ -452,7 +484,7 @@ def _pair32_intrinsic(width: int):
         def codegen(context, builder, signature, args):
             pairs = list(zip(signature.args, args, strict=True))
             w_values = _rounds_loop(context, builder, args[0], [tuple(pairs[1:10]), tuple(pairs[10:19])],
-                                    pairs[19], pairs[20], width)
+                                    pairs[19], pairs[20], width, hardware)
             return context.make_tuple(builder, signature.return_type, w_values)
 
         return sig, codegen
@@ -460,14 +492,15 @@ def _pair32_intrinsic(width: int):
     return rans_pair32
 
 
-# ROUNDS32 and PAIR32 hold both widths (for tests and prepkit.bench.rans_rounds). The decoder
+# ROUNDS32 and PAIR32 hold both widths and both ways of reading the table entries, keyed by
+# (width, hardware gather), for tests and prepkit.bench.rans_rounds. The decoder
 # takes 16 lanes per step for pairs with AVX-512 (0.35 against 0.46-0.48 ns per symbol on the
 # dev VM) and 8 for a tile alone, whose rounds are one latency chain: 16 lanes per step make it
 # two chains instead of four, no faster (0.63-0.65 against 0.58-0.62 ns).
-ROUNDS32 = {width: _rounds32_intrinsic(width) for width in (8, 16)}
-PAIR32 = {width: _pair32_intrinsic(width) for width in (8, 16)}
-rans_rounds32 = ROUNDS32[8]
-rans_pair32 = PAIR32[16 if AVX512 else 8]
+ROUNDS32 = {(width, hardware): _rounds32_intrinsic(width, hardware) for width in (8, 16) for hardware in (False, True)}
+PAIR32 = {(width, hardware): _pair32_intrinsic(width, hardware) for width in (8, 16) for hardware in (False, True)}
+rans_rounds32 = ROUNDS32[8, HARDWARE_GATHER]
+rans_pair32 = PAIR32[16 if AVX512 else 8, HARDWARE_GATHER]
 
 
 def step_reference(row: np.ndarray, at: int, states: np.ndarray, j0: int, flat: np.ndarray, tbase: int,

@@ -44,11 +44,12 @@ def test_interleaved_loops_decode_what_each_tile_decodes_alone() -> None:
     _assert_decodes_alike(syms, xs, int(used), alone)
 
 
+@pytest.mark.parametrize("hardware", [False, True])
 @pytest.mark.parametrize("width", [8, 16])
 @pytest.mark.parametrize("tiles", [1, 2])
-def test_register_loops_decode_what_the_round_loop_decodes(width: int, tiles: int) -> None:
-    """The bench's "in registers" rows (rans_rounds32, rans_pair32) decode the symbols, lane
-    states and word counts of one_tile's rounds."""
+def test_register_loops_decode_what_the_round_loop_decodes(width: int, tiles: int, hardware: bool) -> None:
+    """The bench's "in registers" rows (rans_rounds32, rans_pair32), with the table entries by
+    loads and by gathers, decode the symbols, lane states and word counts of one_tile's rounds."""
     if not rans_avx2.AVAILABLE or (width == 16 and not rans_avx2.AVX512):
         assert not rans_avx2.AVX512  # (covered where the CPU has the instructions)
         return
@@ -56,7 +57,7 @@ def test_register_loops_decode_what_the_round_loop_decodes(width: int, tiles: in
     flat, ctx16, words, states, alone = _tiles_alone(5, 2, rounds)
     syms = [np.zeros_like(alone[0][0]) for _ in range(2)]
     xs = [x.copy() for x in states]
-    used = rans_rounds.registers_loop(width, tiles)(*syms, *xs, flat, ctx16, words, rans_avx2.PERMUTE, rounds)
+    used = rans_rounds.registers_loop(width, tiles, hardware)(*syms, *xs, flat, ctx16, words, rans_avx2.PERMUTE, rounds)
     _assert_decodes_alike(syms[:tiles], xs[:tiles], int(used), alone[:tiles])
 
 
@@ -67,5 +68,6 @@ def test_table_rows(capsys: pytest.CaptureFixture[str]) -> None:
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line.split("|")[2].strip()[:1].isdigit()]
     widths = (8, 16) if rans_avx2.AVX512 else (8,)
     assert [row.split("|")[1].strip() for row in rows] == ["one tile", "two tiles", "three tiles"] + [
-        f"{name}, in registers, {width} lanes per step" for width in widths for name in ("one tile", "two tiles")]
+        f"{name}, in registers, {width} lanes per step{suffix}" for suffix in ("", ", gather instructions")
+        for width in widths for name in ("one tile", "two tiles")]
     assert all(float(row.split("|")[2]) > 0 for row in rows)

@@ -4,6 +4,9 @@ rounds against its scalar rounds on the same inputs."""
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -133,9 +136,10 @@ def test_fused_round_matches_four_reference_steps(wide: bool, plane_bits: bool) 
 
 
 @functools.cache
-def _pair32_call(width: int):
-    """A compiled call of rans_pair32 with `width` lanes per step."""
-    pair32 = rans_avx2.PAIR32[width]
+def _pair32_call(width: int, hardware: bool):
+    """A compiled call of rans_pair32 with `width` lanes per step, the table entries by a load
+    per lane or (`hardware`) by gather instructions."""
+    pair32 = rans_avx2.PAIR32[width, hardware]
 
     @njit
     def call(n, sym_a, i_a, x_a, tbase_a, ctx16_a, wmask_a, back_a, words_a, w_a, sym_b, i_b, x_b, tbase_b, ctx16_b,
@@ -166,10 +170,12 @@ def _reference_rounds(n: int, row: np.ndarray, i: int, states: np.ndarray, flat:
 @pytest.mark.parametrize("width", [8, pytest.param(16, marks=needs_avx512)])
 @pytest.mark.parametrize("backs", [(0, 0), (96, 0), (0, 160), (224, 96)])
 @pytest.mark.parametrize("wides", [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("hardware", [False, True])
 def test_pair_of_32_lane_tiles_matches_the_reference_rounds(wides: tuple[bool, bool], backs: tuple[int, int],
-                                                            width: int) -> None:
+                                                            width: int, hardware: bool) -> None:
     """rans_pair32 (n rounds of two 32-lane tiles, lane states in registers) with 8 lanes per
-    step (AVX2) and 16 (AVX-512), against step_reference round by round on each tile, with
+    step (AVX2) and 16 (AVX-512), the table entries by loads and by gather instructions,
+    against step_reference round by round on each tile, with
     different contexts, plane bits and starting symbols per tile."""
     rng = np.random.default_rng(7 + 2 * wides[0] + 4 * wides[1] + backs[0] + backs[1])
     flat = random_tables(rng, 12)
@@ -186,7 +192,7 @@ def test_pair_of_32_lane_tiles_matches_the_reference_rounds(wides: tuple[bool, b
                               w=int(rng.integers(0, 40))))
         vector = [{**t, "row": t["row"].copy(), "states": t["states"].copy()} for t in tiles]
         a, b = vector
-        w_a, w_b = _pair32_call(width)(n, a["row"], a["i"], a["states"], a["tbase"], shuffle_table(a["wide"]),
+        w_a, w_b = _pair32_call(width, hardware)(n, a["row"], a["i"], a["states"], a["tbase"], shuffle_table(a["wide"]),
                            np.uint8(255 if a["wide"] else 0), a["back"], a["words"], a["w"], b["row"], b["i"],
                            b["states"], b["tbase"], shuffle_table(b["wide"]), np.uint8(255 if b["wide"] else 0),
                            b["back"], b["words"], b["w"], flat)
@@ -230,3 +236,18 @@ def test_vector_rounds_equal_the_scalar_rounds(lanes: int, wide: bool, back: int
         np.testing.assert_array_equal(out_v, out_s)
         contexts = ctx_of[out_v[sym0 : sym0 + i_v]]
         assert np.isin(np.arange(4), contexts).all()  # every context was decoded from
+
+
+@pytest.mark.parametrize(("value", "hardware"), [(None, False), ("0", False), ("1", True)])
+def test_gather_instructions_only_when_asked(value: str | None, hardware: bool) -> None:
+    """The decoder reads its table entries by a load per lane unless PREPKIT_HW_GATHER=1, and
+    the choice is part of the disk cache's key (BUILD), so a cached kernel of the other kind
+    is not reused."""
+    env = {k: v for k, v in os.environ.items() if k != "PREPKIT_HW_GATHER"}
+    if value is not None:
+        env["PREPKIT_HW_GATHER"] = value
+    out = subprocess.run([sys.executable, "-c", "from prepkit.lossless import rans_avx2 as r; "
+                          "print(r.HARDWARE_GATHER, r.BUILD)"], env=env, capture_output=True, text=True, check=True)
+    chosen, build = out.stdout.split()
+    assert chosen == str(hardware)
+    assert build.endswith(f"hardware_gather={hardware}")

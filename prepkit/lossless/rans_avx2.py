@@ -196,11 +196,10 @@ def _table_entries(builder: ir.IRBuilder, flat_p: ir.Value, index: ir.Value, wid
     hardware=False: one scalar load per lane, the index taken out of the vector and the value
     put back into it (vpextrd, vpinsrd). hardware=True: one gather instruction (vpgatherdd).
     The loads are the default: on CPUs with Intel's fix for Gather Data Sampling (microcode
-    of 2023 for Skylake to Ice Lake and Tiger Lake server and client parts, which most cloud
-    machines of those generations run), a gather costs several times what it did. On the dev
-    VM (Ice Lake-SP) a 16-lane gather took 28-37 cycles against 6-8 for the sixteen loads,
-    and the decoder ran 10-16% faster with the loads (docs/BENCHMARKS.md "Table entries by
-    loads, not gathers")."""
+    of 2023 for the Skylake to Ice Lake and Tiger Lake generations), a gather costs several
+    times what it did. On the dev VM (Ice Lake-SP) a 16-lane gather took 28-37 cycles against
+    6-8 for the sixteen loads, and the decoder ran 11-19% faster with the loads
+    (docs/BENCHMARKS.md "Table entries by loads, not gathers")."""
     vector = ir.VectorType(_I32, width)
     if not hardware:
         table = builder.bitcast(flat_p, ir.PointerType(_I32))

@@ -40,9 +40,9 @@ caller guarantees 8 readable words at `w` and 136 bytes of `row` from `at`; the 
 equal the scalar loop's (tests compare both on every lane count and on random tables).
 
 Each step reads its lanes' table entries with one scalar load per lane, not the gather
-instruction (vpgatherdd) it used until stop 53: on CPUs patched for Intel's Gather Data
-Sampling flaw a gather is several times slower (`_table_entries`); PREPKIT_HW_GATHER=1 brings
-the gathers back, for CPUs where they are faster.
+instruction (vpgatherdd) it used until stop 53: on the dev VM's Ice Lake the loads return
+sooner, and the rounds wait on them (`_table_entries`). PREPKIT_HW_GATHER=1 brings the
+gathers back, for CPUs where they are faster.
 
 AVAILABLE is False on a CPU without AVX2 (or not x86-64); the decoder then keeps its scalar
 loop. The numpy reference of this step is `step_reference`.
@@ -195,11 +195,12 @@ def _table_entries(builder: ir.IRBuilder, flat_p: ir.Value, index: ir.Value, wid
 
     hardware=False: one scalar load per lane, the index taken out of the vector and the value
     put back into it (vpextrd, vpinsrd). hardware=True: one gather instruction (vpgatherdd).
-    The loads are the default: on CPUs with Intel's fix for Gather Data Sampling (microcode
-    of 2023 for the Skylake to Ice Lake and Tiger Lake generations), a gather costs several
-    times what it did. On the dev VM (Ice Lake-SP) a 16-lane gather took 28-37 cycles against
-    6-8 for the sixteen loads, and the decoder ran 11-19% faster with the loads
-    (docs/BENCHMARKS.md "Table entries by loads, not gathers")."""
+    The loads are the default. Intel's 2023 microcode for Gather Data Sampling slows gathers
+    on the Skylake to Ice Lake and Tiger Lake generations. On the dev VM (Ice Lake-SP) sixteen
+    loads took 48-56 cycles from index to vector against 59-71 for a 16-lane gather. A tile's
+    rounds are one latency chain, and the decoder ran 11-19% faster with the loads
+    (docs/BENCHMARKS.md "Table entries by loads, not gathers"). Alone, the loads' throughput
+    is lower (41-42 cycles against 28-35): they load one shuffle port."""
     vector = ir.VectorType(_I32, width)
     if not hardware:
         table = builder.bitcast(flat_p, ir.PointerType(_I32))

@@ -223,7 +223,7 @@ def _table_entries(builder: ir.IRBuilder, flat_p: ir.Value, index: ir.Value, wid
     return builder.call(gather, [_splat(0), flat_p, index, _splat(-1), ir.Constant(_I8, 4)])
 
 
-def _gather_update(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value, table_base: ir.Value, flat_v,
+def _lookup_update(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value, table_base: ir.Value, flat_v,
                    width: int, hardware: bool) -> tuple[ir.Value, ir.Value]:
     """The part of a rANS step that does not depend on its width's refill: each lane's table
     entry (_table_entries), the symbols stored to row[at+SYM0 : at+SYM0+width], the states
@@ -243,7 +243,7 @@ def _gather_update(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value
 def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: ir.Value, table_base: ir.Value,
                  flat_v, words_v, w_v, permute_v, hardware: bool = HARDWARE_GATHER):
     """The rANS step of 8 lanes once each lane's table row (table_base, <8 x i32>) is known:
-    gather, symbol store to row[at+SYM0 : at+SYM0+8], state update (_gather_update) and
+    table entries, symbol store to row[at+SYM0 : at+SYM0+8], state update (_lookup_update) and
     renormalisation, the words permuted into place by PERMUTE (the states back to states_p);
     returns the new word index, or (states, word index) when states_p is None (the states
     stay a value: _rounds_loop). tys: the argument types of (row, at, states, j0, flat, _,
@@ -251,7 +251,7 @@ def _decode_step(context, builder: ir.IRBuilder, tys, row_v, at_v, states_p, x: 
     permd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8I32, [_V8I32, _V8I32]),
                                            "llvm.x86.avx2.permd")
     ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
-    x, need = _gather_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 8, hardware)
+    x, need = _lookup_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 8, hardware)
     mask = builder.zext(builder.bitcast(need, _I8), _I32)
     count = builder.call(ctpop, [mask])
     next_words = builder.load(_address(builder, context, tys[-3], words_v, w_v, _V8I16), align=2)
@@ -278,7 +278,7 @@ def _decode_step16(context, builder: ir.IRBuilder, tys, row_v, at_v, x: ir.Value
         builder.module, ir.FunctionType(v16i16, [ir.PointerType(_I16), v16i1, v16i16]),
         "llvm.masked.expandload.v16i16")
     ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
-    x, need = _gather_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 16, hardware)
+    x, need = _lookup_update(context, builder, tys, row_v, at_v, x, table_base, flat_v, 16, hardware)
     count = builder.call(ctpop, [builder.zext(builder.bitcast(need, ir.IntType(16)), _I32)])
     words_p = builder.bitcast(_address(builder, context, tys[-3], words_v, w_v, _V8I16), ir.PointerType(_I16))
     word = builder.zext(builder.call(expand, [words_p, need, ir.Constant(v16i16, [0] * 16)]), _V16I32)
@@ -493,9 +493,9 @@ def _pair32_intrinsic(width: int, hardware: bool):
 
 
 # ROUNDS32 and PAIR32 hold both widths and both ways of reading the table entries, keyed by
-# (width, hardware gather), for tests and prepkit.bench.rans_rounds. The decoder
-# takes 16 lanes per step for pairs with AVX-512 (0.35 against 0.46-0.48 ns per symbol on the
-# dev VM) and 8 for a tile alone, whose rounds are one latency chain: 16 lanes per step make it
+# (width, hardware gather), for tests and prepkit.bench.rans_rounds. The decoder takes 16
+# lanes per step for pairs with AVX-512 (0.35 against 0.46-0.48 ns per symbol on stop 42's
+# host) and 8 for a tile alone, whose rounds are one latency chain: 16 lanes per step make it
 # two chains instead of four, no faster (0.63-0.65 against 0.58-0.62 ns).
 ROUNDS32 = {(width, hardware): _rounds32_intrinsic(width, hardware) for width in (8, 16) for hardware in (False, True)}
 PAIR32 = {(width, hardware): _pair32_intrinsic(width, hardware) for width in (8, 16) for hardware in (False, True)}

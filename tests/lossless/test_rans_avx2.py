@@ -192,10 +192,11 @@ def test_pair_of_32_lane_tiles_matches_the_reference_rounds(wides: tuple[bool, b
                               w=int(rng.integers(0, 40))))
         vector = [{**t, "row": t["row"].copy(), "states": t["states"].copy()} for t in tiles]
         a, b = vector
-        w_a, w_b = _pair32_call(width, hardware)(n, a["row"], a["i"], a["states"], a["tbase"], shuffle_table(a["wide"]),
-                           np.uint8(255 if a["wide"] else 0), a["back"], a["words"], a["w"], b["row"], b["i"],
-                           b["states"], b["tbase"], shuffle_table(b["wide"]), np.uint8(255 if b["wide"] else 0),
-                           b["back"], b["words"], b["w"], flat)
+        call = _pair32_call(width, hardware)
+        w_a, w_b = call(n, a["row"], a["i"], a["states"], a["tbase"], shuffle_table(a["wide"]),
+                        np.uint8(255 if a["wide"] else 0), a["back"], a["words"], a["w"], b["row"], b["i"],
+                        b["states"], b["tbase"], shuffle_table(b["wide"]), np.uint8(255 if b["wide"] else 0),
+                        b["back"], b["words"], b["w"], flat)
         for t, v, w_v in zip(tiles, vector, (w_a, w_b), strict=True):
             w_r = _reference_rounds(n, t["row"], t["i"], t["states"], flat, t["tbase"], t["wide"], t["back"],
                                     t["words"], t["w"])

@@ -10,9 +10,10 @@ so a second tile's independent rounds in the same loop fill the wait; the third-
 shows where the loop stops being latency-bound. The rows "in registers" run the same rounds
 as the decoder does since stop 42: many rounds per call with the lane states kept in registers
 (rans_avx2.rans_rounds32, rans_pair32), with 8 lanes per step (AVX2) and, on a CPU with
-AVX-512 VBMI2, 16, each with the table entries read by a load per lane (the decoder's
-default since stop 53) and by gather instructions (PREPKIT_HW_GATHER=1). The rows before
-them take the process's choice. Needs AVX2 (rans_avx2.AVAILABLE).
+AVX-512 VBMI2, 16, each with the table entries read by a load per lane and by gather
+instructions (the decoder takes the gathers on AMD's Zen 3 and later, the loads elsewhere:
+rans_avx2.gathers_pay; PREPKIT_HW_GATHER=1 or 0 decides instead). The rows before them take
+the process's choice. Needs AVX2 (rans_avx2.AVAILABLE).
 """
 from __future__ import annotations
 

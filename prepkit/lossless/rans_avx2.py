@@ -39,10 +39,10 @@ The permutation of each of the 256 lane masks is a row of PERMUTE (vpermd's indi
 caller guarantees 8 readable words at `w` and 136 bytes of `row` from `at`; the decoded values
 equal the scalar loop's (tests compare both on every lane count and on random tables).
 
-Each step reads its lanes' table entries with one scalar load per lane, not the gather
-instruction (vpgatherdd) it used until stop 53: on the dev VM's Ice Lake the loads return
-sooner, and the rounds wait on them (`_table_entries`). PREPKIT_HW_GATHER=1 brings the
-gathers back, for CPUs where they are faster.
+Each step reads its lanes' table entries with the gather instruction (vpgatherdd) on AMD's
+Zen 3 and later and with one scalar load per lane elsewhere (`gathers_pay`): on the dev VM's
+Ice Lake the loads return sooner, and the rounds wait on them (`_table_entries`), where
+Zen 3's gathers are faster. PREPKIT_HW_GATHER=1 (gathers) or 0 (loads) overrides the choice.
 
 AVAILABLE is False on a CPU without AVX2 (or not x86-64); the decoder then keeps its scalar
 loop. The numpy reference of this step is `step_reference`.
@@ -68,9 +68,26 @@ AVAILABLE = (llvm.get_process_triple().startswith("x86_64") and bool(_FEATURES.g
 # PREPKIT_NO_AVX512=1 keeps 8 (tests run both where the CPU has it).
 AVX512 = (AVAILABLE and all(_FEATURES.get(f, False) for f in ("avx512f", "avx512bw", "avx512vl", "avx512vbmi2"))
           and os.environ.get("PREPKIT_NO_AVX512", "") in ("", "0"))
-# How a step reads its lanes' table entries: one load per lane (the default) or, with
-# PREPKIT_HW_GATHER=1, the CPU's gather instruction (_table_entries says why).
-HARDWARE_GATHER = os.environ.get("PREPKIT_HW_GATHER", "") not in ("", "0")
+
+
+def gathers_pay(cpu_name: str) -> bool:
+    """Whether a step should read its lanes' table entries with the gather instruction on the
+    CPU that LLVM names cpu_name (llvmlite's get_host_cpu_name), rather than a load per lane.
+    Yes on AMD's Zen 3 and later ("znver3", ...): on the dev VM's Zen 3 the gathers took the
+    two-tile rounds from 1.29-1.35 to 1.05 ns per symbol and whole decodes 8-15% less time
+    (docs/BENCHMARKS.md "Gathers again on Zen 3"). No elsewhere: Intel's microcode for Gather
+    Data Sampling slows the gathers of its Skylake to Ice Lake generations (on the dev VM's Ice
+    Lake the loads were 11-19% faster), and Zen 1 and 2 run gathers as many micro-ops. CPUs
+    not measured keep the loads, the safe side of both."""
+    name = cpu_name.lower()
+    return name.startswith("znver") and name[5:].isdigit() and int(name[5:]) >= 3
+
+
+# How a step reads its lanes' table entries: the CPU's gather instruction where gathers_pay,
+# else one load per lane (_table_entries says why); PREPKIT_HW_GATHER=1 or 0 decides instead.
+_GATHER_SETTING = os.environ.get("PREPKIT_HW_GATHER", "")
+HARDWARE_GATHER = (gathers_pay(llvm.get_host_cpu_name()) if _GATHER_SETTING == ""
+                   else _GATHER_SETTING != "0")
 # The CPU switches above, for the disk cache's key (jitcache.guard_disk_cache's extra).
 BUILD = f"avx2={AVAILABLE},avx512={AVX512},hardware_gather={HARDWARE_GATHER}"
 
@@ -195,12 +212,14 @@ def _table_entries(builder: ir.IRBuilder, flat_p: ir.Value, index: ir.Value, wid
 
     hardware=False: one scalar load per lane, the index taken out of the vector and the value
     put back into it (vpextrd, vpinsrd). hardware=True: one gather instruction (vpgatherdd).
-    The loads are the default. Intel's 2023 microcode for Gather Data Sampling slows gathers
-    on the Skylake to Ice Lake and Tiger Lake generations. On the dev VM (Ice Lake-SP) sixteen
-    loads took 48-56 cycles from index to vector against 59-71 for a 16-lane gather. A tile's
-    rounds are one latency chain, and the decoder ran 11-19% faster with the loads
-    (docs/BENCHMARKS.md "Table entries by loads, not gathers"). Alone, the loads' throughput
-    is lower (41-42 cycles against 28-35): they load one shuffle port."""
+    Which one the decoder takes: gathers_pay. Intel's 2023 microcode for Gather Data Sampling
+    slows gathers on the Skylake to Ice Lake and Tiger Lake generations. On the dev VM (Ice
+    Lake-SP) sixteen loads took 48-56 cycles from index to vector against 59-71 for a 16-lane
+    gather. A tile's rounds are one latency chain, and the decoder ran 11-19% faster with the
+    loads (docs/BENCHMARKS.md "Table entries by loads, not gathers"). Alone, the loads'
+    throughput is lower (41-42 cycles against 28-35): they load one shuffle port. On AMD's
+    Zen 3, with eight lanes per step (no AVX-512), the gathers are the faster of the two
+    (docs/BENCHMARKS.md "Gathers again on Zen 3")."""
     vector = ir.VectorType(_I32, width)
     if not hardware:
         table = builder.bitcast(flat_p, ir.PointerType(_I32))

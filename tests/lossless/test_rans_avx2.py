@@ -239,16 +239,30 @@ def test_vector_rounds_equal_the_scalar_rounds(lanes: int, wide: bool, back: int
         assert np.isin(np.arange(4), contexts).all()  # every context was decoded from
 
 
-@pytest.mark.parametrize(("value", "hardware"), [(None, False), ("0", False), ("1", True)])
-def test_gather_instructions_only_when_asked(value: str | None, hardware: bool) -> None:
-    """The decoder reads its table entries by a load per lane unless PREPKIT_HW_GATHER=1, and
-    the choice is part of the disk cache's key (BUILD), so a cached kernel of the other kind
-    is not reused."""
+@pytest.mark.parametrize("value", [None, "0", "1"])
+def test_gather_instructions_where_they_pay_or_when_asked(value: str | None) -> None:
+    """The decoder reads its table entries by gather instructions where gathers_pay says so
+    for this CPU, unless PREPKIT_HW_GATHER decides (1: gathers, 0: loads), and the choice is
+    part of the disk cache's key (BUILD), so a cached kernel of the other kind is not reused."""
     env = {k: v for k, v in os.environ.items() if k != "PREPKIT_HW_GATHER"}
     if value is not None:
         env["PREPKIT_HW_GATHER"] = value
-    out = subprocess.run([sys.executable, "-c", "from prepkit.lossless import rans_avx2 as r; "
-                          "print(r.HARDWARE_GATHER, r.BUILD)"], env=env, capture_output=True, text=True, check=True)
-    chosen, build = out.stdout.split()
+    out = subprocess.run([sys.executable, "-c", "from llvmlite import binding as llvm; "
+                          "from prepkit.lossless import rans_avx2 as r; "
+                          "print(r.HARDWARE_GATHER, r.BUILD, r.gathers_pay(llvm.get_host_cpu_name()))"],
+                         env=env, capture_output=True, text=True, check=True)
+    chosen, build, pays = out.stdout.split()
+    hardware = pays == "True" if value is None else value == "1"
     assert chosen == str(hardware)
     assert build.endswith(f"hardware_gather={hardware}")
+
+
+@pytest.mark.parametrize(("cpu_name", "pays"), [
+    ("znver3", True), ("znver4", True), ("znver5", True), ("znver10", True),
+    ("znver1", False), ("znver2", False), ("znver", False), ("icelake-server", False),
+    ("skylake-avx512", False), ("sapphirerapids", False), ("generic", False), ("", False),
+])
+def test_gathers_pay_on_zen3_and_later_only(cpu_name: str, pays: bool) -> None:
+    """Gathers where they were measured faster (Zen 3) and on later Zen cores; loads on every
+    other CPU name, Intel's included (gathers slowed by the Gather Data Sampling microcode)."""
+    assert rans_avx2.gathers_pay(cpu_name) is pays

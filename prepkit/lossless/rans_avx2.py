@@ -74,8 +74,9 @@ def gathers_pay(cpu_name: str) -> bool:
     """Whether a step should read its lanes' table entries with the gather instruction on the
     CPU that LLVM names cpu_name (llvmlite's get_host_cpu_name), rather than a load per lane.
     Yes on AMD's Zen 3 and later ("znver3", ...): on the dev VM's Zen 3 the gathers took the
-    two-tile rounds from 1.29-1.35 to 1.05 ns per symbol and whole decodes 8-15% less time
-    (docs/BENCHMARKS.md "Gathers again on Zen 3"). No elsewhere: Intel's microcode for Gather
+    two-tile rounds from 1.29-1.35 to 1.05 ns per symbol, and one-thread decodes of the
+    evaluation sets 17% (photographs) to 29% (medical images) less time (docs/BENCHMARKS.md
+    "Gathers again on Zen 3"). No elsewhere: Intel's microcode for Gather
     Data Sampling slows the gathers of its Skylake to Ice Lake generations (on the dev VM's Ice
     Lake the loads were 11-19% faster), and Zen 1 and 2 run gathers as many micro-ops. CPUs
     not measured keep the loads, the safe side of both."""

@@ -40,9 +40,9 @@ caller guarantees 8 readable words at `w` and 136 bytes of `row` from `at`; the 
 equal the scalar loop's (tests compare both on every lane count and on random tables).
 
 Each step reads its lanes' table entries with the gather instruction (vpgatherdd) on AMD's
-Zen 3 and later and with one scalar load per lane elsewhere (`gathers_pay`): on the dev VM's
-Ice Lake the loads return sooner, and the rounds wait on them (`_table_entries`), where
-Zen 3's gathers are faster. PREPKIT_HW_GATHER=1 (gathers) or 0 (loads) overrides the choice.
+Zen 3 and later and with one scalar load per lane elsewhere (`gathers_pay`). On the dev VM's
+Ice Lake the loads return sooner, and the rounds wait on them (`_table_entries`); on its Zen 3
+the gathers are faster. PREPKIT_HW_GATHER=1 (gathers) or 0 (loads) overrides the choice.
 
 AVAILABLE is False on a CPU without AVX2 (or not x86-64); the decoder then keeps its scalar
 loop. The numpy reference of this step is `step_reference`.
@@ -75,11 +75,11 @@ def gathers_pay(cpu_name: str) -> bool:
     CPU that LLVM names cpu_name (llvmlite's get_host_cpu_name), rather than a load per lane.
     Yes on AMD's Zen 3 and later ("znver3", ...): on the dev VM's Zen 3 the gathers took the
     two-tile rounds from 1.29-1.35 to 1.05 ns per symbol, and one-thread decodes of the
-    evaluation sets 17% (photographs) to 29% (medical images) less time (docs/BENCHMARKS.md
-    "Gathers again on Zen 3"). No elsewhere: Intel's microcode for Gather
-    Data Sampling slows the gathers of its Skylake to Ice Lake generations (on the dev VM's Ice
-    Lake the loads were 11-19% faster), and Zen 1 and 2 run gathers as many micro-ops. CPUs
-    not measured keep the loads, the safe side of both."""
+    evaluation's photographs and rendered images 17-22% less time (medical images: no
+    consistent gain; docs/BENCHMARKS.md "Gathers again on Zen 3"). No elsewhere: Intel's
+    microcode for Gather Data Sampling slows the gathers of its Skylake to Ice Lake
+    generations (on the dev VM's Ice Lake the loads were 11-19% faster), and Zen 1 and 2 are
+    known for slow gathers (not measured here). CPUs not measured keep the loads."""
     name = cpu_name.lower()
     return name.startswith("znver") and name[5:].isdigit() and int(name[5:]) >= 3
 

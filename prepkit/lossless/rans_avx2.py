@@ -44,8 +44,15 @@ Zen 3 and later and with one scalar load per lane elsewhere (`gathers_pay`). On 
 Ice Lake the loads return sooner, and the rounds wait on them (`_table_entries`); on its Zen 3
 the gathers are faster. PREPKIT_HW_GATHER=1 (gathers) or 0 (loads) overrides the choice.
 
-AVAILABLE is False on a CPU without AVX2 (or not x86-64); the decoder then keeps its scalar
-loop. The numpy reference of this step is `step_reference`.
+The encoder's loop has its own eight-lane step, `rans_put8`: one table entry per lane
+(f | cum << 16, gathered from the scalar encoder's table), the words of the lanes that renormalise packed by PERMUTE_DOWN in the order
+the scalar encoder writes them, and the quotient x // f by a division in doubles, which is
+exact for every state the encoder divides, where the scalar loop multiplies by a 45-bit
+reciprocal that AVX2 cannot (it has no 64-bit multiply). Tests compare it with the scalar
+encoder's loop (`cpu_v2._scalar_puts`).
+
+AVAILABLE is False on a CPU without AVX2 (or not x86-64); the decoder and the encoder then
+keep their scalar loops. The numpy reference of the decoder's step is `step_reference`.
 """
 from __future__ import annotations
 
@@ -521,6 +528,71 @@ ROUNDS32 = {(width, hardware): _rounds32_intrinsic(width, hardware) for width in
 PAIR32 = {(width, hardware): _pair32_intrinsic(width, hardware) for width in (8, 16) for hardware in (False, True)}
 rans_rounds32 = ROUNDS32[8, HARDWARE_GATHER]
 rans_pair32 = PAIR32[16 if AVX512 else 8, HARDWARE_GATHER]
+
+
+# ----------------------------------------------------------------------------- encoder
+
+# PERMUTE_DOWN[m, k]: the lane of the k-th lane from lane 7 down whose bit is set in the mask
+# m (the encoder's word order: the last symbol's lane first); 0 past the last (unused).
+PERMUTE_DOWN = np.array([[j for j in range(7, -1, -1) if m >> j & 1] + [0] * (8 - bin(m).count("1"))
+                         for m in range(256)], np.int32)
+
+
+@intrinsic
+def rans_put8(typingctx, syms, tables, at, states, j0, coder, words, nw, permute):
+    """Encode the eight symbols syms[at : at+8] (tables[at : at+8] their tables, int64) into
+    the lanes j0 .. j0+7 of states (uint32), the last symbol first, as the scalar encoder
+    (cpu_v2._scalar_puts) does them one by one; coder is cpu_v2._coder_table's (int64 pairs
+    [f | cum << 16, reciprocal] per table and symbol), flattened:
+
+        p      = the low 32 bits of coder[table, symbol, 0]    one gather (_table_entries)
+        f, cum = p & 0xFFFF, p >> 16
+        emit   = (x >> 20) >= f, the word x & 0xFFFF            (x >= f << 20 without overflow)
+        x      = emit ? x >> 16 : x
+        q      = x // f                                         a division in doubles (below)
+        x      = (q << 12) + x - q * f + cum
+
+    The emitted words go to words[nw:] in the scalar loop's order (lane 7 first: the
+    permutation PERMUTE_DOWN of the emit mask, then one 16-byte store: the caller leaves 8
+    words of room). Returns the new nw."""
+    sig = types.uint64(syms, tables, types.uint64, states, types.uint64, coder, words, types.uint64, permute)
+
+    def codegen(context, builder, signature, args):
+        syms_v, tables_v, at_v, states_v, j0_v, coder_v, words_v, nw_v, permute_v = args
+        tys = signature.args
+        i64 = ir.IntType(64)
+        v8i64 = ir.VectorType(i64, 8)
+        permd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V8I32, [_V8I32, _V8I32]),
+                                               "llvm.x86.avx2.permd")
+        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [_I32]), "llvm.ctpop.i32")
+        symbol = builder.zext(builder.load(_address(builder, context, tys[0], syms_v, at_v, _V8I8), align=1), _V8I32)
+        table = builder.trunc(builder.load(_address(builder, context, tys[1], tables_v, at_v, v8i64), align=8), _V8I32)
+        # The entry's first int64, f | cum << 16, is the uint32 at 4 * (table << 8 | symbol).
+        index = builder.or_(builder.shl(table, _splat(10)), builder.shl(symbol, _splat(2)))
+        coder_p = builder.bitcast(context.make_array(tys[5])(context, builder, coder_v).data, ir.PointerType(_I8))
+        p = _table_entries(builder, coder_p, index, 8, HARDWARE_GATHER)
+        states_p = _address(builder, context, tys[3], states_v, j0_v, _V8I32)
+        x = builder.load(states_p, align=4)
+        f = builder.and_(p, _splat(0xFFFF))
+        emit = builder.icmp_unsigned(">=", builder.lshr(x, _splat(20)), f)
+        mask = builder.zext(builder.bitcast(emit, _I8), _I32)
+        perm_p = _address(builder, context, tys[8], permute_v, builder.mul(builder.zext(mask, i64), ir.Constant(i64, 8)),
+                          _V8I32)
+        word = builder.trunc(builder.call(permd, [x, builder.load(perm_p, align=4)]), _V8I16)
+        builder.store(word, _address(builder, context, tys[6], words_v, nw_v, _V8I16), align=2)
+        nw_v = builder.add(nw_v, builder.zext(builder.call(ctpop, [mask]), i64))
+        x = builder.select(emit, builder.lshr(x, _splat(16)), x)
+        # q = x // f by a division in doubles: both exact, the quotient correctly rounded, so
+        # it stays below the next integer (x < 2^32: its fraction is at most 1 - 1/f, its error
+        # at most 2^-33) and truncation gives x // f exactly, as the scalar reciprocal does.
+        v8f64 = ir.VectorType(ir.DoubleType(), 8)
+        q = builder.fptosi(builder.fdiv(builder.uitofp(x, v8f64), builder.sitofp(f, v8f64)), _V8I32)  # q < 2^20
+        x = builder.add(builder.add(builder.shl(q, _splat(12)), builder.sub(x, builder.mul(q, f))),
+                        builder.lshr(p, _splat(16)))
+        builder.store(x, states_p, align=4)
+        return nw_v
+
+    return sig, codegen
 
 
 def step_reference(row: np.ndarray, at: int, states: np.ndarray, j0: int, flat: np.ndarray, tbase: int,

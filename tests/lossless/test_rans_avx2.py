@@ -266,3 +266,82 @@ def test_gathers_pay_on_zen3_and_later_only(cpu_name: str, pays: bool) -> None:
     """Gathers where they were measured faster (Zen 3) and on later Zen cores; loads on every
     other CPU name, Intel's included (gathers slowed by the Gather Data Sampling microcode)."""
     assert rans_avx2.gathers_pay(cpu_name) is pays
+
+
+# ----------------------------------------------------------------------------- encoder
+
+
+def test_permute_down_rows_list_the_emitting_lanes_from_lane_7_down() -> None:
+    for mask in range(256):
+        emitting = [j for j in range(7, -1, -1) if mask >> j & 1]
+        assert [int(v) for v in rans_avx2.PERMUTE_DOWN[mask, : len(emitting)]] == emitting
+
+
+def _coder_with_extremes(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Frequency rows (summing to 4096) and their _coder_table, flattened: random tables, one
+    symbol of frequency 4096 (a certain symbol) and one of many symbols of frequency 1."""
+    freq = np.zeros((4, 256), np.int64)
+    for t in range(2):
+        cuts = np.sort(rng.choice(np.arange(1, 4096), 255, replace=False))
+        freq[t] = np.diff(np.concatenate([[0], cuts, [4096]]))
+    freq[2, 7] = 4096
+    freq[3, :255] = 1
+    freq[3, 255] = 4096 - 255
+    return freq, cpu_v2._coder_table(freq).reshape(-1)
+
+
+@njit
+def _puts_vector(syms, tables, states, flat_coder, words):
+    """The encoder's vector loop (cpu_v2._vector_puts: rans_put8) over 16 lanes."""
+    return cpu_v2._vector_puts(syms, tables, np.uint64(syms.size), np.uint64(15), states, flat_coder, words,
+                               np.uint64(0))
+
+
+@njit
+def _puts_scalar(syms, tables, states, flat_coder, words):
+    """The scalar encoder's loop (cpu_v2._scalar_puts: _rans_put) over the same symbols and lanes."""
+    return cpu_v2._scalar_puts(syms, tables, np.uint64(syms.size), np.uint64(0), np.uint64(15), states, flat_coder,
+                               words, np.uint64(0))
+
+
+@needs_avx2
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_encoder_step_matches_the_scalar_encoder(seed: int) -> None:
+    """rans_put8 (eight lanes at once, the quotient by a division in doubles) writes the same
+    words in the same order and leaves the same states as the scalar encoder, whose quotient
+    comes from a 45-bit reciprocal: random tables, a certain symbol (f = 4096, never a word),
+    symbols of frequency 1 (a word nearly every time), and lane states from the whole range
+    the encoder keeps, 2^16 .. 2^32 - 1, the extremes included."""
+    rng = np.random.default_rng(seed)
+    freq, flat_coder = _coder_with_extremes(rng)
+    n = 8 * 512
+    tables = rng.integers(0, 4, n).astype(np.int64)
+    syms = np.empty(n, np.uint8)
+    for t in range(4):
+        where = tables == t
+        present = np.flatnonzero(freq[t])
+        syms[where] = rng.choice(present, int(where.sum()), p=freq[t, present] / 4096)
+    start = rng.integers(1 << 16, 1 << 32, 16, dtype=np.uint64).astype(np.uint32)
+    start[:2] = [1 << 16, (1 << 32) - 1]
+    results = []
+    for puts in (_puts_vector, _puts_scalar):
+        states, words = start.copy(), np.zeros(n + 8, np.uint16)
+        nw = puts(syms, tables, states, flat_coder, words)
+        results.append((nw, words[:nw], states))
+    (nw_v, words_v, states_v), (nw_s, words_s, states_s) = results
+    assert nw_v == nw_s > n // 8  # the frequency-1 symbols emit words
+    np.testing.assert_array_equal(words_v, words_s)
+    np.testing.assert_array_equal(states_v, states_s)
+    assert (states_v >= 1 << 16).all()
+
+
+def test_double_division_gives_the_integer_quotient_at_every_frequency() -> None:
+    """rans_put8's argument, checked in numpy's doubles (IEEE like vdivpd): for every f the
+    encoder divides by and the states x < f << 20 it divides, truncating x / f in doubles
+    is x // f, at and around every multiple of f where rounding could carry."""
+    f = np.arange(1, 4097, dtype=np.int64)[:, None]
+    top = f << 20
+    k = np.arange(0, 1 << 20, 4099, dtype=np.int64)[None, :]
+    for x in (k * f, k * f - 1, k * f + f - 1, np.broadcast_to(top - 1, (f.size, k.size))):
+        x = np.clip(x, 0, top - 1)
+        assert ((x.astype(np.float64) / f.astype(np.float64)).astype(np.int64) == x // f).all()

@@ -45,11 +45,11 @@ Ice Lake the loads return sooner, and the rounds wait on them (`_table_entries`)
 the gathers are faster. PREPKIT_HW_GATHER=1 (gathers) or 0 (loads) overrides the choice.
 
 The encoder's loop has its own eight-lane step, `rans_put8`: one table entry per lane
-(f | cum << 16, gathered from the scalar encoder's table), the words of the lanes that renormalise packed by PERMUTE_DOWN in the order
-the scalar encoder writes them, and the quotient x // f by a division in doubles, which is
-exact for every state the encoder divides, where the scalar loop multiplies by a 45-bit
-reciprocal that AVX2 cannot (it has no 64-bit multiply). Tests compare it with the scalar
-encoder's loop (`cpu_v2._scalar_puts`).
+(f | cum << 16, gathered from the scalar encoder's table), the words of the lanes that
+renormalise packed by PERMUTE_DOWN in the order the scalar encoder writes them, and the
+quotient x // f by a division in doubles, which is exact for every state the encoder
+divides, where the scalar loop multiplies by a 45-bit reciprocal that AVX2 cannot (it has
+no 64-bit multiply). Tests compare it with the scalar encoder's loop (`cpu_v2._scalar_puts`).
 
 AVAILABLE is False on a CPU without AVX2 (or not x86-64); the decoder and the encoder then
 keep their scalar loops. The numpy reference of the decoder's step is `step_reference`.

@@ -1125,10 +1125,10 @@ def _scalar_puts(syms, tables, at, stop, mask, states, flat_coder, words, n_word
 
 
 # The encoder's rANS loop takes eight lanes at once with AVX2 (rans_avx2.rans_put8) in tiles of
-# 8 lanes or more (98% of the evaluation's coded tiles): 1.8-2.2x as fast as the scalar loop on
-# the dev VM's Zen 3, 10-14% off a whole encode (docs/BENCHMARKS.md "Encoder: eight rANS lanes
-# at once"). PREPKIT_NO_AVX2=1 keeps it scalar, as on CPUs without AVX2.
-_VECTOR_PUT = rans_avx2.AVAILABLE
+# 8 lanes or more (98-99% of the coded tiles of the rendered and photo sets): 1.8-2.2x as fast
+# as the scalar loop on the dev VM's Zen 3, 12-13% off a whole encode at the median
+# (docs/BENCHMARKS.md "Encoder: eight rANS lanes at once"). PREPKIT_NO_AVX2=1 keeps it scalar,
+# as on CPUs without AVX2.
 if rans_avx2.AVAILABLE:
 
     @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -1143,7 +1143,7 @@ else:
 
     @njit(nogil=True, cache=True, boundscheck=False, inline="always")
     def _vector_puts(syms, tables, at, mask, states, flat_coder, words, n_words):
-        """Without AVX2 (never called: _VECTOR_PUT is False), _scalar_puts."""
+        """Without AVX2 (never called: _rans_body checks rans_avx2.AVAILABLE), _scalar_puts."""
         return _scalar_puts(syms, tables, at, np.uint64(0), mask, states, flat_coder, words, n_words)
 
 
@@ -1168,12 +1168,12 @@ def _rans_body(syms, s0, n, tables, coder, cost, words, out, pos, limit, min_log
     tile_syms = syms[s0 : s0 + n]
     flat_coder = coder.reshape(-1)  # [f | cum << 16, reciprocal] of (table, symbol) at 2 (256 table + symbol)
     at = np.uint64(n)
-    if _VECTOR_PUT and lanes >= 8:
-        whole = at - (at & mask)  # the partial round (coded first) one symbol at a time
-        n_words = _scalar_puts(tile_syms, tables, at, whole, mask, states, flat_coder, words, n_words)
+    vector = rans_avx2.AVAILABLE and lanes >= 8
+    # With the vector loop, only the partial round (coded first) goes one symbol at a time.
+    whole = at - (at & mask) if vector else np.uint64(0)
+    n_words = _scalar_puts(tile_syms, tables, at, whole, mask, states, flat_coder, words, n_words)
+    if vector:
         n_words = _vector_puts(tile_syms, tables, whole, mask, states, flat_coder, words, n_words)
-    else:
-        n_words = _scalar_puts(tile_syms, tables, at, np.uint64(0), mask, states, flat_coder, words, n_words)
     n_words = np.int64(n_words)
     if pos + 4 * lanes + 2 * n_words >= limit:
         return -1, 0

@@ -4,6 +4,13 @@ Workers are started with ``spawn``: numba's OpenMP threading layer does not surv
 ``fork()`` after a parallel call. The job object is sent once to each worker (as the
 pool initializer's argument), then only integers travel to the workers.
 
+Each worker gets its share of the cores for numba's parallel loops (``worker_threads``):
+the lossless encoder runs ``prange`` loops on every thread numba has, and ``workers``
+processes each with a thread per core kept 2 vCPUs busy with spinning OpenMP threads
+(``prepkit shard --layout lossless`` of 3,000 32 x 32 images: 79 s with two workers
+against 6.1 s with one; 6.9 s with a thread each, docs/BENCHMARKS.md "Numba threads in
+worker processes").
+
 Workers never outlive the process that started them: on Linux the kernel sends them
 SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), and a watchdog thread in every
 worker exits as soon as the parent pid changes (the portable fallback, and the guard for
@@ -51,10 +58,39 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="prepkit-parent-watchdog", daemon=True).start()
 
 
-def _install(job: Callable[[int], Any], parent_pid: int) -> None:
+def available_cores() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def worker_threads(workers: int, cores: int | None = None) -> int:
+    """numba threads for each of ``workers`` processes that share ``cores`` (this process's
+    by default): an equal share, at least one. PREPKIT_WORKER_THREADS=N gives every worker N
+    instead (prepkit.bench.workers sets it to compare)."""
+    setting = os.environ.get("PREPKIT_WORKER_THREADS", "")
+    if setting:
+        return max(1, int(setting))
+    return max(1, (available_cores() if cores is None else cores) // max(1, workers))
+
+
+def limit_numba_threads(threads: int) -> None:
+    """Run this thread's numba parallel loops on at most ``threads`` threads (numba's setting
+    is per thread; nothing happens where numba is not installed)."""
+    try:
+        import numba
+    except ImportError:
+        return
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+
+
+def _install(job: Callable[[int], Any], parent_pid: int, numba_threads: int) -> None:
     global _JOB
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     _die_with_parent(parent_pid)
+    limit_numba_threads(numba_threads)  # the pool runs its calls on this (the main) thread
     _JOB = job
 
 
@@ -79,10 +115,12 @@ def thread_pool(name: str, threads: int) -> ThreadPoolExecutor:
 
 
 def spawn_pool(workers: int, job: Callable[[int], Any]) -> ProcessPoolExecutor:
-    """A pool of ``workers`` spawn processes that run ``job`` and die with this process."""
+    """A pool of ``workers`` spawn processes that run ``job`` and die with this process,
+    each with ``worker_threads(workers)`` numba threads."""
     context = multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_install, initargs=(job, os.getpid())
+        max_workers=workers, mp_context=context, initializer=_install,
+        initargs=(job, os.getpid(), worker_threads(workers)),
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -13,7 +12,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def default_workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    from prepkit.parallel import available_cores
+
+    return available_cores()
 
 
 def layout_option(required: bool = True) -> Callable[[F], F]:
@@ -45,7 +46,8 @@ def write_options(function: F) -> F:
         ),
         click.option(
             "--workers", type=click.IntRange(1, 512), default=default_workers, show_default="all cores",
-            help="Encoding processes (started with spawn). Output is identical whatever the count.",
+            help="Encoding processes (started with spawn), each running numba on an equal share of the cores. "
+            "Output is identical whatever the count.",
         ),
         click.option("--overwrite", is_flag=True, help="Replace DEST if it already holds something."),
     ]

@@ -11,9 +11,12 @@
 
 Each DataLoader worker runs its own CPU :class:`~prepkit.Reader` and takes every
 ``num_workers``-th batch of this rank's epoch, so together they yield the rank's batches
-exactly once. Use ``multiprocessing_context="spawn"``: numba's threading layer does not
-survive ``fork``. (Inside a single process, ``prepkit.Reader`` itself is faster: it already
-decodes on background threads with the GIL released.)
+exactly once, with its numba loops on its share of the cores
+(``prepkit.parallel.worker_threads``). ``set_epoch`` reaches the workers through shared
+memory, so ``persistent_workers=True`` reshuffles every epoch too. Use
+``multiprocessing_context="spawn"``: numba's threading layer does not survive ``fork``.
+(Inside a single process, ``prepkit.Reader`` itself is faster: it already decodes on
+background threads with the GIL released.)
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from prepkit.parallel import limit_numba_threads, worker_threads
 from prepkit.reader.reader import Reader
 
 
@@ -38,11 +42,24 @@ class StoreDataset(IterableDataset):
         self.store = str(store)
         self.batch_size = batch_size
         self.reader_options = {**reader_options, "output": "torch"}
-        self.epoch = 0
+        # The epoch in shared memory: DataLoader workers hold a copy of this object, and with
+        # persistent_workers=True that copy lives on between epochs, so an attribute set here
+        # would never reach them (every epoch would replay the first one's order).
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._length = len(Reader(self.store, batch_size, **{**self.reader_options, "prefetch": 1}))
 
+    @property
+    def epoch(self) -> int:
+        """The epoch whose batches the next iteration yields (``set_epoch``)."""
+        return int(self._epoch.item())
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
+
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+        """Shuffle the next iteration as epoch ``epoch``, in every worker (persistent or not)."""
+        self._epoch.fill_(int(epoch))
 
     def __len__(self) -> int:
         return self._length
@@ -50,9 +67,15 @@ class StoreDataset(IterableDataset):
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if info is not None:
+            # Each worker's numba loops on its share of the cores: a thread per core in every
+            # worker kept them busy spinning (2 workers on 2 vCPUs: 299 against 530 images/s,
+            # docs/BENCHMARKS.md "Numba threads in worker processes").
+            limit_numba_threads(worker_threads(workers))
+        epoch = self.epoch
         reader = Reader(self.store, self.batch_size, **self.reader_options)
-        reader.set_epoch(self.epoch)
-        plan = reader.plan(self.epoch)
+        reader.set_epoch(epoch)
+        plan = reader.plan(epoch)
         for number in range(worker, len(plan), workers):
             batch, _ = reader._make_batch(plan, number)
             batch = reader._convert(batch)

@@ -29,3 +29,48 @@ def test_dataloader_workers_cover_the_epoch_once(tmp_path: Path) -> None:
         seen_labels += labels.tolist()
         count += images.shape[0]
     assert count == 11 and sorted(seen_labels) == [0] * 6 + [1] * 5
+
+
+class ThreadsDataset(StoreDataset):
+    """A StoreDataset that yields, for each batch, the numba threads of the process making it."""
+
+    def __iter__(self):  # type: ignore[override]
+        import numba
+
+        for _ in super().__iter__():
+            yield numba.get_num_threads()
+
+
+def _store(tmp_path: Path, count: int) -> Path:
+    for number in range(count):
+        write_image(tmp_path / "src" / f"c{number % 3}" / f"{number}.png", smooth_image(6, 5, seed=number))
+    build_store(str(tmp_path / "src"), str(tmp_path / "s"), layout=RawLayout(), options=ImageOptions(), samples_per_shard=8, workers=1)
+    return tmp_path / "s"
+
+
+def test_persistent_workers_reshuffle_every_epoch(tmp_path: Path) -> None:
+    """With persistent_workers=True the workers keep their copy of the dataset between epochs;
+    set_epoch must still reach them: each epoch yields what the dataset yields in this process
+    for that epoch, and the epochs differ."""
+    dataset = StoreDataset(_store(tmp_path, 24), batch_size=4, seed=5)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn",
+                                         persistent_workers=True)
+    orders = []
+    for epoch in range(3):
+        dataset.set_epoch(epoch)
+        expected = [images.clone() for images, _ in dataset]  # this process, the same epoch
+        got = [images for images, _ in loader]
+        assert len(got) == len(expected) == 6
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True)), f"epoch {epoch}"
+        orders.append(torch.cat(got))
+    assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[1], orders[2])
+
+
+def test_each_worker_runs_numba_on_its_share_of_the_cores(tmp_path: Path) -> None:
+    from prepkit.parallel import worker_threads
+
+    dataset = ThreadsDataset(_store(tmp_path, 8), batch_size=2, seed=0)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    threads = list(loader)
+    assert len(threads) == 4
+    assert set(threads) == {worker_threads(2)}

@@ -1,0 +1,53 @@
+"""prepkit.bench.workers: its inputs, its check of the stores and its table (the timed runs
+start a process each, minutes in all: they run from the command)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from prepkit.bench import workers
+
+
+def test_crops_are_deterministic_pngs_of_the_side_asked(tmp_path: Path) -> None:
+    workers.write_crops(tmp_path / "a", 7, 16, seed=3)
+    workers.write_crops(tmp_path / "b", 7, 16, seed=3)
+    files = sorted((tmp_path / "a").iterdir())
+    assert len(files) == 7
+    for path in files:
+        pixels = np.asarray(Image.open(path))
+        assert pixels.shape == (16, 16, 3) and pixels.dtype == np.uint8
+    assert workers.same_files(tmp_path / "a", tmp_path / "b")
+    workers.write_crops(tmp_path / "c", 7, 16, seed=4)
+    assert not workers.same_files(tmp_path / "a", tmp_path / "c")
+
+
+def test_same_files_sees_a_missing_or_changed_file(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name / "sub").mkdir(parents=True)
+        (tmp_path / name / "sub" / "x.bin").write_bytes(b"123")
+    assert workers.same_files(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "b" / "sub" / "x.bin").write_bytes(b"124")
+    assert not workers.same_files(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "b" / "sub" / "x.bin").write_bytes(b"123")
+    (tmp_path / "b" / "y.bin").write_bytes(b"")
+    assert not workers.same_files(tmp_path / "a", tmp_path / "b")
+
+
+def test_all_cores_each_sets_the_override_and_the_share_clears_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREPKIT_WORKER_THREADS", "5")
+    assert workers._env(workers.ALL, 8)["PREPKIT_WORKER_THREADS"] == "8"
+    assert "PREPKIT_WORKER_THREADS" not in workers._env(workers.SHARE, 8)
+
+
+def test_table_puts_each_share_row_before_its_all_cores_row(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [("shard --layout lossless, seconds", 2, workers.ALL, 79.0), ("shard --layout lossless, seconds", 2, workers.SHARE, 7.9),
+            ("shard --layout lossless, seconds", 1, workers.SHARE, 6.1)]
+    workers.print_table(rows, 3000, 32)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| shard")]
+    assert lines == ["| shard --layout lossless, seconds | 1 | a share of the cores | 6.10 |",
+                     "| shard --layout lossless, seconds | 2 | a share of the cores | 7.90 |",
+                     "| shard --layout lossless, seconds | 2 | all cores each | 79.00 |"]

@@ -6,10 +6,10 @@ pool initializer's argument), then only integers travel to the workers.
 
 Each worker gets its share of the cores for numba's parallel loops (``worker_threads``):
 the lossless encoder runs ``prange`` loops on every thread numba has, and ``workers``
-processes each with a thread per core kept 2 vCPUs busy with spinning OpenMP threads
-(``prepkit shard --layout lossless`` of 3,000 32 x 32 images: 79 s with two workers
-against 6.1 s with one; 6.9 s with a thread each, docs/BENCHMARKS.md "Numba threads in
-worker processes").
+processes each with a thread per core kept the cores busy with spinning OpenMP threads
+(``prepkit shard --layout lossless`` of 3,000 32 x 32 images with two workers on 2 vCPUs:
+53-62 s with every worker on both, 8.0-8.1 s with one thread each; ``python -m
+prepkit.bench.workers``, docs/BENCHMARKS.md "Numba threads in worker processes").
 
 Workers never outlive the process that started them: on Linux the kernel sends them
 SIGKILL when their parent dies (``PR_SET_PDEATHSIG``), and a watchdog thread in every
@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from prepkit.errors import PrepkitError
 
 T = TypeVar("T")
 
@@ -72,18 +74,24 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
     instead (prepkit.bench.workers sets it to compare)."""
     setting = os.environ.get("PREPKIT_WORKER_THREADS", "")
     if setting:
-        return max(1, int(setting))
+        if not setting.isdigit() or int(setting) < 1:
+            raise PrepkitError(f"PREPKIT_WORKER_THREADS: expected a positive integer. Got {setting!r}.")
+        return int(setting)
     return max(1, (available_cores() if cores is None else cores) // max(1, workers))
 
 
 def limit_numba_threads(threads: int) -> None:
-    """Run this thread's numba parallel loops on at most ``threads`` threads (numba's setting
-    is per thread; nothing happens where numba is not installed)."""
-    try:
-        import numba
-    except ImportError:
+    """Run numba's parallel loops on at most ``threads`` threads: in the whole process when
+    numba is not imported yet (NUMBA_NUM_THREADS, read at its import: a pool whose jobs never
+    use numba does not import it for this), else in this thread (numba's setting is per
+    thread)."""
+    threads = max(1, threads)
+    if "numba" not in sys.modules:
+        os.environ["NUMBA_NUM_THREADS"] = str(threads)
         return
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    import numba
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
 def _install(job: Callable[[int], Any], parent_pid: int, numba_threads: int) -> None:

@@ -4,14 +4,15 @@
 
 Writes `images` PNG crops (side x side) of scikit-image's photographs into DIR, then times
 `prepkit shard DIR/src ... --layout lossless` (and `--layout raw`, which runs no numba) in
-a new process for each worker count, 1 and every core. Each count runs twice in the same
-round: with each worker's share of the cores for numba (prepkit.parallel.worker_threads,
-the default) and with every worker running numba on all of them (PREPKIT_WORKER_THREADS set
-to the core count: what every worker did before). Then a torch DataLoader over the lossless
-store (prepkit.reader.torch.StoreDataset, RandomResizedCrop(side) and a flip, persistent
-workers, one worker per core, epochs 2-4 timed after two to warm up) both ways. The stores
-written both ways must be identical (checked). Rounds alternate the two ways; a figure is
-the best of `rounds`.
+a new process for each worker count, 1 and every core. With one worker the samples are
+encoded in the command's own process (numba on every core); with more, each count runs
+twice in the same round: with each worker's share of the cores for numba
+(prepkit.parallel.worker_threads, the default) and with every worker running numba on all
+of them (PREPKIT_WORKER_THREADS set to the core count: what every worker did before). Then
+a torch DataLoader over the lossless store (prepkit.reader.torch.StoreDataset,
+RandomResizedCrop(side) and a flip, persistent workers, one worker per core, epochs 2-4
+timed after two to warm up) both ways. The stores written both ways must be identical
+(checked). Rounds alternate the two ways; a figure is the best of `rounds`.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from prepkit.bench.machine import machine_line
-from prepkit.parallel import available_cores
+from prepkit.parallel import available_cores, worker_threads
 
 SHARE, ALL = "a share of the cores", "all cores each"  # the two ways
 
@@ -46,6 +47,8 @@ def write_crops(folder: Path, images: int, side: int, seed: int = 0) -> None:
 
 
 def _env(way: str, cores: int) -> dict[str, str]:
+    """This process's environment for a run the `way` given: PREPKIT_WORKER_THREADS set to
+    every core (ALL) or left out (SHARE)."""
     env = {k: v for k, v in os.environ.items() if k != "PREPKIT_WORKER_THREADS"}
     if way == ALL:
         env["PREPKIT_WORKER_THREADS"] = str(cores)
@@ -97,8 +100,19 @@ def same_files(a: Path, b: Path) -> bool:
     return files_a == files_b and all((a / f).read_bytes() == (b / f).read_bytes() for f in files_a)
 
 
+SHARD, LOADER_ROW = "shard --layout {}, seconds", "DataLoader over the lossless store, images/s"
+
+
+def threads_label(workers: int, way: str, cores: int) -> str:
+    """The numba threads of each process that encodes, for the table."""
+    if workers == 1:
+        return f"{cores} (one process: the command's own)"
+    return f"{worker_threads(workers, cores)} ({SHARE})" if way == SHARE else f"{cores} ({ALL})"
+
+
 def measure(folder: Path, images: int, side: int, rounds: int) -> list[tuple[str, int, str, float]]:
-    """Rows (what, workers, way, best figure): shard seconds, then loader images per second."""
+    """Rows (what, workers, numba threads per worker, best figure), in the table's order:
+    shard seconds (lossless, then raw), then the loader's images per second."""
     cores = available_cores()
     counts = sorted({1, cores})
     write_crops(folder / "src", images, side)
@@ -109,27 +123,29 @@ def measure(folder: Path, images: int, side: int, rounds: int) -> list[tuple[str
         ways = (SHARE, ALL) if round_number % 2 == 0 else (ALL, SHARE)
         for layout in ("lossless", "raw"):
             for workers in counts:
-                for way in ways:
-                    dest = folder / f"{layout}-{workers}-{ways.index(way)}"
+                for way in ways[:1] if workers == 1 else ways:  # one worker: the same run both ways
+                    dest = folder / f"{layout}-{workers}-{'share' if way == SHARE else 'all'}"
                     seconds = time_shard(folder / "src", dest, layout, workers, way, cores)
-                    key = (f"shard --layout {layout}, seconds", workers, way)
+                    key = (SHARD.format(layout), workers, threads_label(workers, way, cores))
                     best[key] = min(best.get(key, seconds), seconds)
-                if not same_files(folder / f"{layout}-{workers}-0", folder / f"{layout}-{workers}-1"):
+                if workers > 1 and not same_files(folder / f"{layout}-{workers}-share", folder / f"{layout}-{workers}-all"):
                     raise AssertionError(f"{layout}, {workers} workers: the stores differ between the two ways")
-        for way in ways:
-            rate = loader_rate(folder / f"lossless-{counts[-1]}-0", cores, side, way, cores, script)
-            key = ("DataLoader over the lossless store, images/s", cores, way)
-            best[key] = max(best.get(key, rate), rate)
-    return [(what, workers, way, value) for (what, workers, way), value in best.items()]
+        if cores > 1:
+            for way in ways:
+                rate = loader_rate(folder / f"lossless-{cores}-share", cores, side, way, cores, script)
+                key = (LOADER_ROW, cores, threads_label(cores, way, cores))
+                best[key] = max(best.get(key, rate), rate)
+    return [(what, workers, label, value) for (what, workers, label), value in best.items()]
 
 
 def print_table(rows: list[tuple[str, int, str, float]], images: int, side: int) -> None:
+    """The rows as a markdown table under the machine's line, in measure's order."""
     print(machine_line())
     print(f"{images} PNG images of {side} x {side}; best of the rounds\n")
-    print("| what | workers | numba threads per worker | figure |")
+    print("| what | workers | numba threads per process | figure |")
     print("| --- | --- | --- | --- |")
-    for what, workers, way, value in sorted(rows, key=lambda row: (row[0], row[1], row[2] != SHARE)):
-        print(f"| {what} | {workers} | {way} | {value:.2f} |")
+    for what, workers, label, value in rows:
+        print(f"| {what} | {workers} | {label} | {value:,.2f} |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError
 from typing import Any
 
+from prepkit.parallel import limit_numba_threads
 from prepkit.store.writer import EncodedSample, SampleFailure, ShardExecutor
 
 Result = EncodedSample | SampleFailure
@@ -35,12 +36,7 @@ WORKER_WAIT_S = 120  # how long a run waits for a worker to come back before it 
 
 def encode_shard_items(job: Job, items: list[int], numba_threads: int = 1) -> list[Result]:
     """Encode the source items of one shard, in order (the pure, distributable step)."""
-    try:
-        import numba
-
-        numba.set_num_threads(max(1, min(numba_threads, numba.config.NUMBA_NUM_THREADS)))
-    except (ImportError, ValueError):
-        pass
+    limit_numba_threads(numba_threads)
     return [job(index) for index in items]
 
 

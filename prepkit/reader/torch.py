@@ -13,7 +13,8 @@ Each DataLoader worker runs its own CPU :class:`~prepkit.Reader` and takes every
 ``num_workers``-th batch of this rank's epoch, so together they yield the rank's batches
 exactly once, with its numba loops on its share of the cores
 (``prepkit.parallel.worker_threads``). ``set_epoch`` reaches the workers through shared
-memory, so ``persistent_workers=True`` reshuffles every epoch too. Use
+memory, so ``persistent_workers=True`` reshuffles every epoch too; call it between epochs,
+before iterating the loader, not during an epoch. Use
 ``multiprocessing_context="spawn"``: numba's threading layer does not survive ``fork``.
 (Inside a single process, ``prepkit.Reader`` itself is faster: it already decodes on
 background threads with the GIL released.)
@@ -65,15 +66,25 @@ class StoreDataset(IterableDataset):
         return self._length
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        # Not a generator itself: the epoch is read when the iteration starts (a generator's
+        # body would wait for the first batch), so every worker takes the same one.
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        options = self.reader_options
         if info is not None:
             # Each worker's numba loops on its share of the cores: a thread per core in every
-            # worker kept them busy spinning (2 workers on 2 vCPUs: 299 against 530 images/s,
-            # docs/BENCHMARKS.md "Numba threads in worker processes").
-            limit_numba_threads(worker_threads(workers))
-        epoch = self.epoch
-        reader = Reader(self.store, self.batch_size, **self.reader_options)
+            # worker kept them busy spinning (2 workers on 2 vCPUs: 4,250-4,330 against 9,570-11,820 images/s,
+            # docs/BENCHMARKS.md "Numba threads in worker processes"). The Reader's own decode
+            # threads (JPEG) get the same share unless the caller chose a count.
+            share = worker_threads(workers)
+            limit_numba_threads(share)
+            if options.get("threads") is None:
+                options = {**options, "threads": share}
+        return self._batches(self.epoch, worker, workers, options)
+
+    def _batches(self, epoch: int, worker: int, workers: int, options: dict[str, Any]) -> Iterator[tuple[torch.Tensor, ...]]:
+        """This worker's batches of the epoch: every ``workers``-th from batch ``worker``."""
+        reader = Reader(self.store, self.batch_size, **options)
         reader.set_epoch(epoch)
         plan = reader.plan(epoch)
         for number in range(worker, len(plan), workers):

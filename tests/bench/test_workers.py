@@ -43,11 +43,19 @@ def test_all_cores_each_sets_the_override_and_the_share_clears_it(monkeypatch: p
     assert "PREPKIT_WORKER_THREADS" not in workers._env(workers.SHARE, 8)
 
 
-def test_table_puts_each_share_row_before_its_all_cores_row(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = [("shard --layout lossless, seconds", 2, workers.ALL, 79.0), ("shard --layout lossless, seconds", 2, workers.SHARE, 7.9),
-            ("shard --layout lossless, seconds", 1, workers.SHARE, 6.1)]
+def test_labels_name_each_process_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PREPKIT_WORKER_THREADS", raising=False)
+    assert workers.threads_label(1, workers.SHARE, 8) == "8 (one process: the command's own)"
+    assert workers.threads_label(4, workers.SHARE, 8) == "2 (a share of the cores)"
+    assert workers.threads_label(4, workers.ALL, 8) == "8 (all cores each)"
+
+
+def test_table_keeps_the_rows_order_and_groups_thousands(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [("shard --layout lossless, seconds", 2, "1 (a share of the cores)", 7.9),
+            ("shard --layout lossless, seconds", 2, "2 (all cores each)", 79.0),
+            ("DataLoader over the lossless store, images/s", 2, "1 (a share of the cores)", 11818.91)]
     workers.print_table(rows, 3000, 32)
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| shard")]
-    assert lines == ["| shard --layout lossless, seconds | 1 | a share of the cores | 6.10 |",
-                     "| shard --layout lossless, seconds | 2 | a share of the cores | 7.90 |",
-                     "| shard --layout lossless, seconds | 2 | all cores each | 79.00 |"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert lines[1:] == ["| shard --layout lossless, seconds | 2 | 1 (a share of the cores) | 7.90 |",
+                         "| shard --layout lossless, seconds | 2 | 2 (all cores each) | 79.00 |",
+                         "| DataLoader over the lossless store, images/s | 2 | 1 (a share of the cores) | 11,818.91 |"]

@@ -32,13 +32,27 @@ def test_dataloader_workers_cover_the_epoch_once(tmp_path: Path) -> None:
 
 
 class ThreadsDataset(StoreDataset):
-    """A StoreDataset that yields, for each batch, the numba threads of the process making it."""
+    """A StoreDataset that yields, with each batch's images, the numba threads of the process
+    making it and the thread count its Reader was given."""
 
     def __iter__(self):  # type: ignore[override]
         import numba
 
-        for _ in super().__iter__():
-            yield numba.get_num_threads()
+        import prepkit.reader.torch as module
+
+        made = []
+
+        class Recording(module.Reader):  # type: ignore[misc,valid-type]
+            def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+                super().__init__(*args, **kwargs)
+                made.append(self.threads)
+
+        module.Reader, original = Recording, module.Reader
+        try:
+            for images, _ in super().__iter__():
+                yield images, numba.get_num_threads(), made[-1]
+        finally:
+            module.Reader = original
 
 
 def _store(tmp_path: Path, count: int) -> Path:
@@ -48,29 +62,44 @@ def _store(tmp_path: Path, count: int) -> Path:
     return tmp_path / "s"
 
 
-def test_persistent_workers_reshuffle_every_epoch(tmp_path: Path) -> None:
+def test_persistent_workers_reshuffle_every_epoch_on_their_share_of_the_cores(tmp_path: Path) -> None:
     """With persistent_workers=True the workers keep their copy of the dataset between epochs;
     set_epoch must still reach them: each epoch yields what the dataset yields in this process
-    for that epoch, and the epochs differ."""
-    dataset = StoreDataset(_store(tmp_path, 24), batch_size=4, seed=5)
+    for that epoch, and the epochs differ. Each worker runs numba, and its Reader, on its
+    share of the cores."""
+    import numba
+
+    from prepkit.parallel import worker_threads
+
+    dataset = ThreadsDataset(_store(tmp_path, 24), batch_size=4, seed=5)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn",
                                          persistent_workers=True)
     orders = []
     for epoch in range(3):
         dataset.set_epoch(epoch)
-        expected = [images.clone() for images, _ in dataset]  # this process, the same epoch
-        got = [images for images, _ in loader]
+        expected = [images.clone() for images, _, _ in dataset]  # this process, the same epoch
+        got = list(loader)  # (the loader makes each yielded tuple a list)
         assert len(got) == len(expected) == 6
-        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True)), f"epoch {epoch}"
-        orders.append(torch.cat(got))
+        assert all(torch.equal(images, e) for (images, _, _), e in zip(got, expected, strict=True)), f"epoch {epoch}"
+        share = {(int(threads), int(reader_threads)) for _, threads, reader_threads in got}
+        assert share == {(min(worker_threads(2), numba.config.NUMBA_NUM_THREADS), worker_threads(2))}
+        orders.append(torch.cat([images for images, _, _ in got]))
     assert not torch.equal(orders[0], orders[1]) and not torch.equal(orders[1], orders[2])
 
 
-def test_each_worker_runs_numba_on_its_share_of_the_cores(tmp_path: Path) -> None:
-    from prepkit.parallel import worker_threads
+def test_a_thread_count_the_caller_chose_stays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a worker (faked here: worker 0 of 2, in this process) the Reader keeps threads=3."""
+    import types
 
-    dataset = ThreadsDataset(_store(tmp_path, 8), batch_size=2, seed=0)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
-    threads = list(loader)
-    assert len(threads) == 4
-    assert set(threads) == {worker_threads(2)}
+    import numba
+
+    import prepkit.reader.torch as module
+
+    monkeypatch.setattr(module, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=2))
+    before = numba.get_num_threads()
+    try:
+        batches = list(ThreadsDataset(_store(tmp_path, 8), batch_size=2, seed=0, threads=3))
+    finally:
+        numba.set_num_threads(before)
+    assert len(batches) == 2  # batches 0 and 2 of 4: this worker's
+    assert {reader_threads for _, _, reader_threads in batches} == {3}

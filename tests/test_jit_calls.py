@@ -88,3 +88,24 @@ def test_no_compiled_call_passes_a_literal() -> None:
     separate, bodies = _compiled_functions()
     found = _literal_calls(separate, bodies)
     assert not found, "pass np.int64(...) / np.bool_(...) instead:\n" + "\n".join(found)
+
+
+def test_a_read_only_image_encodes_with_the_kernels_a_writable_one_compiled() -> None:
+    """Images from Pillow are read-only arrays (np.asarray of a PIL image: what ingest
+    passes), and numba compiles a kernel again for a read-only argument: every encoder
+    kernel a second time, 35 s on the first store written after `prepkit warmup`. The
+    encoders take a writable copy (lossless.format.prepare), so no kernel gains a signature."""
+    import numpy as np
+
+    from prepkit.lossless import cpu_v2
+
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (40, 72, 3), dtype=np.uint8)
+    image[:, :30] = image[0, 0]  # constant and palette-like tiles too
+    writable = cpu_v2.encode(image)
+    kernels = [cpu_v2._choose_symbols_all, cpu_v2._palettes_all, cpu_v2._encode_all]
+    signatures = [len(kernel.signatures) for kernel in kernels]
+    read_only = image.copy()
+    read_only.flags.writeable = False
+    assert cpu_v2.encode(read_only) == writable
+    assert [len(kernel.signatures) for kernel in kernels] == signatures

@@ -236,4 +236,8 @@ def prepare(image: np.ndarray, tile: int) -> tuple[np.ndarray, int]:
     check_shape(image.shape[0], image.shape[1], image.shape[2], tile)
     if image.shape[2] >= 3:
         flags |= FLAG_COLOUR
-    return np.ascontiguousarray(image), flags
+    # Writable as well as contiguous: numba compiles a kernel again for a read-only array,
+    # and images from Pillow (np.asarray of a PIL image, what ingest passes) are read-only.
+    # Copying those costs a memcpy; compiling every encoder kernel a second time cost 35 s on
+    # the first store a fresh install wrote after `prepkit warmup`.
+    return np.require(image, requirements=["C", "W"]), flags

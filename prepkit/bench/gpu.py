@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from prepkit.bench.sampler import StackSampler, format_report
+from prepkit.parallel import available_cores
 
 READER_THREADS = ("MainThread", "prepkit-")  # the training loop and prepkit's own threads
 
@@ -698,7 +698,7 @@ def run_gpu_benchmark(images: list[np.ndarray], config: GpuBenchConfig,
     settings.update(images_per_pass=count, chunks=len(chunks),
                     compressed_bytes_per_pass=int(sum(c.src.nbytes for c in chunks)),
                     shapes=sorted({tuple(int(v) for v in image.shape) for image in images})[:8])
-    workers = config.png_workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    workers = config.png_workers or available_cores()
     rows += attempt("png-cpu", lambda: [png_row(images, count, workers, config)])
     rows += attempt("lossless", lambda: lossless_rows(chunks, config))
     compressed = sum(c.src.nbytes for c in chunks) / count

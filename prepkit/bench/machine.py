@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import platform
 from importlib import metadata
 from typing import Any
+
+from prepkit.parallel import available_cores
 
 LIBRARIES = ("numpy", "numba", "numba-cuda", "pillow", "zarr", "nvidia-nvimgcodec-cu12", "nvidia-nvimgcodec-cu13",
              "qoi", "torch", "pyspng", "imagecodecs", "scikit-image")
@@ -42,7 +43,7 @@ def describe_machine(with_gpu: bool = True) -> dict[str, Any]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = available_cores()
     return {
         "cpu": cpu_model(),
         "cores": cores,

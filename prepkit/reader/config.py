@@ -10,6 +10,7 @@ from typing import Any
 
 from prepkit.cudart import cuda_index, parse_device
 from prepkit.errors import PipelineError
+from prepkit.parallel import available_cores
 from prepkit.reader.arguments import check_reader_arguments
 from prepkit.store.extras import check_pad_value
 
@@ -61,7 +62,7 @@ class ReaderConfig:
         kind, index = parse_device(device)
         if transfer_index and kind == "cpu":
             raise PipelineError("transfer_index applies to device='cuda' only")
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = available_cores()
         return cls(
             batch_size=int(batch_size), shuffle=shuffle, seed=int(seed), rank=int(rank), world_size=int(world_size),
             drop_last=drop_last, device=kind, device_index=cuda_index(index) if kind == "cuda" else None,

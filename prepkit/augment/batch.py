@@ -140,9 +140,11 @@ class MixUp(_MixBase):
                     f"MixUp: Expected float32 or float16 images (torchvision mixes floats only). Got {images.dtype}; "
                     "put ToDtype(float32, scale=True) in the pipeline."
                 )
-            out = np.empty_like(images)
+            # (out like the contiguous copy: like a permuted batch, its layout 'A' failed to compile)
+            source = np.ascontiguousarray(images)
+            out = np.empty_like(source)
             if images.dtype == np.float32:
-                _mixup_cpu(np.ascontiguousarray(images), np.float32(drawn.lam), out)
+                _mixup_cpu(source, np.float32(drawn.lam), out)
             else:  # numba has no float16 arithmetic on the CPU: numpy in float32
                 out[...] = images.astype(np.float32) * np.float32(drawn.lam) + np.roll(images, 1, axis=0).astype(
                     np.float32

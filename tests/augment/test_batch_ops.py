@@ -46,6 +46,19 @@ def test_mixup_float16_and_refuses_uint8() -> None:
         MixUp(num_classes=3)((images * 255).astype(np.uint8), labels)
 
 
+@pytest.mark.parametrize("op", [MixUp(alpha=0.4, num_classes=3), CutMix(alpha=1.0, num_classes=3)])
+def test_a_permuted_batch_mixes_like_its_contiguous_copy(op) -> None:
+    """A channels-last batch transposed to NCHW (a view, not C-contiguous): MixUp had given
+    it an output of the same strides, which its kernel could not compile for."""
+    images, labels = _batch("NHWC")
+    permuted = images.transpose(0, 3, 1, 2)
+    assert not permuted.flags.c_contiguous
+    got, got_labels = op(permuted, labels, seed=2)
+    want, want_labels = op(np.ascontiguousarray(permuted), labels, seed=2)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_labels, want_labels)
+
+
 def _cutmix_equation(h: int, w: int, lam: float, r_x: int, r_y: int) -> tuple[int, int, int, int, float]:
     """torchvision's CutMix box and adjusted lam, as written in _augment.py."""
     r = 0.5 * math.sqrt(1.0 - lam)

@@ -53,11 +53,23 @@ def drop_if_stale(folder: Path, prefix: str, digest: str) -> bool:
         return False
 
 
+# Set on a dispatcher by the first guard_disk_cache that sees it.
+_GUARDED = "_prepkit_cache_guarded"
+
+
 def guard_disk_cache(namespace: dict[str, Any], dependencies: Iterable[ModuleType], extra: str = "") -> None:
     """Drop the stale cache entries of every cached numba function in ``namespace``;
-    ``extra`` names a build choice the dependencies' sources do not show (a CPU switch)."""
+    ``extra`` names a build choice the dependencies' sources do not show (a CPU switch).
+
+    A function is guarded once, by the first module that does it: the one that compiles it,
+    since a module importing it imports that one first. A second guard with its own digest
+    had dropped the entries the first had just recorded, so every process that imported
+    both modules (``augment.colour`` imports ``augment.cpu``'s ``_emit_row``) found them
+    gone and compiled them again."""
     digest = dependency_digest(dependencies, extra)
     for value in list(namespace.values()):
         entry = cache_entry(value)
-        if entry is not None:
-            drop_if_stale(*entry, digest)
+        if entry is None or getattr(value, _GUARDED, False):
+            continue
+        drop_if_stale(*entry, digest)
+        setattr(value, _GUARDED, True)

@@ -74,6 +74,33 @@ def test_cached_kernel_sees_an_edit_of_an_inlined_module(tmp_path: Path) -> None
     assert _run(call, tmp_path) == "30"
 
 
+def test_a_kernel_imported_by_another_guarded_module_keeps_its_cache(tmp_path: Path) -> None:
+    """The bug: augment.colour imports augment.cpu's cached _emit_row and guarded its own
+    namespace with its own digest, so each process dropped the entries cpu had recorded."""
+    (tmp_path / "helper_mod.py").write_text("def step(x):\n    return x + 1\n")
+    (tmp_path / "owner_mod.py").write_text(textwrap.dedent("""
+        from numba import njit
+        import helper_mod
+        from prepkit.jitcache import guard_disk_cache
+
+        @njit(cache=True)
+        def kernel(x):
+            return x * 10
+
+        guard_disk_cache(globals(), (helper_mod,))
+    """))
+    (tmp_path / "user_mod.py").write_text(textwrap.dedent("""
+        import owner_mod
+        from owner_mod import kernel
+        from prepkit.jitcache import guard_disk_cache
+
+        guard_disk_cache(globals(), (owner_mod,))
+    """))
+    call = "import user_mod; print(user_mod.kernel(2), len(user_mod.kernel.stats.cache_hits))"
+    assert _run(call, tmp_path) == "20 0"  # compiled, and saved
+    assert _run(call, tmp_path) == "20 1"  # loaded from the cache: the second guard left it
+
+
 def test_v2_encoder_does_not_import_the_numpy_reference() -> None:
     out = _run(
         "import sys, numpy as np\n"

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 import prepkit
 from prepkit.cli import _register, cli
 from prepkit.errors import StoreError
-from tests.conftest import smooth_image, store_files, write_image
+from tests.conftest import smooth_image, store_files, write_bomb_png, write_image
 
 _register()
 
@@ -81,9 +81,7 @@ def make_bad_dataset(root: Path) -> dict[str, str]:
     (bad / "text.jpg").write_text("just text\n")
     truncated = write_image(bad / "trunc.png", smooth_image(64, 64))
     truncated.write_bytes(truncated.read_bytes()[:300])
-    from PIL import Image
-
-    Image.new("L", (20000, 20000)).save(bad / "bomb.png")
+    write_bomb_png(bad / "bomb.png")
     return {"empty.png": "empty", "text.jpg": "not a recognized", "trunc.png": "cannot decode", "bomb.png": "decompression bomb"}
 
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 import prepkit
 from prepkit.cli import _register, cli
-from tests.conftest import smooth_image, write_image
+from tests.conftest import smooth_image, write_bomb_png, write_image
 
 _register()
 
@@ -70,7 +70,7 @@ def build_matrix(root: Path, layout: str) -> tuple[dict[str, np.ndarray], dict[s
     write_image(root / "one_pixel.png", one)
     stored["one_pixel.png"] = one
 
-    Image.new("L", (30000, 30000)).save(root / "bomb.png")
+    write_bomb_png(root / "bomb.png")
     reported["bomb.png"] = "decompression bomb"
 
     write_image(root / "no_permission.png", base)

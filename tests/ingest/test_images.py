@@ -19,7 +19,7 @@ from prepkit.ingest.images import (
     probe_size,
     scaled_size,
 )
-from tests.conftest import smooth_image, write_image
+from tests.conftest import smooth_image, write_bomb_png, write_image
 
 
 def test_modes_become_rgb(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_truncated_files_are_reported(tmp_path: Path, fmt: str) -> None:
 
 
 def test_decompression_bomb_is_refused_before_decoding(tmp_path: Path) -> None:
-    Image.new("L", (20000, 20000)).save(tmp_path / "bomb.png")  # a few hundred KB on disk
+    write_bomb_png(tmp_path / "bomb.png")  # a few hundred KB on disk
     assert (tmp_path / "bomb.png").stat().st_size < 2_000_000
     with pytest.raises(IngestError, match="decompression bomb"):
         load_image(str(tmp_path / "bomb.png"), ImageOptions())

@@ -15,7 +15,7 @@ planned decode, whole images and crops, of streams written by the numpy referenc
 that this part does not wait for the encoder's compile), ``reader`` (a Reader over a raw
 store with the usual crop, flip, cast and normalise: the fused augmentation kernels) and
 ``augment`` (the colour stage of ColorJitter and the policies, on uint8 and float32 pixels,
-and the channel ops).
+RandomErasing, the channel ops, masks, CutMix and MixUp).
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ def _mask(height: int, width: int) -> np.ndarray:
 def _images() -> list[np.ndarray]:
     """One image of each kind the encoders treat differently, each with partial edge tiles."""
     photo = _photo(41, 70, 3, 1)
-    flat = np.repeat(np.repeat(_photo(5, 9, 3, 2), 8, axis=0), 8, axis=1)[:37, :67]  # palette tiles
-    return [photo, flat, _photo(35, 34, 1, 3), _photo(19, 23, 4, 4), _mask(45, 50)]
+    flat = np.repeat(np.repeat(_photo(5, 9, 3, 2), 8, axis=0), 8, axis=1)[:37, :67]  # runs tiles
+    colours = np.array([[10, 20, 30], [200, 100, 50], [0, 255, 0], [90, 90, 90]], np.uint8)
+    dithered = colours[np.random.default_rng(5).integers(0, 4, (33, 40))]  # palette tiles
+    return [photo, flat, dithered, _photo(35, 34, 1, 3), _photo(19, 23, 4, 4), _mask(45, 50)]
 
 
 def _encode() -> None:
@@ -75,6 +77,8 @@ def _decode() -> None:
     lossless.decode_batch(streams, device="cpu")
     lossless.decode_batch_packed(streams, "cpu", [(1, 2, 12, 20)] * len(streams))
     lossless.decode(streams[0], roi=(3, 4, 20, 33))
+    for stream in streams:  # lossless.decode's one compiled call (v2) and its batch path (v1)
+        lossless.decode(stream)
     with tempfile.TemporaryDirectory(prefix="prepkit-warmup-") as folder:
         store = _store(Path(folder), images[:2], streams[:2])
         _read(store)
@@ -90,15 +94,20 @@ def _reader() -> None:
 
 
 def _augment() -> None:
-    """The colour stage (ColorJitter and the policies, on uint8 and on float32 pixels) and
-    the channel ops, which the reader part's transforms do not reach."""
+    """What the reader part's transforms do not reach: the colour stage (ColorJitter and the
+    policies, on uint8 and on float32 pixels), RandomErasing, the channel ops, masks through
+    crops and through the policies' geometric steps, and CutMix and MixUp."""
     from prepkit.augment import (
         RGB,
         CenterCrop,
         ColorJitter,
+        CutMix,
         Grayscale,
+        MixUp,
         Normalize,
         Pipeline,
+        RandAugment,
+        RandomErasing,
         RandomHorizontalFlip,
         RandomResizedCrop,
         ToDtype,
@@ -114,7 +123,7 @@ def _augment() -> None:
     to_float, normalize = ToDtype("float32", scale=True), Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
     jitter = ColorJitter(0.4, 0.4, 0.4, 0.1)
     for ops in ([RandomResizedCrop(8), RandomHorizontalFlip(), jitter, to_float, normalize],  # uint8 stage
-                [CenterCrop(8), to_float, TrivialAugmentWide(), normalize],  # float32 stage
+                [CenterCrop(8), to_float, TrivialAugmentWide(), normalize, RandomErasing(1.0)],  # float32 stage
                 [RandomResizedCrop(8), jitter]):  # uint8 out
         pipe = Pipeline(ops)
         pipe(flat, offsets, shapes, pipe.params(shapes, np.arange(2)))
@@ -122,6 +131,16 @@ def _augment() -> None:
     for channel_op in (RGB(), Grayscale()):  # (a batch of mixed channel counts)
         pipe = Pipeline([channel_op])
         pipe.apply_packed(flat, offsets, shapes, pipe.params(shapes, np.arange(3)))
+    masks = [_mask(12, 13)[:, :, 0], _mask(10, 9)[:, :, 0]]
+    flat, offsets, shapes = packed([mask[:, :, None] for mask in masks])
+    for ops in ([RandomResizedCrop(8), RandomHorizontalFlip()], [CenterCrop(8), RandAugment(num_ops=2, magnitude=25)]):
+        pipe = Pipeline(ops)
+        pipe.apply_mask(flat, offsets, shapes, pipe.params(shapes, np.arange(2)))
+    labels = np.arange(2)
+    batch = np.stack([_photo(8, 8, 3, 9), _photo(8, 8, 3, 10)]).transpose(0, 3, 1, 2)  # N, C, H, W
+    MixUp(alpha=0.2, num_classes=2)(batch.astype(np.float32), labels)
+    for dtype in (np.float32, np.float16, np.uint8):
+        CutMix(alpha=1.0, num_classes=2)(batch.astype(dtype), labels)
 
 
 def _store(folder: Path, images: list[np.ndarray], encoded: list[bytes], layout: Layout | None = None) -> Path:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,25 @@ def test_the_augment_part_runs_the_colour_stage_and_the_channel_ops() -> None:
     warm-up filled) runs its pipelines without an error."""
     result = warmup.run_part("augment")
     assert result.name == "augment" and result.error is None, result
+
+
+def test_the_parts_reach_the_kernels_a_user_calls_first() -> None:
+    """In a fresh process, the parts call (and so compile, or load) the kernels behind
+    lossless.decode of a whole stream, palette tiles, RandomErasing, masks, CutMix and MixUp:
+    each had compiled on its first use after a warm-up, 2-6 s each on the dev VM."""
+    code = (
+        "from prepkit import warmup\n"
+        "for part in ('encode', 'decode', 'augment'):\n"
+        "    warmup.PARTS[part]()\n"
+        "from prepkit.lossless import single, cpu_v2\n"
+        "from prepkit.augment import batch, erasing, colour, cpu\n"
+        "kernels = {'decode_one': single._decode_one, 'palette': cpu_v2._palette_symbols_all,\n"
+        "           'erase': erasing._erase_kernel, 'mask': cpu._mask_kernel, 'mask_warp': colour._mask_warp_kernel,\n"
+        "           'mixup': batch._mixup_cpu, 'cutmix': batch._cutmix_cpu}\n"
+        "print(' '.join(f'{name}={len(kernel.signatures)}' for name, kernel in kernels.items()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    counts = dict(item.split("=") for item in done.stdout.split())
+    assert all(int(n) >= 1 for n in counts.values()), counts
+    assert int(counts["cutmix"]) >= 2, counts  # float32 and uint8 batches

@@ -124,7 +124,7 @@ def _augment() -> None:
     jitter = ColorJitter(0.4, 0.4, 0.4, 0.1)
     for ops in ([RandomResizedCrop(8), RandomHorizontalFlip(), jitter, to_float, normalize],  # uint8 stage
                 [CenterCrop(8), to_float, TrivialAugmentWide(), normalize, RandomErasing(1.0)],  # float32 stage
-                [RandomResizedCrop(8), jitter]):  # uint8 out
+                [RandomResizedCrop(8), jitter, RandomErasing(1.0)]):  # uint8 out
         pipe = Pipeline(ops)
         pipe(flat, offsets, shapes, pipe.params(shapes, np.arange(2)))
     flat, offsets, shapes = packed([_photo(13, 12, 3, 5), _photo(11, 11, 1, 7), _photo(7, 9, 4, 8)])

@@ -27,8 +27,9 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from prepkit.errors import PrepkitError
@@ -66,6 +67,46 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+# What launchers set to the number of a job's processes on this machine: torchrun, Open MPI,
+# MPICH and Slurm (which writes "4(x2)" or "4,2" for nodes of unequal counts).
+LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE")
+
+
+def local_processes() -> int:
+    """How many processes of this job its launcher started on this machine (LOCAL_WORLD_SIZE
+    and the others of LOCAL_SIZE_VARIABLES, the first one set); 1 without a launcher."""
+    for name in LOCAL_SIZE_VARIABLES:
+        value = os.environ.get(name, "").split("(")[0].split(",")[0].strip()
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    return 1
+
+
+def rank_threads() -> int:
+    """numba threads for this process when a launcher started ``local_processes()`` of them
+    on this machine (the ranks of a torchrun job): its cores when the launcher gave each
+    process cores of its own (the affinity masks of all of them fit in the machine), else an
+    equal share of them, at least one. Without a launcher, every core this process may use."""
+    cores, ranks = available_cores(), local_processes()
+    if cores * ranks <= (os.cpu_count() or cores):
+        return cores
+    return max(1, cores // ranks)
+
+
+@contextmanager
+def numba_threads(threads: int) -> Iterator[None]:
+    """numba's parallel loops called in this block, from this thread, run on at most
+    ``threads`` threads (numba's setting is per thread); the thread's own setting is back after."""
+    import numba
+
+    previous = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
 
 
 def worker_threads(workers: int, cores: int | None = None) -> int:

@@ -5,8 +5,16 @@ from __future__ import annotations
 import numba
 import pytest
 
+from prepkit import parallel
 from prepkit.errors import PrepkitError
-from prepkit.parallel import available_cores, run_ordered, worker_threads
+from prepkit.parallel import (
+    LOCAL_SIZE_VARIABLES,
+    available_cores,
+    local_processes,
+    numba_threads,
+    run_ordered,
+    worker_threads,
+)
 
 
 class NumbaThreadsJob:
@@ -62,3 +70,43 @@ def test_limit_before_and_after_numba_is_imported(numba_first: bool) -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     imported, threads = out.stdout.split()
     assert imported == str(numba_first) and threads == "1"
+
+
+@pytest.mark.parametrize(("variables", "expected"), [
+    ({}, 1), ({"LOCAL_WORLD_SIZE": "8"}, 8), ({"SLURM_NTASKS_PER_NODE": "4(x2)"}, 4),
+    ({"SLURM_NTASKS_PER_NODE": "4,2"}, 4), ({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 2),
+    ({"LOCAL_WORLD_SIZE": "0"}, 1), ({"LOCAL_WORLD_SIZE": "many"}, 1),
+    ({"LOCAL_WORLD_SIZE": "3", "SLURM_NTASKS_PER_NODE": "6"}, 3),
+])  # fmt: skip
+def test_local_processes_from_the_launchers_variables(variables: dict[str, str], expected: int,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in LOCAL_SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert local_processes() == expected
+
+
+@pytest.mark.parametrize(("machine", "mask", "ranks", "expected"), [
+    (64, 64, 1, 64),  # no launcher: every core
+    (64, 64, 8, 8),  # torchrun, 8 ranks, no pinning: an eighth each
+    (64, 8, 8, 8),  # each rank pinned to 8 cores of its own: those
+    (64, 16, 8, 2),  # 8 ranks in a container of 16 cores: a share of the 16
+    (2, 2, 4, 1),  # more ranks than cores: one each
+])  # fmt: skip
+def test_rank_threads_share_the_machine_between_its_ranks(machine: int, mask: int, ranks: int, expected: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "available_cores", lambda: mask)
+    monkeypatch.setattr(parallel, "local_processes", lambda: ranks)
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: machine)
+    assert parallel.rank_threads() == expected
+
+
+def test_numba_threads_limits_this_thread_and_restores_it() -> None:
+    before = numba.get_num_threads()
+    with numba_threads(1):
+        assert numba.get_num_threads() == 1
+    assert numba.get_num_threads() == before
+    with numba_threads(10_000):  # no more than numba has
+        assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+    assert numba.get_num_threads() == before

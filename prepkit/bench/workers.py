@@ -1,4 +1,4 @@
-"""Worker processes and numba's threads: `prepkit shard` and a DataLoader over a store.
+"""Worker processes and numba's threads: `prepkit shard`, a DataLoader and ranks over a store.
 
     python -m prepkit.bench.workers [--images 3000] [--side 32] [--rounds 2] [--out DIR]
 
@@ -11,7 +11,10 @@ twice in the same round: with each worker's share of the cores for numba
 of them (PREPKIT_WORKER_THREADS set to the core count: what every worker did before). Then
 a torch DataLoader over the lossless store (prepkit.reader.torch.StoreDataset,
 RandomResizedCrop(side) and a flip, persistent workers, one worker per core, epochs 2-4
-timed after two to warm up) both ways. The stores written both ways must be identical
+timed after two to warm up) both ways, and as many Readers as cores started together as a
+launcher starts a node's ranks (LOCAL_WORLD_SIZE set; the same transforms and epochs), with
+the Reader's default threads under the launcher (prepkit.parallel.rank_threads) and with
+every core each (what each rank took before). The stores written both ways must be identical
 (checked). Rounds alternate the two ways; a figure is the best of `rounds`.
 """
 from __future__ import annotations
@@ -93,6 +96,43 @@ def loader_rate(store: Path, workers: int, side: int, way: str, cores: int, scri
     return float(out.stdout.strip().splitlines()[-1])
 
 
+RANK = """
+import sys, time
+import prepkit
+from prepkit.augment import RandomHorizontalFlip, RandomResizedCrop
+store, rank, ranks, side, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+reader = prepkit.Reader(store, batch_size=64, seed=0, rank=rank, world_size=ranks, prefetch=2, threads=threads or None,
+                        transforms=[RandomResizedCrop(side), RandomHorizontalFlip()])
+count, start = 0, 0.0
+for epoch in range(5):
+    reader.set_epoch(epoch)
+    if epoch == 2:
+        start = time.perf_counter()
+    for batch in reader:
+        count += batch.images.shape[0] if epoch >= 2 else 0
+print(count, time.perf_counter() - start)
+"""
+
+
+def ranks_rate(store: Path, ranks: int, side: int, way: str, cores: int, script: Path) -> float:
+    """Images per second of ``ranks`` Reader processes started together as a launcher starts
+    a node's ranks (LOCAL_WORLD_SIZE set), each reading its part of the store (epochs 2-4):
+    every rank's images over the slowest rank's seconds. SHARE leaves the Reader's threads
+    to their default under the launcher; ALL gives each rank every core (the old default)."""
+    env = {**_env(SHARE, cores), "LOCAL_WORLD_SIZE": str(ranks)}
+    threads = "0" if way == SHARE else str(cores)
+    processes = [subprocess.Popen([sys.executable, str(script), str(store), str(rank), str(ranks), str(side), threads],
+                                  env=env, stdout=subprocess.PIPE, text=True) for rank in range(ranks)]
+    results = []
+    for process in processes:
+        out, _ = process.communicate()
+        if process.returncode != 0:
+            raise RuntimeError(f"a rank exited with {process.returncode}")
+        count, seconds = out.split()[-2:]
+        results.append((int(count), float(seconds)))
+    return sum(count for count, _ in results) / max(seconds for _, seconds in results)
+
+
 def same_files(a: Path, b: Path) -> bool:
     """Whether two folders hold the same files with the same bytes."""
     files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
@@ -101,6 +141,7 @@ def same_files(a: Path, b: Path) -> bool:
 
 
 SHARD, LOADER_ROW = "shard --layout {}, seconds", "DataLoader over the lossless store, images/s"
+RANKS_ROW = "Readers as a node's ranks (LOCAL_WORLD_SIZE), images/s"
 
 
 def threads_label(workers: int, way: str, cores: int) -> str:
@@ -116,8 +157,9 @@ def measure(folder: Path, images: int, side: int, rounds: int) -> list[tuple[str
     cores = available_cores()
     counts = sorted({1, cores})
     write_crops(folder / "src", images, side)
-    script = folder / "loader.py"
+    script, rank_script = folder / "loader.py", folder / "rank.py"
     script.write_text(LOADER)
+    rank_script.write_text(RANK)
     best: dict[tuple[str, int, str], float] = {}
     for round_number in range(rounds):
         ways = (SHARE, ALL) if round_number % 2 == 0 else (ALL, SHARE)
@@ -134,6 +176,10 @@ def measure(folder: Path, images: int, side: int, rounds: int) -> list[tuple[str
             for way in ways:
                 rate = loader_rate(folder / f"lossless-{cores}-share", cores, side, way, cores, script)
                 key = (LOADER_ROW, cores, threads_label(cores, way, cores))
+                best[key] = max(best.get(key, rate), rate)
+            for way in ways:
+                rate = ranks_rate(folder / f"lossless-{cores}-share", cores, side, way, cores, rank_script)
+                key = (RANKS_ROW, cores, threads_label(cores, way, cores))
                 best[key] = max(best.get(key, rate), rate)
     return [(what, workers, label, value) for (what, workers, label), value in best.items()]
 

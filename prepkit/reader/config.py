@@ -10,7 +10,7 @@ from typing import Any
 
 from prepkit.cudart import cuda_index, parse_device
 from prepkit.errors import PipelineError
-from prepkit.parallel import available_cores
+from prepkit.parallel import rank_threads
 from prepkit.reader.arguments import check_reader_arguments
 from prepkit.store.extras import check_pad_value
 
@@ -62,13 +62,12 @@ class ReaderConfig:
         kind, index = parse_device(device)
         if transfer_index and kind == "cpu":
             raise PipelineError("transfer_index applies to device='cuda' only")
-        cores = available_cores()
         return cls(
             batch_size=int(batch_size), shuffle=shuffle, seed=int(seed), rank=int(rank), world_size=int(world_size),
             drop_last=drop_last, device=kind, device_index=cuda_index(index) if kind == "cuda" else None,
             transfer_index=0 if transfer_index is None else int(transfer_index), fields=tuple(fields), layout=layout,
             output=output, shards_in_use=shards_in_use, gpu_memory_budget=gpu_memory_budget, prefetch=prefetch,
-            threads=threads or cores, on_error=on_error, mask_mode=mask_mode, crop_decode=crop_decode,
+            threads=threads or rank_threads(), on_error=on_error, mask_mode=mask_mode, crop_decode=crop_decode,
             pad_fields=dict(pad_fields or {}),
         )
 

@@ -28,6 +28,7 @@ import numpy as np
 from prepkit.cudart import activate
 from prepkit.decode.engine import decode_samples
 from prepkit.errors import DecodeError, PipelineError, PrepkitError
+from prepkit.parallel import numba_threads
 from prepkit.reader.batch import Batch
 from prepkit.reader.config import OUTPUTS, ReaderConfig
 from prepkit.reader.executors import CpuExecutor, Executor, GpuExecutor
@@ -58,6 +59,9 @@ class Reader:
     - ``gpu_memory_budget``: staging bytes on the GPU (micro-batches keep within it);
     - ``on_error``: "raise" (a DecodeError naming the sample) or "skip" (warn, drop it);
     - ``prefetch``: batches prepared ahead in the background;
+    - ``threads``: CPU threads for decoding and numba's parallel loops (default every core;
+      under a launcher that starts a node's ranks, the rank's share:
+      :func:`prepkit.parallel.rank_threads`);
     - ``crop_decode``: for lossless stores, decode only the tiles under each crop;
     - ``storage_options``: obstore keys for a store given as a URL (``s3://...``);
     - ``cache_dir``, ``cache_limit`` (bytes, default 10 GiB), ``cache_policy`` ("next-use" or
@@ -292,7 +296,10 @@ class Reader:
 
     def _produce(self, indices: np.ndarray, number: int) -> tuple[Batch, list[Any] | None]:
         labels = self.store.labels[indices]
-        images, masks, events = self.executor.produce(indices, self.epoch)
+        # The decoders' and kernels' parallel loops on the reader's threads: with a thread
+        # per core in each of a node's ranks, the ranks' OpenMP threads spin against each other.
+        with numba_threads(self.config.threads):
+            images, masks, events = self.executor.produce(indices, self.epoch)
         batch = Batch(images=images, labels=labels, indices=indices, masks=masks, epoch=self.epoch, number=number)
         for name in self.extra_names:
             values, lengths = self.store.extra_columns[name].gather(indices, self.pad_fields.get(name))

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from prepkit.parallel import limit_numba_threads, worker_threads
+from prepkit.parallel import limit_numba_threads, rank_threads, worker_threads
 from prepkit.reader.reader import Reader
 
 
@@ -76,7 +76,7 @@ class StoreDataset(IterableDataset):
             # worker kept them busy spinning (2 workers on 2 vCPUs: 4,250-4,330 against 9,570-11,820 images/s,
             # docs/BENCHMARKS.md "Numba threads in worker processes"). The Reader's own decode
             # threads (JPEG) get the same share unless the caller chose a count.
-            share = worker_threads(workers)
+            share = worker_threads(workers, cores=rank_threads())  # (the rank's cores, under torchrun)
             limit_numba_threads(share)
             if options.get("threads") is None:
                 options = {**options, "threads": share}

@@ -59,3 +59,19 @@ def test_table_keeps_the_rows_order_and_groups_thousands(capsys: pytest.CaptureF
     assert lines[1:] == ["| shard --layout lossless, seconds | 2 | 1 (a share of the cores) | 7.90 |",
                          "| shard --layout lossless, seconds | 2 | 2 (all cores each) | 79.00 |",
                          "| DataLoader over the lossless store, images/s | 2 | 1 (a share of the cores) | 11,818.91 |"]
+
+
+def test_ranks_rate_runs_every_rank_both_ways(tmp_path: Path) -> None:
+    """Two Reader processes as a node's ranks over a tiny store: each reads its part of every
+    epoch, both ways (the rate's figure itself is the command's)."""
+    from prepkit.ingest.build import build_store
+    from prepkit.ingest.images import ImageOptions
+    from prepkit.layouts import LosslessLayout
+
+    workers.write_crops(tmp_path / "src", 40, 16)
+    build_store(str(tmp_path / "src"), str(tmp_path / "store"), layout=LosslessLayout(), options=ImageOptions(),
+                samples_per_shard=16, workers=1)
+    script = tmp_path / "rank.py"
+    script.write_text(workers.RANK)
+    for way in (workers.SHARE, workers.ALL):
+        assert workers.ranks_rate(tmp_path / "store", 2, 16, way, 2, script) > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -276,3 +277,31 @@ def test_reader_passes_labels_through_mixup_and_cutmix(store_path: Path) -> None
     batch = next(iter(reader))
     assert tuple(batch.images.shape) == (4, 6, 6, 3) and tuple(batch.labels.shape) == (4, 3)
     np.testing.assert_allclose(batch.labels.numpy().sum(axis=1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_ranks_of_a_node_decode_on_their_share_of_its_cores(store_path: Path, prefetch: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a launcher (torchrun's LOCAL_WORLD_SIZE), each rank's numba loops run on its
+    share of the cores, in whichever thread produces the batches; the caller's thread keeps
+    its own setting, and a count the caller gives stays."""
+    import numba
+
+    from prepkit.parallel import rank_threads
+
+    monkeypatch.setattr("prepkit.parallel.local_processes", lambda: 4 * (os.cpu_count() or 1))
+    reader = prepkit.Reader(store_path, batch_size=4, prefetch=prefetch)
+    assert reader.threads == rank_threads() == 1
+    seen: list[int] = []
+    produce = reader.executor.produce
+
+    def spying(*args: object) -> object:
+        seen.append(numba.get_num_threads())
+        return produce(*args)
+
+    monkeypatch.setattr(reader.executor, "produce", spying)
+    before = numba.get_num_threads()
+    assert sorted(all_indices(reader)) == list(range(23))
+    assert seen and set(seen) == {1}
+    assert numba.get_num_threads() == before
+    assert prepkit.Reader(store_path, batch_size=4, threads=3).threads == 3

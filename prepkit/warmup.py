@@ -15,7 +15,7 @@ planned decode, whole images and crops, of streams written by the numpy referenc
 that this part does not wait for the encoder's compile), ``reader`` (a Reader over a raw
 store with the usual crop, flip, cast and normalise: the fused augmentation kernels) and
 ``augment`` (the colour stage of ColorJitter and the policies, on uint8 and float32 pixels,
-RandomErasing, the channel ops, masks, CutMix and MixUp).
+RandomErasing, 16-bit outputs, the channel ops, masks, CutMix and MixUp).
 """
 
 from __future__ import annotations
@@ -95,8 +95,9 @@ def _reader() -> None:
 
 def _augment() -> None:
     """What the reader part's transforms do not reach: the colour stage (ColorJitter and the
-    policies, on uint8 and on float32 pixels), RandomErasing, the channel ops, masks through
-    crops and through the policies' geometric steps, and CutMix and MixUp."""
+    policies, on uint8 and on float32 pixels), RandomErasing, float16 / bfloat16 outputs, the
+    channel ops, masks through crops and through the policies' geometric steps, and CutMix
+    and MixUp."""
     from prepkit.augment import (
         RGB,
         CenterCrop,
@@ -124,7 +125,8 @@ def _augment() -> None:
     jitter = ColorJitter(0.4, 0.4, 0.4, 0.1)
     for ops in ([RandomResizedCrop(8), RandomHorizontalFlip(), jitter, to_float, normalize],  # uint8 stage
                 [CenterCrop(8), to_float, TrivialAugmentWide(), normalize, RandomErasing(1.0)],  # float32 stage
-                [RandomResizedCrop(8), jitter, RandomErasing(1.0)]):  # uint8 out
+                [RandomResizedCrop(8), jitter, RandomErasing(1.0)],  # uint8 out
+                [RandomResizedCrop(8), RandomHorizontalFlip(), ToDtype("bfloat16", scale=True)]):  # 16-bit out
         pipe = Pipeline(ops)
         pipe(flat, offsets, shapes, pipe.params(shapes, np.arange(2)))
     flat, offsets, shapes = packed([_photo(13, 12, 3, 5), _photo(11, 11, 1, 7), _photo(7, 9, 4, 8)])

@@ -103,7 +103,8 @@ def test_the_augment_part_runs_the_colour_stage_and_the_channel_ops() -> None:
 
 def test_the_parts_reach_the_kernels_a_user_calls_first() -> None:
     """In a fresh process, the parts call (and so compile, or load) the kernels behind
-    lossless.decode of a whole stream, palette tiles, RandomErasing, masks, CutMix and MixUp:
+    lossless.decode of a whole stream, palette tiles, RandomErasing, masks, CutMix, MixUp and
+    16-bit outputs:
     each had compiled on its first use after a warm-up, 2-6 s each on the dev VM."""
     code = (
         "from prepkit import warmup\n"
@@ -113,7 +114,7 @@ def test_the_parts_reach_the_kernels_a_user_calls_first() -> None:
         "from prepkit.augment import batch, erasing, colour, cpu\n"
         "kernels = {'decode_one': single._decode_one, 'palette': cpu_v2._palette_symbols_all,\n"
         "           'erase': erasing._erase_kernel, 'mask': cpu._mask_kernel, 'mask_warp': colour._mask_warp_kernel,\n"
-        "           'mixup': batch._mixup_cpu, 'cutmix': batch._cutmix_cpu}\n"
+        "           'mixup': batch._mixup_cpu, 'cutmix': batch._cutmix_cpu, 'augment': cpu._augment_kernel}\n"
         "print(' '.join(f'{name}={len(kernel.signatures)}' for name, kernel in kernels.items()))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
@@ -121,3 +122,4 @@ def test_the_parts_reach_the_kernels_a_user_calls_first() -> None:
     counts = dict(item.split("=") for item in done.stdout.split())
     assert all(int(n) >= 1 for n in counts.values()), counts
     assert int(counts["cutmix"]) >= 2, counts  # float32 and uint8 batches
+    assert int(counts["augment"]) >= 3, counts  # float32, 16-bit (float16, bfloat16) and uint8 out

@@ -69,28 +69,61 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-# What launchers set to the number of a job's processes on this machine: torchrun, Open MPI,
-# MPICH and Slurm (which writes "4(x2)" or "4,2" for nodes of unequal counts).
-LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE")
+# What launchers set, in each process they start, to the number of the job's processes on
+# this machine: torchrun, Open MPI and MPICH. Slurm's is SLURM_STEP_TASKS_PER_NODE (below).
+LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+
+
+def slurm_tasks_here(step_tasks_per_node: str, node: int) -> int | None:
+    """The tasks of a Slurm step on its ``node``-th node, from SLURM_STEP_TASKS_PER_NODE's
+    form ("4(x2),3": four on each of the first two nodes, then three); None if unreadable."""
+    counts: list[int] = []
+    for entry in step_tasks_per_node.split(","):
+        count, times, repeat = entry.strip().partition("(x")
+        if not times:
+            repeat = "1)"  # a plain count: one node
+        if not (count.isdigit() and repeat.endswith(")") and repeat[:-1].isdigit()):
+            return None
+        counts += [int(count)] * int(repeat[:-1])
+    return counts[node] if 0 <= node < len(counts) and counts[node] >= 1 else None
 
 
 def local_processes() -> int:
-    """How many processes of this job its launcher started on this machine (LOCAL_WORLD_SIZE
-    and the others of LOCAL_SIZE_VARIABLES, the first one set); 1 without a launcher."""
+    """How many processes of this job its launcher started on this machine: the first of
+    LOCAL_SIZE_VARIABLES set, else, in a task that srun started (SLURM_LOCALID set), its step's
+    tasks on this node; 1 without a launcher (a lone process inside a Slurm allocation too)."""
     for name in LOCAL_SIZE_VARIABLES:
-        value = os.environ.get(name, "").split("(")[0].split(",")[0].strip()
+        value = os.environ.get(name, "").strip()
         if value.isdigit() and int(value) >= 1:
             return int(value)
+    node = os.environ.get("SLURM_NODEID", "")
+    if "SLURM_LOCALID" in os.environ and node.isdigit():
+        tasks = slurm_tasks_here(os.environ.get("SLURM_STEP_TASKS_PER_NODE", ""), int(node))
+        if tasks is not None:
+            return tasks
     return 1
+
+
+def pinned_by_launcher(own: set[int], launcher: set[int]) -> bool:
+    """Whether a launcher gave this process cores of its own: its affinity mask is a strict
+    part of the launcher's (a container's or an allocation's limit applies to both)."""
+    return own < launcher
+
+
+def _pinned() -> bool:
+    try:
+        return pinned_by_launcher(os.sched_getaffinity(0), os.sched_getaffinity(os.getppid()))
+    except (AttributeError, OSError):  # no affinity masks here, or the parent is gone
+        return False
 
 
 def rank_threads() -> int:
     """numba threads for this process when a launcher started ``local_processes()`` of them
-    on this machine (the ranks of a torchrun job): its cores when the launcher gave each
-    process cores of its own (the affinity masks of all of them fit in the machine), else an
-    equal share of them, at least one. Without a launcher, every core this process may use."""
+    on this machine (the ranks of a torchrun job): its own cores when the launcher pinned it
+    to a part of its own, else an equal share of the cores it may use, at least one. Without
+    a launcher, every core this process may use."""
     cores, ranks = available_cores(), local_processes()
-    if cores * ranks <= (os.cpu_count() or cores):
+    if ranks == 1 or _pinned():
         return cores
     return max(1, cores // ranks)
 
@@ -98,11 +131,12 @@ def rank_threads() -> int:
 @contextmanager
 def numba_threads(threads: int) -> Iterator[None]:
     """numba's parallel loops called in this block, from this thread, run on at most
-    ``threads`` threads (numba's setting is per thread); the thread's own setting is back after."""
+    ``threads`` threads, and never on more than the thread's own setting (numba's setting is
+    per thread; a new thread starts at every thread numba has); that setting is back after."""
     import numba
 
     previous = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    numba.set_num_threads(max(1, min(threads, previous, numba.config.NUMBA_NUM_THREADS)))
     try:
         yield
     finally:

@@ -73,32 +73,50 @@ def test_limit_before_and_after_numba_is_imported(numba_first: bool) -> None:
 
 
 @pytest.mark.parametrize(("variables", "expected"), [
-    ({}, 1), ({"LOCAL_WORLD_SIZE": "8"}, 8), ({"SLURM_NTASKS_PER_NODE": "4(x2)"}, 4),
-    ({"SLURM_NTASKS_PER_NODE": "4,2"}, 4), ({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 2),
+    ({}, 1), ({"LOCAL_WORLD_SIZE": "8"}, 8), ({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 2), ({"MPI_LOCALNRANKS": "3"}, 3),
     ({"LOCAL_WORLD_SIZE": "0"}, 1), ({"LOCAL_WORLD_SIZE": "many"}, 1),
-    ({"LOCAL_WORLD_SIZE": "3", "SLURM_NTASKS_PER_NODE": "6"}, 3),
+    ({"SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "4(x2),3"}, 4),
+    ({"SLURM_LOCALID": "0", "SLURM_NODEID": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2),3"}, 3),
+    ({"SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "8"}, 1),  # not a task srun started
+    ({"SLURM_NTASKS_PER_NODE": "8"}, 1),  # the allocation's request, inherited by a lone process
+    ({"LOCAL_WORLD_SIZE": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "1"}, 2),
 ])  # fmt: skip
 def test_local_processes_from_the_launchers_variables(variables: dict[str, str], expected: int,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in LOCAL_SIZE_VARIABLES:
+    for name in (*LOCAL_SIZE_VARIABLES, "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE",
+                 "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     assert local_processes() == expected
 
 
-@pytest.mark.parametrize(("machine", "mask", "ranks", "expected"), [
-    (64, 64, 1, 64),  # no launcher: every core
-    (64, 64, 8, 8),  # torchrun, 8 ranks, no pinning: an eighth each
-    (64, 8, 8, 8),  # each rank pinned to 8 cores of its own: those
-    (64, 16, 8, 2),  # 8 ranks in a container of 16 cores: a share of the 16
-    (2, 2, 4, 1),  # more ranks than cores: one each
+@pytest.mark.parametrize(("form", "node", "expected"), [
+    ("8", 0, 8), ("4(x2),3", 0, 4), ("4(x2),3", 1, 4), ("4(x2),3", 2, 3), ("4(x2),3", 3, None), ("2,4(x3)", 3, 4),
+    ("", 0, None), ("four", 0, None), ("4(x)", 0, None), ("0", 0, None),
 ])  # fmt: skip
-def test_rank_threads_share_the_machine_between_its_ranks(machine: int, mask: int, ranks: int, expected: int,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_step_tasks_per_node_forms(form: str, node: int, expected: int | None) -> None:
+    assert parallel.slurm_tasks_here(form, node) == expected
+
+
+def test_pinned_means_a_strict_part_of_the_launchers_cores() -> None:
+    assert parallel.pinned_by_launcher({0, 1}, {0, 1, 2, 3})
+    assert not parallel.pinned_by_launcher({0, 1, 2, 3}, {0, 1, 2, 3})  # a container's or allocation's limit
+    assert not parallel.pinned_by_launcher({4, 5}, {0, 1, 2, 3})
+
+
+@pytest.mark.parametrize(("mask", "ranks", "pinned", "expected"), [
+    (64, 1, False, 64),  # no launcher: every core
+    (64, 8, False, 8),  # torchrun, 8 ranks, no pinning: an eighth each
+    (8, 8, True, 8),  # each rank pinned to 8 cores of its own: those
+    (16, 4, False, 4),  # 4 ranks in a container (or a Slurm allocation) of 16 cores: a quarter of the 16
+    (2, 4, False, 1),  # more ranks than cores: one each
+])  # fmt: skip
+def test_rank_threads_share_the_cores_between_a_machines_ranks(mask: int, ranks: int, pinned: bool, expected: int,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "available_cores", lambda: mask)
     monkeypatch.setattr(parallel, "local_processes", lambda: ranks)
-    monkeypatch.setattr(parallel.os, "cpu_count", lambda: machine)
+    monkeypatch.setattr(parallel, "_pinned", lambda: pinned)
     assert parallel.rank_threads() == expected
 
 
@@ -106,7 +124,10 @@ def test_numba_threads_limits_this_thread_and_restores_it() -> None:
     before = numba.get_num_threads()
     with numba_threads(1):
         assert numba.get_num_threads() == 1
+        with numba_threads(10_000):  # never more than the thread's own setting
+            assert numba.get_num_threads() == 1
+        assert numba.get_num_threads() == 1
     assert numba.get_num_threads() == before
     with numba_threads(10_000):  # no more than numba has
-        assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+        assert numba.get_num_threads() == min(before, numba.config.NUMBA_NUM_THREADS)
     assert numba.get_num_threads() == before

@@ -19,8 +19,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from prepkit.augment import colour_math
 from prepkit.augment.colour_math import gray
 from prepkit.augment.ops import Grayscale, Op
+from prepkit.jitcache import guard_disk_cache
 
 #: What a channel op writes for each pixel (the ``mode`` argument of the kernels).
 MODE_RGB = 0  # 1 -> repeated to 3, 3 -> as is, 4 -> alpha dropped
@@ -98,3 +100,7 @@ def reference(image: np.ndarray, step: ChannelStep) -> np.ndarray:
     gray = f[:, :, 0] * np.float32(0.2989) + f[:, :, 1] * np.float32(0.587) + f[:, :, 2] * np.float32(0.114)
     gray = np.minimum(np.trunc(gray), 255).astype(np.uint8)[:, :, None]
     return np.ascontiguousarray(np.repeat(gray, step.channels, axis=2))
+
+
+# The kernels inline colour_math's gray: see prepkit.jitcache.
+guard_disk_cache(globals(), (colour_math,))

@@ -19,7 +19,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from prepkit.augment import bits, cpu, sampling
 from prepkit.augment.cpu import _emit_row
+from prepkit.jitcache import guard_disk_cache
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -101,3 +103,7 @@ def reference_normals(key: int, channels: int, h: int, w: int) -> np.ndarray:
     u1 = ((a >> np.uint64(11)).astype(np.float64) + 1.0) / 2.0**53
     u2 = (b >> np.uint64(11)).astype(np.float64) / 2.0**53
     return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)).reshape(channels, h, w)
+
+
+# The kernel inlines augment.cpu's _emit_row (and what it inlines): see prepkit.jitcache.
+guard_disk_cache(globals(), (cpu, sampling, bits))

@@ -124,12 +124,18 @@ def ranks_rate(store: Path, ranks: int, side: int, way: str, cores: int, script:
     processes = [subprocess.Popen([sys.executable, str(script), str(store), str(rank), str(ranks), str(side), threads],
                                   env=env, stdout=subprocess.PIPE, text=True) for rank in range(ranks)]
     results = []
-    for process in processes:
-        out, _ = process.communicate()
-        if process.returncode != 0:
-            raise RuntimeError(f"a rank exited with {process.returncode}")
-        count, seconds = out.split()[-2:]
-        results.append((int(count), float(seconds)))
+    try:
+        for process in processes:
+            out, _ = process.communicate()
+            if process.returncode != 0:
+                raise RuntimeError(f"a rank exited with {process.returncode}")
+            count, seconds = out.split()[-2:]
+            results.append((int(count), float(seconds)))
+    finally:
+        for process in processes:  # (the other ranks, when one failed)
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     return sum(count for count, _ in results) / max(seconds for _, seconds in results)
 
 

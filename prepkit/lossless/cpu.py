@@ -22,6 +22,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format as fmt
 from prepkit.lossless import plan as plan_mod
 
@@ -511,3 +512,7 @@ def _decode_v1(src: np.ndarray, work: np.ndarray, out: np.ndarray, errors: np.nd
     else:
         scratch = _scratch(1)
         _decode_items_serial(src, work, out, errors, POPCOUNT, POSITIONS, POSITIONS.reshape(-1), scratch)
+
+
+# The kernels read format's and plan's constants: see prepkit.jitcache.
+guard_disk_cache(globals(), (fmt, plan_mod))

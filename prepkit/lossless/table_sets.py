@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import frequencies
 
@@ -310,3 +311,7 @@ def propose(items: Items | np.ndarray, sets: np.ndarray, n_sets: int, max_sets: 
     renumber = np.zeros(k, np.int64)
     renumber[used] = np.arange(used.size)
     return renumber[proposal].astype(np.int64), int(used.size)
+
+
+# The kernels call frequencies' kernels and read format_v2's constants: see prepkit.jitcache.
+guard_disk_cache(globals(), (f2, frequencies))

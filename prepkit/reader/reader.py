@@ -21,6 +21,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -284,22 +285,29 @@ class Reader:
         if self.device_index is not None:
             activate(self.device_index)
 
+    def _cpu_threads(self) -> AbstractContextManager[None]:
+        """numba's parallel loops on the reader's threads, where the reader runs any on the
+        CPU: with a thread per core in each of a node's ranks, the ranks' OpenMP threads spin
+        against each other. (A GPU reader without CPU ops leaves numba's CPU pool unstarted: a
+        started pool kills a process that forks after it.)"""
+        if self.config.device == "cpu" or self.config.transfer_index:
+            return numba_threads(self.config.threads)
+        return nullcontext()
+
     def _make_batch(self, plan: EpochPlan, number: int) -> tuple[Batch, list[Any] | None]:
         indices = plan.batch(number)
-        try:
-            return self._produce(indices, number)
-        except DecodeError:
-            if self.on_error == "raise":
-                raise
-        # Only a batch that failed pays for finding its bad samples one by one.
-        return self._produce(self._drop_bad(indices), number)
+        with self._cpu_threads():
+            try:
+                return self._produce(indices, number)
+            except DecodeError:
+                if self.on_error == "raise":
+                    raise
+            # Only a batch that failed pays for finding its bad samples one by one.
+            return self._produce(self._drop_bad(indices), number)
 
     def _produce(self, indices: np.ndarray, number: int) -> tuple[Batch, list[Any] | None]:
         labels = self.store.labels[indices]
-        # The decoders' and kernels' parallel loops on the reader's threads: with a thread
-        # per core in each of a node's ranks, the ranks' OpenMP threads spin against each other.
-        with numba_threads(self.config.threads):
-            images, masks, events = self.executor.produce(indices, self.epoch)
+        images, masks, events = self.executor.produce(indices, self.epoch)
         batch = Batch(images=images, labels=labels, indices=indices, masks=masks, epoch=self.epoch, number=number)
         for name in self.extra_names:
             values, lengths = self.store.extra_columns[name].gather(indices, self.pad_fields.get(name))
@@ -325,7 +333,8 @@ class Reader:
         with self.executor.scope():  # the consumer thread may have another GPU current
             self.executor.hand_over(events, batch)
             if self.batch_ops:
-                self._mix(batch)
+                with self._cpu_threads():
+                    self._mix(batch)
             return self._convert(batch)
 
     def _mix(self, batch: Batch) -> None:

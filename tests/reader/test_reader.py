@@ -279,29 +279,48 @@ def test_reader_passes_labels_through_mixup_and_cutmix(store_path: Path) -> None
     np.testing.assert_allclose(batch.labels.numpy().sum(axis=1), 1.0, atol=1e-6)
 
 
-@pytest.mark.parametrize("prefetch", [0, 2])
-def test_ranks_of_a_node_decode_on_their_share_of_its_cores(store_path: Path, prefetch: int,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under a launcher (torchrun's LOCAL_WORLD_SIZE), each rank's numba loops run on its
-    share of the cores, in whichever thread produces the batches; the caller's thread keeps
-    its own setting, and a count the caller gives stays."""
+def test_ranks_of_a_node_decode_and_mix_on_their_share_of_its_cores(store_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a launcher (torchrun's LOCAL_WORLD_SIZE), a rank's numba loops run on its share
+    of the cores: the batches produced in the background thread, the MixUp in the caller's
+    thread, and a batch made in the caller's thread (as StoreDataset does), whose own lower
+    setting stays; each thread's setting is back after. A count the caller gives stays."""
     import numba
 
+    from prepkit.augment import MixUp, ToDtype
+    from prepkit.augment import batch as batch_ops
     from prepkit.parallel import rank_threads
 
     monkeypatch.setattr("prepkit.parallel.local_processes", lambda: 4 * (os.cpu_count() or 1))
-    reader = prepkit.Reader(store_path, batch_size=4, prefetch=prefetch)
+    monkeypatch.setattr("prepkit.parallel._pinned", lambda: False)
+    reader = prepkit.Reader(store_path, batch_size=4, transforms=[ToDtype("float32", scale=True), MixUp(num_classes=3)])
     assert reader.threads == rank_threads() == 1
-    seen: list[int] = []
-    produce = reader.executor.produce
+    produced: list[int] = []
+    mixed: list[int] = []
+    produce, mixup = reader.executor.produce, batch_ops._mixup_cpu
 
-    def spying(*args: object) -> object:
-        seen.append(numba.get_num_threads())
+    def spying_produce(*args: object) -> object:
+        produced.append(numba.get_num_threads())
         return produce(*args)
 
-    monkeypatch.setattr(reader.executor, "produce", spying)
+    def spying_mixup(*args: object) -> object:
+        mixed.append(numba.get_num_threads())
+        return mixup(*args)
+
+    monkeypatch.setattr(reader.executor, "produce", spying_produce)
+    monkeypatch.setattr(batch_ops, "_mixup_cpu", spying_mixup)
     before = numba.get_num_threads()
     assert sorted(all_indices(reader)) == list(range(23))
-    assert seen and set(seen) == {1}
+    assert produced and set(produced) == {1}
+    assert mixed and set(mixed) == {1}
     assert numba.get_num_threads() == before
-    assert prepkit.Reader(store_path, batch_size=4, threads=3).threads == 3
+    produced.clear()
+    lower = prepkit.Reader(store_path, batch_size=4, threads=2)
+    monkeypatch.setattr(lower.executor, "produce", spying_produce)
+    numba.set_num_threads(1)
+    try:
+        lower._make_batch(lower.plan(0), 0)
+        assert produced == [1] and numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(before)
+    assert lower.threads == 2

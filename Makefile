@@ -55,10 +55,13 @@ lint: setup
 	$(VENV)/bin/ruff check prepkit tests recipes
 	$(VENV)/bin/mypy
 
+# One suite each, after the same warm-up as `make test` (a few seconds once the cache is full).
 test-fast: setup
+	$(PREPKIT) warmup
 	$(PY) -m pytest -q -x tests --ignore=tests/cudasim
 
 test-cudasim: setup
+	$(PREPKIT) warmup
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q tests/cudasim
 
 # Long runs, not part of `make test`: the fuzz harness and the benchmarks of docs/BENCHMARKS.md.

@@ -101,6 +101,29 @@ def test_a_kernel_imported_by_another_guarded_module_keeps_its_cache(tmp_path: P
     assert _run(call, tmp_path) == "20 1"  # loaded from the cache: the second guard left it
 
 
+def test_every_module_whose_cached_kernels_use_another_module_guards_them() -> None:
+    """numba keys a cached kernel on its own file only: a module with cache=True kernels that
+    imports prepkit code (functions its kernels inline or call, constants they freeze) must
+    call guard_disk_cache, or an edit there leaves its cached machine code stale."""
+    import ast
+
+    package = REPO / "prepkit"
+    unguarded = []
+    for path in sorted(package.rglob("*.py")):
+        source = path.read_text()
+        if "cache=True" not in source:
+            continue
+        imported = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("prepkit"):
+                imported |= {node.module} if node.module != "prepkit" else {a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names if a.name.startswith("prepkit")}
+        if imported - {"prepkit.errors", "prepkit.jitcache"} and "guard_disk_cache(globals()" not in source:
+            unguarded.append(str(path.relative_to(REPO)))
+    assert unguarded == [], unguarded
+
+
 def test_v2_encoder_does_not_import_the_numpy_reference() -> None:
     out = _run(
         "import sys, numpy as np\n"

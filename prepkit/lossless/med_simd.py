@@ -41,6 +41,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from prepkit.jitcache import guard_disk_cache
 from prepkit.lossless import memops
 
 BLOCK = 16  # rows and columns of one transpose
@@ -283,3 +284,7 @@ def unpredict(zigzag, row, th, tw, work):
     to_diagonals(zigzag, th, tw, work, np.int64(0))
     med_steps(work, th + tw - 1, np.int64(1))
     from_diagonals(row, th, tw, work, np.int64(0))
+
+
+# The kernels inline memops' intrinsics: see prepkit.jitcache.
+guard_disk_cache(globals(), (memops,))

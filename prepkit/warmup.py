@@ -133,8 +133,7 @@ def _augment() -> None:
     for channel_op in (RGB(), Grayscale()):  # (a batch of mixed channel counts)
         pipe = Pipeline([channel_op])
         pipe.apply_packed(flat, offsets, shapes, pipe.params(shapes, np.arange(3)))
-    masks = [_mask(12, 13)[:, :, 0], _mask(10, 9)[:, :, 0]]
-    flat, offsets, shapes = packed([mask[:, :, None] for mask in masks])
+    flat, offsets, shapes = packed([_mask(12, 13), _mask(10, 9)])
     for ops in ([RandomResizedCrop(8), RandomHorizontalFlip()], [CenterCrop(8), RandAugment(num_ops=2, magnitude=25)]):
         pipe = Pipeline(ops)
         pipe.apply_mask(flat, offsets, shapes, pipe.params(shapes, np.arange(2)))

@@ -13,7 +13,7 @@ from prepkit.cli.options import progress_bar
 @click.option("--parts", default="decode,encode,reader,augment", show_default=True,
               help="Comma-separated parts: decode (lossless decoders), encode (lossless encoders), "
                    "reader (the Reader's augmentation kernels), augment (the colour stage, RandomErasing, "
-                   "the channel ops, masks, CutMix and MixUp).")
+                   "16-bit outputs, the channel ops, masks, CutMix and MixUp).")
 @click.option("--jobs", type=click.IntRange(1, None), default=None, help="Processes at once  [default: one per part]")
 def warmup(parts: str, jobs: int | None) -> None:
     """Compile prepkit's numba CPU kernels into numba's disk cache.

@@ -66,6 +66,7 @@ def _encode() -> None:
         for version in (1, 2):
             lossless.encode(image, tile=16, version=version)
         lossless.encode(image, tile=16, fast_decode=True)
+    lossless.encode(_photo(30, 28, 3, 6), tile=32)  # one tile: the short path (small_encoder)
 
 
 def _decode() -> None:

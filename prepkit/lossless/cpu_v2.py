@@ -24,6 +24,7 @@ from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import frequencies, med_simd, memops, prefix_simd, rans_avx2, runs, table_sets
 from prepkit.lossless import plan as plan_mod
+from prepkit.parallel import numba_threads
 
 PROB_BITS = f2.PROB_BITS
 STATE_LOW = f2.STATE_LOW
@@ -1341,7 +1342,25 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     runs tiles (A2 mode 3; tests of the other modes on masks ask for that); runs_first=False
     weighs every runs candidate against its coded payload (runs.sure: tests compare both)."""
     image, flags = fmt.prepare(image, tile)
-    return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=True)
+    from prepkit.lossless import cpu
+
+    h, w, c = image.shape
+    if cpu.use_parallel(fmt.Header(h, w, c, tile, 0).n_tiles):
+        return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=True)
+    # Too few tiles for the thread pool: its kernels would still start a parallel region per
+    # call (each waking numba's other threads, which then spin on cores the caller needs), a
+    # dozen per image: a 32 x 32 image took 2.6x as long in `prepkit shard` with two threads
+    # as with one (docs/BENCHMARKS.md "Small images: one thread, one compiled call (stop 58)").
+    with numba_threads(1):
+        if h <= tile and w <= tile and runs_tiles and runs_first:
+            from prepkit.lossless import small_encoder  # (it imports this module)
+
+            small = small_encoder.stream(image, f2.encoder_flags(flags, f2.encoder_wide_context(c),
+                                                                 f2.encoder_plane_context(c, 1, fast_decode)),
+                                         tile, fast_decode)
+            if small is not None:
+                return small
+        return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=True)
 
 
 def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_tiles: bool, runs_first: bool,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from prepkit import lossless
 from prepkit.errors import CodecError
-from prepkit.lossless import cpu_v2, mask_encoder, table_sets
+from prepkit.lossless import cpu_v2, mask_encoder, small_encoder, table_sets
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 
@@ -516,9 +516,10 @@ def test_encodes_in_a_row_and_on_two_threads_match_fresh_ones(monkeypatch: pytes
 def test_one_channel_small_images_finish_once_where_one_set_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """Images of at most ONE_SET_MAX_TILES tiles are finished twice (per-plane sets, one set)
     and the smaller kept, except where the two are the same stream: one channel, no palette
-    first guess, one table set. Either way the bytes are the reference's. (The one-channel
-    images here are constant and runs tiles: the general encoder's path, not the short one.)"""
+    first guess, one table set. Either way the bytes are the reference's. (The general
+    encoder's path: the short ones, mask_encoder and small_encoder, are tested on their own.)"""
     monkeypatch.setattr(mask_encoder, "stream", lambda *args: None)
+    monkeypatch.setattr(small_encoder, "stream", lambda *args: None)
     calls: list[int] = []
     kernel = cpu_v2._encode_all
     monkeypatch.setattr(cpu_v2, "_encode_all", lambda *a: (calls.append(1), kernel(*a))[1])

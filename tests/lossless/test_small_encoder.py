@@ -1,0 +1,182 @@
+"""The encoder's short path for images of one tile (small_encoder): it writes the general
+encoder's bytes (and so the reference's) wherever it applies, in both of the general
+encoder's outcomes (a table set per plane or one set for all, a coded or a raw tile, the
+stream of the raw tile when the tables cost more than they save), and hands every other image
+to the general encoder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prepkit import lossless
+from prepkit.lossless import cpu_v2, small_encoder
+from prepkit.lossless import format as fmt
+from prepkit.lossless import format_v2 as f2
+from prepkit.lossless import reference_v2 as r2
+from prepkit.warmup import _photo  # smooth gradients and noise: coded with predictors
+
+
+@pytest.fixture
+def short_paths(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each encode since took the short path (its stream was not None)."""
+    taken: list[bool] = []
+    stream = small_encoder.stream
+
+    def spy(*args: object) -> bytes | None:
+        data = stream(*args)  # type: ignore[arg-type]
+        taken.append(data is not None)
+        return data
+
+    monkeypatch.setattr(small_encoder, "stream", spy)
+    return taken
+
+
+def _general(image: np.ndarray, tile: int, fast_decode: bool = False) -> bytes:
+    """The general encoder's stream (cpu_v2._encode, as cpu_v2.encode calls it)."""
+    prepared, flags = fmt.prepare(image, tile)
+    return cpu_v2._encode(prepared, flags, tile, fast_decode, True, True, try_one_set=True)
+
+
+def _sets_and_modes(data: bytes) -> tuple[int, np.ndarray]:
+    stream = f2.read_stream(np.frombuffer(data, np.uint8))
+    return data[7], stream.mode
+
+
+@pytest.mark.parametrize(("h", "w", "c", "tile"), [(32, 32, 3, 64), (64, 64, 3, 64), (17, 30, 4, 32),
+                                                    (20, 24, 3, 32), (64, 40, 3, 64), (5, 64, 3, 64),
+                                                    (40, 40, 1, 64), (50, 33, 0, 64)])
+def test_photographs_of_one_tile_take_the_short_path(short_paths: list[bool], h: int, w: int, c: int,
+                                                     tile: int) -> None:
+    image = _photo(h, w, max(c, 1), seed=h + w)
+    if c == 0:  # an H x W image
+        image = image[:, :, 0]
+    data = lossless.encode(image, tile=tile)
+    assert short_paths == [True]
+    assert data == _general(image, tile) == r2.encode(image, tile=tile)
+    assert (_sets_and_modes(data)[1] == f2.TILE_CODED).all()
+    np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+def _outcome(data: bytes, channels: int) -> str:
+    n_sets, modes = _sets_and_modes(data)
+    if modes[0] == f2.TILE_RAW:
+        # Every tile raw because the tables cost more than they save: C sets of empty tables.
+        return "raw stream" if int.from_bytes(data[20:24], "little") == 4 * channels else "raw tile"
+    return "coded, one set" if n_sets == 1 else "coded, a set per plane"
+
+
+def _case(kind: str) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    if kind == "coded, one set":
+        return _photo(64, 64, 3, seed=0)
+    if kind == "coded, a set per plane":  # planes of unlike statistics
+        planes = [rng.integers(0, 256, (64, 64)), np.tile(np.arange(64) * 2, (64, 1)), rng.integers(0, 4, (64, 64)) * 3]
+        return np.stack(planes, axis=-1).astype(np.uint8)
+    if kind == "raw tile":  # noise: no coded estimate below the raw tile
+        return rng.integers(0, 256, (40, 40, 3)).astype(np.uint8)
+    # coded below raw, but its tables make the stream larger than that of the raw tile
+    return (rng.integers(0, 64, (24, 24, 3)) + 17).astype(np.uint8)
+
+
+@pytest.mark.parametrize("kind", ["coded, one set", "coded, a set per plane", "raw tile", "raw stream"])
+def test_each_of_the_general_encoders_outcomes(short_paths: list[bool], kind: str) -> None:
+    """One table set for every plane or one per plane (the smaller stream), a raw tile where
+    the coded estimate is not smaller, and the raw tile's stream where the tables cost more
+    than they save: each the general encoder's and the reference's stream."""
+    image = _case(kind)
+    data = lossless.encode(image)
+    assert short_paths == [True]
+    assert _outcome(data, 3) == kind
+    assert data == _general(image, 64) == r2.encode(image)
+    np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+def test_random_images_of_one_tile_come_out_as_the_general_encoders() -> None:
+    """Noise, narrow noise, smooth images and random walks of every size up to the tile, in
+    tiles of 16, 32 and 64, three and four channels, some with fast_decode."""
+    rng = np.random.default_rng(58)
+    taken = 0
+    for k in range(120):
+        tile = int(rng.choice([16, 32, 64]))
+        h, w = int(rng.integers(1, tile + 1)), int(rng.integers(1, tile + 1))
+        c = int(rng.choice([3, 4]))
+        kind = k % 4
+        if kind == 0:
+            image = rng.integers(0, 256, (h, w, c))
+        elif kind == 1:
+            image = rng.integers(100, 100 + int(rng.integers(2, 80)), (h, w, c))
+        elif kind == 2:
+            image = _photo(h, w, c, seed=k).astype(np.int64)
+        else:
+            image = np.cumsum(rng.integers(-2, 3, (h, w, c)), axis=1) + 128
+        image = np.clip(image, 0, 255).astype(np.uint8)
+        fast = k % 5 == 0
+        prepared, flags = fmt.prepare(image, tile)
+        short = small_encoder.stream(prepared, f2.encoder_flags(flags, True), tile, fast)
+        general = _general(image, tile, fast)
+        assert lossless.encode(image, tile=tile, fast_decode=fast) == general
+        if short is not None:
+            taken += 1
+            assert short == general, (k, image.shape, tile, fast)
+            np.testing.assert_array_equal(lossless.decode(short).reshape(image.shape), image)
+    assert taken >= 40, taken
+
+
+def test_a_constant_colour_image_is_constant_planes() -> None:
+    image = np.zeros((20, 30, 3), np.uint8)
+    image[...] = (7, 200, 31)
+    data = lossless.encode(image, tile=32)
+    assert data == _general(image, 32) == r2.encode(image, tile=32)
+    assert len(data) == f2.HEADER_SIZE + 4 + 1 + 2 + 2 * 3  # one set of empty tables, a constant tile
+    np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+@pytest.mark.parametrize("kind", ["palette", "grey levels", "two tiles", "no runs tiles"])
+def test_other_images_go_to_the_general_encoder(short_paths: list[bool], kind: str) -> None:
+    """A tile of few colours (a palette and runs candidate), a one-channel tile of few levels
+    (a candidate too), an image of two tiles, and an encode without runs tiles: the short path
+    declines or is not asked, and the general encoder writes the reference's stream."""
+    rng = np.random.default_rng(3)
+    colours = np.array([[10, 20, 30], [200, 100, 50], [0, 255, 0]], np.uint8)
+    if kind == "palette":
+        image = colours[rng.integers(0, 3, (40, 40))]
+    elif kind == "grey levels":
+        image = (rng.integers(0, 6, (40, 40)) * 40).astype(np.uint8)
+    else:
+        image = _photo(40, 70 if kind == "two tiles" else 40, 3, seed=2)
+    if kind == "no runs tiles":
+        data = cpu_v2.encode(image, runs_tiles=False)
+        assert data == r2.encode(image, runs_tiles=False)
+        assert short_paths == []
+        return
+    data = lossless.encode(image)
+    assert short_paths == ([] if kind == "two tiles" else [False])
+    assert data == r2.encode(image)
+    np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+def test_images_of_few_tiles_encode_on_the_calling_thread_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below cpu.use_parallel's tile count the encoder's parallel loops run on one thread (a
+    parallel region per kernel woke numba's other threads for a few microseconds of work
+    each); larger images keep the thread's own setting, and the setting is back after."""
+    import numba
+
+    from prepkit.lossless import cpu
+
+    threads: list[int] = []
+    general = cpu_v2._encode
+
+    def spy(*args: object, **kwargs: object) -> bytes:
+        threads.append(numba.get_num_threads())
+        return general(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpu_v2, "_encode", spy)
+    own = numba.get_num_threads()
+    small = _photo(64, 130, 3, seed=4)  # three tiles
+    assert not cpu.use_parallel(3)
+    assert lossless.encode(small) == r2.encode(small)
+    large = _photo(64 * 8, 64 * 8, 3, seed=5)  # 64 tiles
+    lossless.encode(large)
+    assert threads == [1, own if cpu.use_parallel(64) else 1]
+    assert numba.get_num_threads() == own

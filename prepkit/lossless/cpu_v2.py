@@ -1790,7 +1790,8 @@ def default_sets(n: int, c: int, n_sets: int) -> np.ndarray:
 def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets: np.ndarray, n_sets: int,
                      freq: np.ndarray, sizes: np.ndarray, totals: np.ndarray, counts: np.ndarray
                      ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
-    """(sets, n_sets, freq, totals, counts) with table sets per tile class (table_sets.propose)
+    """(sets, n_sets, freq, totals, counts) with table sets per tile class (table_sets.propose,
+    compiled)
     when the stream's measure (table_sets.stream_bytes) is smaller; else those given (as
     reference_v2.with_table_sets). sizes, totals: the estimates under freq; counts: freq's."""
     c, choices = counted.c, counted.choices
@@ -1804,7 +1805,7 @@ def _with_table_sets(counted: _Counted, keep: np.ndarray, pick: np.ndarray, sets
     per_set = 1 << counted.tshift
     items = table_sets.histogram_items(counted.hist, counted.phist, tile_of, plane_of, per_set, PALETTE_SET)
     now = sets[tile_of, plane_of]
-    proposal, n_proposed = table_sets.propose(items, now, n_sets, f2.MAX_SETS_PER_CHANNEL * c)
+    proposal, n_proposed = table_sets.propose_compiled(items, now, n_sets, f2.MAX_SETS_PER_CHANNEL * c)
     if n_proposed == n_sets and (proposal == now).all():
         return sets, n_sets, freq, totals, counts
     proposed = np.zeros_like(sets)  # planes that are not items name no set: 0 is always valid

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -311,6 +312,159 @@ def propose(items: Items | np.ndarray, sets: np.ndarray, n_sets: int, max_sets: 
     renumber = np.zeros(k, np.int64)
     renumber[used] = np.arange(used.size)
     return renumber[proposal].astype(np.int64), int(used.size)
+
+
+# ----------------------------------------------------------------------------- compiled
+# propose and refine in one compiled call (what cpu_v2 runs): the same arithmetic in the same
+# order, so the same sets as the functions above, which reference_v2 keeps running (the tests
+# compare the two encoders' bytes). From Python, propose's rounds were 40-58% of the time of a
+# 96 x 96 to 500 x 375 image's encode (docs/BENCHMARKS.md "Small images: one thread, one
+# compiled call (stop 58)").
+
+
+@njit(cache=True, nogil=True)
+def _cost_columns(starts, columns, counts, width, sets, n_sets):
+    """_tables(...) of the items in their sets, transposed as _costs_by_column takes it:
+    (width, n_sets)."""
+    totals = _set_counts(starts, columns, counts, sets, n_sets, width)
+    by_column = np.empty((width, n_sets), np.int64)
+    for s in range(n_sets):
+        for row in range(0, width, 256):
+            total = np.int64(0)
+            for v in range(256):
+                total += totals[s, row + v]
+            total = max(total, np.int64(1))
+            for v in range(256):
+                n = totals[s, row + v]
+                f = max(np.int64(1), n * f2.PROB_SCALE // total) if n > 0 else np.int64(0)
+                by_column[row + v, s] = _COST_OF_FREQ[f]
+    return by_column
+
+
+@njit(cache=True, nogil=True)
+def _argmin_rows(keys):
+    out = np.empty(keys.shape[0], np.int64)
+    for i in range(keys.shape[0]):
+        best = 0
+        for s in range(1, keys.shape[1]):
+            if keys[i, s] < keys[i, best]:
+                best = s
+        out[i] = best
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _median(values):
+    """np.median of a 1-D float64 array."""
+    ordered = np.sort(values)
+    n = ordered.size
+    if n % 2:
+        return ordered[n // 2]
+    return (ordered[n // 2 - 1] + ordered[n // 2]) / 2.0
+
+
+@njit(cache=True, nogil=True)
+def _stream_measure(starts, columns, counts, width, sets, n_sets):
+    """(stream_bytes(0, ...) of _stream_tables, the tables' frequencies)."""
+    totals = _set_counts(starts, columns, counts, sets, n_sets, width).reshape(-1, 256)
+    freq = np.empty(totals.shape, np.int64)
+    frequencies.normalize_rows_into(totals, freq)
+    bits = np.int64(0)
+    for t in range(totals.shape[0]):
+        for v in range(256):
+            bits += totals[t, v] * _FINE_BITS[freq[t, v]]
+    packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
+    return -(-bits // (8 * 4096)) + frequencies.pack_into(freq, packed), freq
+
+
+@njit(cache=True, nogil=True)
+def _refine_compiled(starts, columns, counts, width, sets, n_sets):
+    """refine()."""
+    best = sets
+    best_bytes, freq = _stream_measure(starts, columns, counts, width, sets, n_sets)
+    for _ in range(REFINE_ROUNDS):
+        by_column = np.empty((width, n_sets), np.int64)
+        flat = freq.reshape(n_sets, width)
+        for s in range(n_sets):
+            for col in range(width):
+                by_column[col, s] = _COST_OF_FREQ[flat[s, col]]
+        moved = _argmin_rows(_costs_by_column(starts, columns, counts, by_column))
+        if (moved == sets).all():
+            break
+        sets = moved
+        measure, freq = _stream_measure(starts, columns, counts, width, sets, n_sets)
+        if measure >= best_bytes:
+            break
+        best, best_bytes = sets, measure
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _propose_compiled(starts, columns, counts, width, sets, n_sets, max_sets, sample):
+    """propose() of Items with at least two items; sample: its evenly spaced sample (numpy's
+    linspace, made by the caller). Returns (sets, set count, changed)."""
+    k = n_sets
+    proposal = sets
+    if n_sets < max_sets:
+        sample_starts, sample_columns, sample_counts, symbols = _rows(starts, columns, counts, sample)
+        symbols = np.maximum(symbols, 1)
+        cur = sets[sample].copy()
+        while k < max_sets:
+            part = (sample_starts, sample_columns, sample_counts)
+            keys = _costs_by_column(*part, _cost_columns(*part, width, cur, k))
+            own = np.empty(cur.size, np.int64)
+            load = np.zeros(k, np.float64)
+            for i in range(cur.size):
+                own[i] = keys[i, cur[i]]
+                load[cur[i]] += np.float64(own[i])  # np.bincount's order
+            split = np.argmax(load)
+            members = np.flatnonzero(cur == split)
+            rate = own[members] / symbols[members]
+            busy = members[rate > _median(rate)]
+            if busy.size == 0:
+                break
+            cur[busy] = k
+            k += 1
+            for _ in range(LLOYD_ROUNDS):
+                best = _argmin_rows(_costs_by_column(*part, _cost_columns(*part, width, cur, k)))
+                if (best == cur).all():
+                    break
+                cur = best
+        if k > n_sets:
+            # every item under the sample's tables
+            columns_cost = _cost_columns(sample_starts, sample_columns, sample_counts, width, cur, k)
+            proposal = _argmin_rows(_costs_by_column(starts, columns, counts, columns_cost))
+    proposal = _refine_compiled(starts, columns, counts, width, proposal, k)
+    if k == n_sets and (proposal == sets).all():
+        return sets, n_sets, False
+    used = np.zeros(k, np.bool_)
+    for i in range(proposal.size):
+        used[proposal[i]] = True
+    renumber = np.zeros(k, np.int64)
+    n_used = 0
+    for s in range(k):
+        if used[s]:
+            renumber[s] = n_used
+            n_used += 1
+    out = np.empty(proposal.size, np.int64)
+    for i in range(proposal.size):
+        out[i] = renumber[proposal[i]]
+    return out, n_used, True
+
+
+def propose_compiled(items: Items, sets: np.ndarray, n_sets: int, max_sets: int) -> tuple[np.ndarray, int]:
+    """propose(items, sets, n_sets, max_sets) in one compiled call: the same sets."""
+    m = items.starts.size - 1
+    if m < 2:
+        return sets, n_sets
+    sample = np.unique(np.linspace(0, m - 1, min(m, SAMPLE)).astype(np.int64))
+    # The costs kernel runs on numba's threads: setting them up here starts the threading
+    # layer, which a cached caller of a parallel kernel does not start when it loads.
+    numba.get_num_threads()
+    proposal, n_proposed, changed = _propose_compiled(items.starts, items.columns, items.counts, np.int64(items.width),
+                                                      np.ascontiguousarray(sets, np.int64), np.int64(n_sets),
+                                                      np.int64(max_sets), sample)
+    return (proposal, int(n_proposed)) if changed else (sets, n_sets)
 
 
 # The kernels call frequencies' kernels and read format_v2's constants: see prepkit.jitcache.

@@ -106,6 +106,34 @@ def test_propose_leaves_what_it_cannot_split() -> None:
     assert n == 1 and one.tolist() == [0]
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_compiled_proposal_is_the_python_one(seed: int) -> None:
+    """propose_compiled (cpu_v2's) against propose (reference_v2's) on random items: Laplacian
+    symbols of random spread in 4 or 8 contexts, empty items, one set or several, up to four
+    more allowed, and more items than the sample. The same sets and count, also where nothing
+    changes (then the given array itself)."""
+    rng = np.random.default_rng(seed)
+    changed = 0
+    for trial in range(30):
+        m = int(rng.integers(1, 50)) if trial % 10 else int(rng.integers(table_sets.SAMPLE, 1400))
+        contexts = int(rng.choice([4, 8]))
+        items = np.zeros((m, contexts, 256), np.int64)
+        for i in range(m):
+            n = int(rng.integers(0, 4097))
+            values = np.minimum(np.abs(rng.laplace(0, rng.uniform(0.5, 30), n)).astype(np.int64) * 2, 255)
+            np.add.at(items[i], (rng.integers(0, contexts, n), values), 1)
+        n_sets = int(rng.integers(1, 4))
+        now = rng.integers(0, n_sets, m) if trial % 2 else np.zeros(m, np.int64)
+        max_sets = n_sets + int(rng.integers(0, 5))
+        full = table_sets.sparse_items(items)
+        want_sets, want_n = table_sets.propose(full, now, n_sets, max_sets)
+        got_sets, got_n = table_sets.propose_compiled(full, now, n_sets, max_sets)
+        assert got_n == want_n and got_sets.tolist() == want_sets.tolist(), trial
+        assert (got_sets is now) == (want_sets is now)
+        changed += got_sets is not now
+    assert changed >= 15, changed
+
+
 def _measure(items: np.ndarray, sets: np.ndarray, n_sets: int) -> int:
     counts, freq = table_sets._stream_tables(table_sets.sparse_items(items), sets, n_sets)
     return table_sets.stream_bytes(0, counts, freq)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from prepkit import lossless
-from prepkit.lossless import cpu_v2, small_encoder
+from prepkit.lossless import cpu_v2, mask_encoder, small_encoder
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
@@ -60,6 +60,10 @@ def test_photographs_of_one_tile_take_the_short_path(short_paths: list[bool], h:
 
 def _outcome(data: bytes, channels: int) -> str:
     n_sets, modes = _sets_and_modes(data)
+    if modes[0] == f2.TILE_PALETTE:
+        return "palette tile"
+    if modes[0] in f2.RUNS_MODES:
+        return "runs tile"
     if modes[0] == f2.TILE_RAW:
         # Every tile raw because the tables cost more than they save: C sets of empty tables.
         return "raw stream" if int.from_bytes(data[20:24], "little") == 4 * channels else "raw tile"
@@ -68,6 +72,13 @@ def _outcome(data: bytes, channels: int) -> str:
 
 def _case(kind: str) -> np.ndarray:
     rng = np.random.default_rng(1)
+    colours = rng.integers(0, 256, (4, 3)).astype(np.uint8)
+    if kind == "palette tile":  # four colours dithered: no runs, no smooth planes
+        return colours[rng.integers(0, 4, (48, 48))]
+    if kind == "palette tile of 32 colours":
+        return rng.integers(0, 256, (32, 3)).astype(np.uint8)[rng.integers(0, 32, (29, 29))]
+    if kind == "runs tile":  # blocks of three colours
+        return np.repeat(np.repeat(colours[:3][rng.integers(0, 3, (6, 6))], 8, axis=0), 8, axis=1)
     if kind == "coded, one set":
         return _photo(64, 64, 3, seed=0)
     if kind == "coded, a set per plane":  # planes of unlike statistics
@@ -79,33 +90,36 @@ def _case(kind: str) -> np.ndarray:
     return (rng.integers(0, 64, (24, 24, 3)) + 17).astype(np.uint8)
 
 
-@pytest.mark.parametrize("kind", ["coded, one set", "coded, a set per plane", "raw tile", "raw stream"])
+@pytest.mark.parametrize("kind", ["coded, one set", "coded, a set per plane", "raw tile", "raw stream", "palette tile",
+                                  "palette tile of 32 colours", "runs tile"])
 def test_each_of_the_general_encoders_outcomes(short_paths: list[bool], kind: str) -> None:
     """One table set for every plane or one per plane (the smaller stream), a raw tile where
-    the coded estimate is not smaller, and the raw tile's stream where the tables cost more
-    than they save: each the general encoder's and the reference's stream."""
+    the coded estimate is not smaller, the raw tile's stream where the tables cost more than
+    they save, a palette tile (the index plane in its own set, or set 0 in the one-set
+    stream) and a runs tile (its tables after the others): each the general encoder's and the
+    reference's stream."""
     image = _case(kind)
     data = lossless.encode(image)
     assert short_paths == [True]
-    assert _outcome(data, 3) == kind
+    assert _outcome(data, 3) == kind.removesuffix(" of 32 colours")
     assert data == _general(image, 64) == r2.encode(image)
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
 def test_random_images_of_one_tile_come_out_as_the_general_encoders() -> None:
     """Noise, narrow noise, smooth images and random walks of every size up to the tile, in
-    tiles of 16, 32 and 64, three and four channels, some with fast_decode."""
+    tiles of 16, 32 and 64, one, three and four channels, some with fast_decode."""
     rng = np.random.default_rng(58)
     taken = 0
     for k in range(120):
         tile = int(rng.choice([16, 32, 64]))
         h, w = int(rng.integers(1, tile + 1)), int(rng.integers(1, tile + 1))
-        c = int(rng.choice([3, 4]))
+        c = int(rng.choice([1, 3, 4]))
         kind = k % 4
         if kind == 0:
             image = rng.integers(0, 256, (h, w, c))
-        elif kind == 1:
-            image = rng.integers(100, 100 + int(rng.integers(2, 80)), (h, w, c))
+        elif kind == 1:  # narrow noise (some tiles few colours: palette and runs candidates)
+            image = rng.integers(100, 100 + int(rng.integers(2, 80)), (h, w, c)) // int(rng.choice([1, 16]))
         elif kind == 2:
             image = _photo(h, w, c, seed=k).astype(np.int64)
         else:
@@ -120,7 +134,7 @@ def test_random_images_of_one_tile_come_out_as_the_general_encoders() -> None:
             taken += 1
             assert short == general, (k, image.shape, tile, fast)
             np.testing.assert_array_equal(lossless.decode(short).reshape(image.shape), image)
-    assert taken >= 40, taken
+    assert taken >= 100, taken
 
 
 def test_a_constant_colour_image_is_constant_planes() -> None:
@@ -132,27 +146,40 @@ def test_a_constant_colour_image_is_constant_planes() -> None:
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
-@pytest.mark.parametrize("kind", ["palette", "grey levels", "two tiles", "no runs tiles"])
+@pytest.mark.parametrize("kind", ["two tiles", "no runs tiles"])
 def test_other_images_go_to_the_general_encoder(short_paths: list[bool], kind: str) -> None:
-    """A tile of few colours (a palette and runs candidate), a one-channel tile of few levels
-    (a candidate too), an image of two tiles, and an encode without runs tiles: the short path
-    declines or is not asked, and the general encoder writes the reference's stream."""
-    rng = np.random.default_rng(3)
-    colours = np.array([[10, 20, 30], [200, 100, 50], [0, 255, 0]], np.uint8)
-    if kind == "palette":
-        image = colours[rng.integers(0, 3, (40, 40))]
-    elif kind == "grey levels":
-        image = (rng.integers(0, 6, (40, 40)) * 40).astype(np.uint8)
-    else:
-        image = _photo(40, 70 if kind == "two tiles" else 40, 3, seed=2)
+    """An image of two tiles and an encode without runs tiles: the short path is not asked,
+    and the general encoder writes the reference's stream."""
+    image = _photo(40, 70 if kind == "two tiles" else 40, 3, seed=2)
     if kind == "no runs tiles":
         data = cpu_v2.encode(image, runs_tiles=False)
         assert data == r2.encode(image, runs_tiles=False)
-        assert short_paths == []
-        return
+    else:
+        data = lossless.encode(image)
+        assert data == r2.encode(image)
+        np.testing.assert_array_equal(lossless.decode(data), image)
+    assert short_paths == []
+
+
+@pytest.mark.parametrize("kind", ["mask", "grey levels", "grey photograph"])
+def test_one_channel_tiles(short_paths: list[bool], monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """A mask of blocks (mask_encoder's constant and runs tiles, written from the short
+    path's own call), a tile of a few grey levels (a palette candidate that the runs choice
+    and the palette guess weigh) and a grey photograph: the general encoder's streams."""
+    rng = np.random.default_rng(4)
+    if kind == "mask":
+        image = np.repeat(np.repeat(rng.integers(0, 3, (8, 8)), 8, axis=0), 8, axis=1).astype(np.uint8)
+    elif kind == "grey levels":
+        image = (rng.integers(0, 6, (40, 40)) * 40).astype(np.uint8)
+    else:
+        image = _photo(40, 40, 1, seed=1)[:, :, 0]
+    masks: list[bool] = []
+    monkeypatch.setattr(mask_encoder, "stream", lambda *args: masks.append(True))
     data = lossless.encode(image)
-    assert short_paths == ([] if kind == "two tiles" else [False])
-    assert data == r2.encode(image)
+    assert short_paths == [True] and masks == []
+    assert data == _general(image, 64) == r2.encode(image)
+    if kind == "mask":
+        assert _sets_and_modes(data)[1][0] in f2.RUNS_MODES
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 

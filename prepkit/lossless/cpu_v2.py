@@ -1524,7 +1524,9 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
             return stream
         keep[:] = False
         no_sure = np.zeros(n, np.bool_)  # (sure belongs to both finishes: not cleared in place)
-        starts = np.concatenate([[0], np.cumsum(room)]).astype(np.int64)
+        # Every tile raw: raw_len bytes each (a constant tile's room above is 3 + 2C: its raw
+        # payload overwrote the next tile's start, or ran past the buffer for the last tile).
+        starts = np.concatenate([[0], np.cumsum(raw_len)]).astype(np.int64)
         scratch = array("scratch", (int(starts[-1]),), np.uint8)
         _encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, coder, cost, totals, scratch,
                     starts, lengths, *counted.symbols, scr.tables, scr.words, no_sure, shift)

@@ -554,3 +554,25 @@ def test_rows_through_the_scratch_row_write_exactly_the_region(c: int) -> None:
             else:
                 cpu_v2._interleave(planes, c, tw, out, 0, out_w, oy, ox, ya, yb, xa, xb, line)
             np.testing.assert_array_equal(out, want)
+
+
+def test_every_tile_raw_after_a_constant_tile_keeps_every_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream whose tables cost more than its coded tiles save is written with every tile
+    raw. A constant tile had room for its constant payload only (3 + 2C bytes): its raw
+    payload ran into the next tile's, which then overwrote its end (the image decoded wrong),
+    or past the buffer when it was the last tile (heap corruption). Noise with a constant
+    64 x 1 strip (tile 1 of 2 x 2): the general encoder's stream is the reference's, every
+    tile raw, and decodes exactly."""
+    monkeypatch.setattr(small_encoder, "stream", lambda *args: None)  # the general encoder
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        image = rng.integers(0, int(rng.integers(150, 256)), (65, 65, 3)).astype(np.uint8)
+        image[:64, 64:] = 7
+        image[64:, :] = rng.integers(0, 256, (1, 65, 3))
+        data = cpu_v2.encode(image)
+        if (f2.read_stream(np.frombuffer(data, np.uint8)).mode == f2.TILE_RAW).all():
+            break
+    else:
+        pytest.fail("no image of these came out with every tile raw")
+    assert data == r2.encode(image)
+    np.testing.assert_array_equal(lossless.decode(data), image)

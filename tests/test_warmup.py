@@ -113,7 +113,7 @@ def test_the_parts_reach_the_kernels_a_user_calls_first() -> None:
         "from prepkit.lossless import single, cpu_v2, small_encoder\n"
         "from prepkit.augment import batch, erasing, colour, cpu\n"
         "kernels = {'decode_one': single._decode_one, 'palette': cpu_v2._palette_symbols_all,\n"
-        "           'one_tile': small_encoder._one_tile,\n"
+        "           'few_tiles': small_encoder._few_tiles,\n"
         "           'erase': erasing._erase_kernel, 'mask': cpu._mask_kernel, 'mask_warp': colour._mask_warp_kernel,\n"
         "           'mixup': batch._mixup_cpu, 'cutmix': batch._cutmix_cpu, 'augment': cpu._augment_kernel}\n"
         "print(' '.join(f'{name}={len(kernel.signatures)}' for name, kernel in kernels.items()))\n"

@@ -1345,18 +1345,18 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
     from prepkit.lossless import cpu
 
     h, w, c = image.shape
-    if cpu.use_parallel(fmt.Header(h, w, c, tile, 0).n_tiles):
+    n = fmt.Header(h, w, c, tile, 0).n_tiles
+    if cpu.use_parallel(n):
         return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=True)
     # Too few tiles for the thread pool: its kernels would still start a parallel region per
-    # call (each waking numba's other threads, which then spin on cores the caller needs), a
-    # dozen per image: a 32 x 32 image took 2.6x as long in `prepkit shard` with two threads
-    # as with one (docs/BENCHMARKS.md "Small images: one thread, one compiled call (stop 58)").
+    # call (each waking numba's other threads, which then spin on cores the caller needs),
+    # about ten per image (docs/BENCHMARKS.md "Small images: one thread, one compiled call").
     with numba_threads(1):
-        if h <= tile and w <= tile and runs_tiles and runs_first:
-            from prepkit.lossless import small_encoder  # (it imports this module)
+        from prepkit.lossless import small_encoder  # (it imports this module)
 
+        if small_encoder.applies(h, w, tile) and runs_tiles and runs_first:
             small = small_encoder.stream(image, f2.encoder_flags(flags, f2.encoder_wide_context(c),
-                                                                 f2.encoder_plane_context(c, 1, fast_decode)),
+                                                                 f2.encoder_plane_context(c, n, fast_decode)),
                                          tile, fast_decode)
             if small is not None:
                 return small

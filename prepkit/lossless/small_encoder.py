@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from prepkit.jitcache import guard_disk_cache
-from prepkit.lossless import cpu_v2, frequencies, mask_encoder, runs
+from prepkit.lossless import cpu_v2, frequencies, mask_encoder, runs, table_sets
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.parallel import numba_threads
@@ -31,7 +31,7 @@ TSHIFT = 2  # four tables per set: no plane contexts for small images (format_v2
 RUNS_TABLES = f2.runs_sets(1 << TSHIFT) << TSHIFT  # runs.table_set's rows
 MAGIC = np.frombuffer(fmt.MAGIC, np.uint8).copy()
 
-# What _one_tile reports.
+# What _few_tiles reports.
 DONE = 0
 NOT_HERE = 1  # more than one tile, or a sure runs tile that does not become one (the general encoder encodes again)
 
@@ -60,63 +60,71 @@ def _header(out, h, w, c, tile, flags, n_sets, z):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _assemble(h, w, c, tile, flags, freq, n_sets, body, length):
-    """format_v2.assemble of one tile: header, the packed tables freq, the short tile table
-    and the payload body[:length]."""
+def _assemble(h, w, c, tile, flags, freq, n_sets, body, starts, lengths, runs_body, runs_starts, runs_lengths):
+    """format_v2.assemble (cpu_v2._assemble): header, the packed tables freq, the short tile
+    table, then every tile's payload: its runs payload where runs_lengths[i] > 0, else
+    body[starts[i]:][:lengths[i]]."""
+    n = lengths.size
+    final = np.where(runs_lengths > 0, runs_lengths, lengths)
     tables = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
     z = frequencies.pack_into(freq, tables)
-    big = length >= f2.SHORT_ONE_BYTE
-    out = np.empty(f2.HEADER_SIZE + z + 1 + big + length, np.uint8)
+    big = 0
+    for i in range(n):
+        big += final[i] >= f2.SHORT_ONE_BYTE
+    out = np.empty(f2.HEADER_SIZE + z + n + big + final.sum(), np.uint8)
     _header(out, h, w, c, tile, flags, n_sets, z)
     pos = f2.HEADER_SIZE
     out[pos : pos + z] = tables[:z]
-    pos += z
-    if big:
-        out[pos] = 0x80 | (length & 127)
-        out[pos + 1] = length >> 7
-        pos += 2
-    else:
-        out[pos] = length
-        pos += 1
-    out[pos : pos + length] = body[:length]
+    pos = mask_encoder._tile_table(final, out, pos + z)
+    for i in range(n):
+        if runs_lengths[i] > 0:
+            out[pos : pos + final[i]] = runs_body[runs_starts[i] : runs_starts[i] + final[i]]
+        else:
+            out[pos : pos + final[i]] = body[starts[i] : starts[i] + final[i]]
+        pos += final[i]
     return out
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _sets(c, n_sets):
-    """cpu_v2.default_sets of one tile: plane k in set k, the index plane in set C, clipped."""
-    sets = np.empty((1, 5), np.int64)
-    for k in range(4):
-        sets[0, k] = min(k, n_sets - 1)
-    sets[0, cpu_v2.PALETTE_SET] = min(c, n_sets - 1)
+def _sets(n, c, n_sets):
+    """cpu_v2.default_sets: plane k in set k, index planes in set C, clipped to n_sets - 1."""
+    sets = np.empty((n, 5), np.int64)
+    for i in range(n):
+        for k in range(4):
+            sets[i, k] = min(k, n_sets - 1)
+        sets[i, cpu_v2.PALETTE_SET] = min(c, n_sets - 1)
     return sets
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tables(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count):
-    """_Counted.tables: the normalised frequency tables of the tile's picked choice when kept
-    (all zero otherwise)."""
-    n_tables = n_sets << TSHIFT
-    counts = np.zeros((1, n_tables, 256), np.int32)
+def _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count):
+    """_Counted.counts: (n_sets << TSHIFT, 256) int64 counts of the kept tiles' picked choices."""
+    counts = np.zeros((1, n_sets << TSHIFT, 256), np.int32)
     cpu_v2._count_hist(c, choices, keep, pick, sets, hist, phist, sym_count, counts, np.int64(TSHIFT))
-    freq = np.empty((n_tables, 256), np.int64)
-    frequencies.normalize_rows_into(counts[0].astype(np.int64), freq)
+    return counts[0].astype(np.int64)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _normalized(counts):
+    freq = np.empty(counts.shape, np.int64)
+    frequencies.normalize_rows_into(counts, freq)
     return freq
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _estimate(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count):
-    """_Counted.estimates of the tile under freq: (payload bytes, its symbols' summed cost)."""
+def _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count):
+    """_Counted.estimates of every tile under freq: (payload bytes, the symbols' summed costs)."""
     h, w, c = image.shape
+    n = choices.shape[0]
     cost = np.empty(freq.shape, np.int32)
     for t in range(freq.shape[0]):
         for v in range(256):
             cost[t, v] = frequencies.COST_OF_FREQ[freq[t, v]]
-    sizes = np.zeros(1, np.int64)
-    totals = np.zeros(1, np.int64)
+    sizes = np.zeros(n, np.int64)
+    totals = np.zeros(n, np.int64)
     cpu_v2._estimate_hist(h, w, tile, c, choices, pick, sets, min_log2, cost, sizes, totals, hist, phist, sym_count,
                           np.int64(TSHIFT))
-    return sizes[0], totals[0]
+    return sizes, totals
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -127,104 +135,214 @@ def _coder(freq):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _finish(image, tile, flags, one_set, min_log2, choices, const_vals, colours, sure_tile, first, pal_size, n_runs,
-            kept_syms, kept_ctxs, sym_start, sym_count, syms, hist, phist, psym_start, psyms, tables, words):
-    """(status, stream): cpu_v2._encode's finish(one_set) for one tile. sure_tile: the tile is
-    sure to become a runs tile (runs.sure); first: its palette candidate is the first guess;
-    pal_size: its palette candidate's size before a sure tile's was cleared (0: none), with
-    n_runs run symbols in kept_syms[0] and kept_ctxs[0]. NOT_HERE where the general encoder
-    would encode again (a sure tile whose runs payload did not pay)."""
-    h, w, c = image.shape
-    none = np.empty(0, np.uint8)
-    _, _, th, tw = cpu_v2._tile_box(np.int64(0), tile, h, w)
-    raw_len = 1 + th * tw * c
-    keep = np.ones(1, np.bool_)
-    keep[0] = not sure_tile
-    pick = np.zeros(1, np.bool_)
-    sure = np.zeros(1, np.bool_)
-    sure[0] = sure_tile
-    n_colours = choices[0, cpu_v2.COL_PAL_SIZE]
-    n_sets = np.int64(1) if one_set else np.int64(c)
-    if first:
-        # A first guess with the index plane in set C: the palette payload where its
-        # estimate is the smaller; set C stays only then.
-        n_sets = np.int64(1) if one_set else np.int64(c + 1)
-        sets = _sets(c, n_sets)
-        guess = _tables(c, choices, keep, np.ones(1, np.bool_), sets, n_sets, hist, phist, sym_count)
-        coded_size, _ = _estimate(image, tile, choices, pick, sets, min_log2, guess, hist, phist, sym_count)
-        palette_size, _ = _estimate(image, tile, choices, np.ones(1, np.bool_), sets, min_log2, guess, hist, phist,
-                                    sym_count)
-        pick[0] = n_colours > 0 and palette_size < coded_size
-        if not pick[0]:
-            n_sets = np.int64(1) if one_set else np.int64(c)
-    sets = _sets(c, n_sets)
-    freq = _tables(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count)
-    size, total = _estimate(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count)
-    keep[0] = size < raw_len and not sure_tile
-    if not keep[0]:
-        freq[:] = 0  # the tables of no kept tile (this one is written raw, or as a runs tile)
-    n_coded = np.int64(0)
-    if not sure_tile:
-        n_coded = np.int64(c)
+def _stream_bytes(overhead, counts, freq):
+    """table_sets.stream_bytes."""
+    bits = np.int64(0)
+    for t in range(counts.shape[0]):
+        for v in range(256):
+            bits += counts[t, v] * table_sets._FINE_BITS[freq[t, v]]
+    packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
+    return overhead + -(-bits // (8 * 4096)) + frequencies.pack_into(freq, packed)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _overhead(sizes, totals, keep):
+    """The kept tiles' bytes besides their symbols, from the estimates."""
+    out = np.int64(0)
+    for i in range(sizes.size):
+        if keep[i]:
+            out += sizes[i] - totals[i] // 128
+    return out
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq, sizes, totals, counts, min_log2, hist,
+                     phist, sym_count):
+    """cpu_v2._with_table_sets: (sets, n_sets, freq, totals, counts) with the proposed table
+    sets per tile class where the stream's measure is smaller, else those given."""
+    c = image.shape[2]
+    n = choices.shape[0]
+    planes = np.zeros((n, 5), np.bool_)
+    m = 0
+    for i in range(n):
         for k in range(c):
-            n_coded -= choices[0, 5 + k]
-    room = 3 + 2 * c if keep[0] and not pick[0] and n_coded == 0 else max(raw_len, 3 + 2 * c)
-    starts = np.zeros(2, np.int64)
-    starts[1] = 0 if sure_tile else room
-    body = np.empty(room, np.uint8)
-    lengths = np.zeros(1, np.int64)
+            planes[i, k] = keep[i] and not pick[i] and choices[i, 5 + k] == 0
+            m += planes[i, k]
+        planes[i, cpu_v2.PALETTE_SET] = keep[i] and pick[i]
+        m += planes[i, cpu_v2.PALETTE_SET]
+    if m < 2:
+        return sets, n_sets, freq, totals, counts
+    tile_of = np.empty(m, np.int64)
+    plane_of = np.empty(m, np.int64)
+    now = np.empty(m, np.int64)
+    e = 0
+    for i in range(n):  # np.nonzero's order: tiles, then planes
+        for k in range(5):
+            if planes[i, k]:
+                tile_of[e], plane_of[e], now[e] = i, k, sets[i, k]
+                e += 1
+    starts, columns, entries = table_sets._entries(hist, phist, tile_of, plane_of, np.int64(1 << TSHIFT),
+                                                   np.int64(cpu_v2.PALETTE_SET))
+    # (propose_compiled's sample: np.linspace(0, m - 1, m) is 0 .. m - 1 while m <= SAMPLE)
+    proposal, n_proposed, changed = table_sets._propose_compiled(
+        starts, columns, entries, np.int64(256 << TSHIFT), now, n_sets,
+        np.int64(f2.MAX_SETS_PER_CHANNEL * c), np.arange(m))
+    if not changed:
+        return sets, n_sets, freq, totals, counts
+    proposed = np.zeros_like(sets)
+    for e in range(m):
+        proposed[tile_of[e], plane_of[e]] = proposal[e]
+    proposed_counts = _counts(c, choices, keep, pick, proposed, n_proposed, hist, phist, sym_count)
+    proposed_freq = _normalized(proposed_counts)
+    proposed_sizes, proposed_totals = _estimates(image, tile, choices, pick, proposed, min_log2, proposed_freq, hist,
+                                                 phist, sym_count)
+    before = _stream_bytes(_overhead(sizes, totals, keep), counts, freq)
+    after = _stream_bytes(_overhead(proposed_sizes, proposed_totals, keep), proposed_counts, proposed_freq)
+    if after < before:
+        return proposed, n_proposed, proposed_freq, proposed_totals, proposed_counts
+    return sets, n_sets, freq, totals, counts
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _finish(image, tile, flags, one_set, splits, min_log2, choices, const_vals, colours, sure, first, pal_sizes,
+            runs_counts, kept_syms, kept_ctxs, sym_start, sym_count, syms, hist, phist, psym_start, psyms, tables, words):
+    """(status, stream, n_sets): cpu_v2._encode's finish(one_set) with four tables per set, and
+    its table sets besides the runs tables (cpu_v2's one_set_alike reads them). sure: the
+    tiles sure to become runs tiles (runs.sure); first: the palette candidates that are the
+    first guess; pal_sizes: the palette candidates' sizes before the sure tiles' were cleared
+    (0: none), their run symbols in kept_syms and kept_ctxs; splits: table sets per tile class
+    are tried (table_sets.applies). NOT_HERE where the general encoder would encode again (a
+    sure tile whose runs payload did not pay)."""
+    h, w, c = image.shape
+    n = choices.shape[0]
+    none = np.empty(0, np.uint8)
+    raw_len = np.empty(n, np.int64)
+    pixels = np.empty(n, np.int64)
+    for i in range(n):
+        _, _, th, tw = cpu_v2._tile_box(np.int64(i), tile, h, w)
+        pixels[i] = th * tw
+        raw_len[i] = 1 + th * tw * c
+    keep = ~sure
+    pick = np.zeros(n, np.bool_)
+    has_palette = choices[:, cpu_v2.COL_PAL_SIZE] > 0
+    n_sets = np.int64(1) if one_set else np.int64(c)
+    if first.any():
+        # A first guess with the index planes in set C: each candidate takes the palette
+        # payload where its estimate is the smaller; set C stays only if one does.
+        n_sets = np.int64(1) if one_set else np.int64(c + 1)
+        sets = _sets(n, c, n_sets)
+        guess = _normalized(_counts(c, choices, keep, first, sets, n_sets, hist, phist, sym_count))
+        coded_size, _ = _estimates(image, tile, choices, pick, sets, min_log2, guess, hist, phist, sym_count)
+        palette_size, _ = _estimates(image, tile, choices, has_palette, sets, min_log2, guess, hist, phist, sym_count)
+        pick = has_palette & (palette_size < coded_size)
+        if not pick.any():
+            n_sets = np.int64(1) if one_set else np.int64(c)
+    sets = _sets(n, c, n_sets)
+    counts = _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count)
+    freq = _normalized(counts)
+    sizes, totals = _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count)
+    keep = (sizes < raw_len) & ~sure
+    if not keep.all():
+        counts = _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count)
+        freq = _normalized(counts)
+        sizes, totals = _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count)
+    if splits and not one_set:
+        sets, n_sets, freq, totals, counts = _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq,
+                                                              sizes, totals, counts, min_log2, hist, phist, sym_count)
+    starts = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        n_coded = 0
+        if not sure[i]:
+            n_coded = c
+            for k in range(c):
+                n_coded -= choices[i, 5 + k]
+        room = 3 + 2 * c if keep[i] and not pick[i] and n_coded == 0 else max(raw_len[i], 3 + 2 * c)
+        starts[i + 1] = starts[i] + (0 if sure[i] else room)
+    body = np.empty(starts[n], np.uint8)
+    lengths = np.zeros(n, np.int64)
     cost = np.empty(freq.shape, np.int64)  # frequencies.cost_table
     for t in range(freq.shape[0]):
         for v in range(256):
             cost[t, v] = frequencies.COST_OF_FREQ[freq[t, v]]
-    totals = np.full(1, total, np.int64)
     cpu_v2._encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, _coder(freq), cost, totals,
                        body, starts, lengths, sym_start, sym_count, syms, psym_start, psyms, tables, words, sure,
                        np.int64(TSHIFT))
-    payload, length = body, lengths[0]
-    if pal_size > 0:
-        # cpu_v2._with_runs: the runs payload where runs.choose keeps the tile and it is
-        # shorter than the payload above (a sure tile's: the raw one), the runs tables after
+    runs_lengths = np.zeros(n, np.int64)
+    runs_starts = np.zeros(n, np.int64)
+    runs_body = np.empty(0, np.uint8)
+    n_cands = 0
+    for i in range(n):
+        n_cands += pal_sizes[i] > 0
+    if n_cands:
+        # cpu_v2._with_runs: runs payloads where runs.choose keeps a candidate and its payload
+        # is shorter than the one above (a sure tile's: the raw one); the runs tables after
         # the others.
-        current = np.full(1, raw_len if sure_tile else lengths[0], np.int64)
-        fixed = np.full(1, f2.RUNS_HEADER + pal_size * c + 4, np.int64)
+        cands = np.flatnonzero(pal_sizes > 0)
+        current = np.empty(n_cands, np.int64)
+        fixed = np.empty(n_cands, np.int64)
+        for q in range(n_cands):
+            i = cands[q]
+            current[q] = raw_len[i] if sure[i] else lengths[i]
+            fixed[q] = f2.RUNS_HEADER + pal_sizes[i] * c + 4
         runs_freq = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
-        chosen = runs._choose(kept_syms, kept_ctxs, np.zeros(1, np.int64), np.full(1, n_runs, np.int64), fixed,
-                              current, np.full(1, th * tw, np.int64), runs_freq)
-        runs_length = np.int64(0)
-        if chosen[0]:
+        chosen = runs._choose(kept_syms, kept_ctxs, cands, runs_counts[cands], fixed, current, pixels[cands], runs_freq)
+        if chosen.any():
             n_tables = n_sets << TSHIFT
             all_freq = np.zeros((n_tables + RUNS_TABLES, 256), np.int64)
             all_freq[:n_tables] = freq
             all_freq[n_tables : n_tables + f2.RUN_CONTEXTS] = runs_freq
-            runs_body = np.empty(min(current[0], fixed[0] + 2 * n_runs), np.uint8)
-            runs_length = cpu_v2._runs_payload(np.int64(c), pal_size, colours[0], kept_syms[0], kept_ctxs[0], n_runs,
-                                               n_sets, np.int64(TSHIFT), _coder(all_freq),
-                                               np.empty(cpu_v2.RUNS_CAP, np.int64), runs_body, np.int64(0), current[0])
-            if runs_length > 0:
-                payload, length, freq = runs_body, runs_length, all_freq
-        if sure_tile and runs_length == 0:
-            return NOT_HERE, none
-    stream = _assemble(h, w, c, tile, flags, freq, freq.shape[0] >> TSHIFT, payload, length)
-    # Never larger than the stream of the raw tile (cpu_v2._encode's all_raw): C sets of
+            coder = _coder(all_freq)
+            room = np.int64(0)
+            for q in range(n_cands):
+                if chosen[q]:
+                    room += min(current[q], fixed[q] + 2 * runs_counts[cands[q]])
+            runs_body = np.empty(room, np.uint8)
+            words_runs = np.empty(cpu_v2.RUNS_CAP, np.int64)
+            at = np.int64(0)
+            for q in range(n_cands):
+                if chosen[q]:
+                    i = cands[q]
+                    runs_starts[i] = at
+                    runs_lengths[i] = cpu_v2._runs_payload(np.int64(c), pal_sizes[i], colours[i], kept_syms[i],
+                                                           kept_ctxs[i], runs_counts[i], n_sets, np.int64(TSHIFT),
+                                                           coder, words_runs, runs_body, at, current[q])
+                    at += min(current[q], fixed[q] + 2 * runs_counts[i])
+            if runs_lengths.any():
+                freq = all_freq
+        for i in range(n):
+            if sure[i] and runs_lengths[i] == 0:
+                return NOT_HERE, none, n_sets
+    stream = _assemble(h, w, c, tile, flags, freq, freq.shape[0] >> TSHIFT, body, starts, lengths, runs_body,
+                       runs_starts, runs_lengths)
+    # Never larger than the stream of every tile raw (cpu_v2._encode's all_raw): C sets of
     # empty tables, one byte each.
-    all_raw = f2.HEADER_SIZE + (c << TSHIFT) + 1 + (raw_len >= f2.SHORT_ONE_BYTE) + raw_len
+    all_raw = f2.HEADER_SIZE + (c << TSHIFT)
+    for i in range(n):
+        all_raw += 1 + (raw_len[i] >= f2.SHORT_ONE_BYTE) + raw_len[i]
     if stream.size <= all_raw:
-        return DONE, stream
-    length = cpu_v2._raw_tile(image, np.int64(0), np.int64(0), th, tw, body, np.int64(0))
-    return DONE, _assemble(h, w, c, tile, flags, np.zeros((c << TSHIFT, 256), np.int64), np.int64(c), body, length)
+        return DONE, stream, n_sets
+    raw_starts = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        raw_starts[i + 1] = raw_starts[i] + raw_len[i]
+    raw = np.empty(raw_starts[n], np.uint8)
+    for i in range(n):
+        y0, x0, th, tw = cpu_v2._tile_box(np.int64(i), tile, h, w)
+        lengths[i] = cpu_v2._raw_tile(image, y0, x0, th, tw, raw, raw_starts[i])
+    return DONE, _assemble(h, w, c, tile, flags, np.zeros((c << TSHIFT, 256), np.int64), np.int64(c), raw, raw_starts,
+                           lengths, runs_body, runs_starts, np.zeros(n, np.int64)), n_sets
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _one_tile(image, tile, flags, n_predictors, min_log2, planes, tables, words):
-    """(status, stream) of a prepared image of one tile: DONE and the general encoder's
-    stream, or NOT_HERE (and an empty array) where the general encoder must write it.
-    planes, tables, words: one chunk of cpu_v2._encode_scratch."""
+def _few_tiles(image, tile, flags, n_predictors, min_log2, splits, planes, tables, words):
+    """(status, stream) of a prepared image of at most format_v2.ONE_SET_MAX_TILES tiles:
+    DONE and the general encoder's stream, or NOT_HERE (and an empty array) where the general
+    encoder must write it. splits: table_sets.applies; planes, tables, words: one chunk of
+    cpu_v2._encode_scratch."""
     h, w, c = image.shape
     none = np.empty(0, np.uint8)
-    if h > tile or w > tile:
+    n = ((h + tile - 1) // tile) * ((w + tile - 1) // tile)
+    if n > f2.ONE_SET_MAX_TILES:
         return NOT_HERE, none
-    n = 1
     choices = np.zeros((n, cpu_v2.N_CHOICE), np.int64)
     const_vals = np.zeros((n, 4), np.int64)
     colours = np.empty((n, cpu_v2.MAX_PALETTE), np.int64)
@@ -234,67 +352,86 @@ def _one_tile(image, tile, flags, n_predictors, min_log2, planes, tables, words)
     kept_ctxs = np.empty((n, cpu_v2.RUNS_CAP), np.uint8)
     cpu_v2._palettes_all(image, tile, choices, colours, constant, planes, n_predictors, runs_counts, kept_syms,
                          kept_ctxs, np.bool_(True))
-    pal_size = choices[0, cpu_v2.COL_PAL_SIZE]
+    pal_sizes = choices[:, cpu_v2.COL_PAL_SIZE].copy()
     if c == 1:
-        # mask_encoder.stream first, as cpu_v2._encode: a constant tile or a sure runs tile
+        # mask_encoder.stream first, as cpu_v2._encode: constant tiles and sure runs tiles only
         runs_freq = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
         sizes = np.zeros(2, np.int64)
         status, data = mask_encoder._stream(image, tile, choices[:, cpu_v2.COL_PAL_SIZE], colours, constant,
                                             runs_counts, kept_syms, kept_ctxs, runs_freq, sizes)
         if status == mask_encoder.FLAT and data.size <= sizes[1]:
-            n_sets = mask_encoder.RUNS_SET + mask_encoder.RUNS_TABLES // mask_encoder.TABLES_PER_SET if pal_size else 1
+            n_sets = 1
+            if (pal_sizes > 0).any():
+                n_sets = mask_encoder.RUNS_SET + mask_encoder.RUNS_TABLES // mask_encoder.TABLES_PER_SET
             _header(data, h, w, c, tile, flags, np.int64(n_sets), sizes[0])
             return DONE, data
     sure = np.zeros(n, np.bool_)
-    if pal_size > 0:
-        sure[0] = runs.sure(runs_counts[0], np.int64(h * w), np.int64(c))
-        if sure[0]:
-            choices[0, cpu_v2.COL_PAL_SIZE] = 0
     sym_start = np.zeros(n + 1, np.int64)
-    sym_start[1] = h * w * c
+    for i in range(n):
+        _, _, th, tw = cpu_v2._tile_box(np.int64(i), tile, h, w)
+        sym_start[i + 1] = sym_start[i] + th * tw * c
+        if pal_sizes[i] > 0:
+            sure[i] = runs.sure(runs_counts[i], np.int64(th * tw), np.int64(c))
+            if sure[i]:
+                choices[i, cpu_v2.COL_PAL_SIZE] = 0
     sym_count = np.zeros(n, np.int64)
-    syms = np.empty(h * w * c, np.uint8)
+    syms = np.empty(sym_start[n], np.uint8)
     hist = np.empty((n, c << TSHIFT, 256), np.uint16)
     cpu_v2._choose_symbols_all(image, tile, choices, const_vals, planes, constant, sure, n_predictors, sym_start,
                                sym_count, syms, hist, np.int64(TSHIFT))
-    n_colours = choices[0, cpu_v2.COL_PAL_SIZE]
-    first = n_colours > 0 and choices[0, cpu_v2.COL_PAL_COST] + 8 * n_colours * c < choices[0, cpu_v2.COL_COST]
+    first = np.zeros(n, np.bool_)
+    for i in range(n):
+        n_colours = choices[i, cpu_v2.COL_PAL_SIZE]
+        first[i] = n_colours > 0 and choices[i, cpu_v2.COL_PAL_COST] + 8 * n_colours * c < choices[i, cpu_v2.COL_COST]
     psym_start = np.zeros(n + 1, np.int64)
-    if first:
-        psym_start[1] = h * w
-    psyms = np.empty(psym_start[1], np.uint8)
-    phist = np.empty((1 if first else 0, 4, 256), np.uint16)
-    if first:
+    if first.any():
+        for i in range(n):
+            _, _, th, tw = cpu_v2._tile_box(np.int64(i), tile, h, w)
+            psym_start[i + 1] = psym_start[i] + (th * tw if choices[i, cpu_v2.COL_PAL_SIZE] > 0 else 0)
+    psyms = np.empty(psym_start[n], np.uint8)
+    phist = np.empty((n if first.any() else 0, 4, 256), np.uint16)
+    if first.any():
         cpu_v2._palette_symbols_all(image, tile, choices, colours, psym_start, psyms, planes, phist)
-    status, stream = _finish(image, tile, flags, np.bool_(False), min_log2, choices, const_vals, colours, sure[0], first,
-                             pal_size, runs_counts[0], kept_syms, kept_ctxs, sym_start, sym_count, syms, hist, phist,
-                             psym_start, psyms, tables, words)
-    if status != DONE or (c == 1 and not first):  # one set is the stream written (cpu_v2's one_set_alike)
-        return status, stream
-    status, other = _finish(image, tile, flags, np.bool_(True), min_log2, choices, const_vals, colours, sure[0], first,
-                            pal_size, runs_counts[0], kept_syms, kept_ctxs, sym_start, sym_count, syms, hist, phist,
-                            psym_start, psyms, tables, words)
+    status, stream, n_sets = _finish(image, tile, flags, np.bool_(False), splits, min_log2, choices, const_vals,
+                                     colours, sure, first, pal_sizes, runs_counts, kept_syms, kept_ctxs, sym_start,
+                                     sym_count, syms, hist, phist, psym_start, psyms, tables, words)
+    if status != DONE or (c == 1 and not first.any() and n_sets == 1):
+        return status, stream  # (one set is the stream written: cpu_v2's one_set_alike)
+    status, other, _ = _finish(image, tile, flags, np.bool_(True), splits, min_log2, choices, const_vals, colours, sure,
+                            first, pal_sizes, runs_counts, kept_syms, kept_ctxs, sym_start, sym_count, syms, hist,
+                            phist, psym_start, psyms, tables, words)
     if status != DONE:
         return status, other
     return DONE, other if other.size < stream.size else stream
 
 
+def applies(height: int, width: int, tile: int) -> bool:
+    """Whether stream() takes an image of this size: at most format_v2.ONE_SET_MAX_TILES
+    tiles (four tables per set: format_v2.encoder_plane_context tries plane contexts only
+    beyond)."""
+    return fmt.Header(height, width, 1, tile, 0).n_tiles <= f2.ONE_SET_MAX_TILES
+
+
 def stream(image: np.ndarray, flags: int, tile: int, fast_decode: bool) -> bytes | None:
-    """The v2 stream cpu_v2._encode writes for a prepared image (fmt.prepare) of one tile,
-    with runs tiles on and first (its defaults), or None where it must write the image
-    itself. flags: the stream header's (format_v2.encoder_flags)."""
+    """The v2 stream cpu_v2._encode writes for a prepared image (fmt.prepare) of at most
+    format_v2.ONE_SET_MAX_TILES tiles, with runs tiles on and first (its defaults), or None
+    where it must write the image itself. flags: the stream header's
+    (format_v2.encoder_flags)."""
+    h, w, c = image.shape
+    n = fmt.Header(h, w, c, tile, 0).n_tiles
+    splits = table_sets.applies(n, c, fast_decode, 1 << TSHIFT)
     scratch = cpu_v2._encode_scratch(1)
-    # One thread: the kernels' parallel loops have one tile. And setting it starts numba's
-    # threading layer, which the parallel kernels compiled into _one_tile need: a cached
+    # One thread: the kernels' parallel loops have a few tiles. And setting it starts numba's
+    # threading layer, which the parallel kernels compiled into _few_tiles need: a cached
     # caller of a parallel kernel does not start it when it loads (the first call of a fresh
-    # process crashed when _one_tile had been compiled against cached kernels).
+    # process crashed when it had been compiled against cached kernels).
     with numba_threads(1):
-        status, data = _one_tile(image, np.int64(tile), np.int64(flags), np.int64(f2.encoder_predictors(fast_decode)),
-                                 np.int64(f2.min_lanes_log2(fast_decode)), scratch.planes, scratch.tables,
-                                 scratch.words)
+        status, data = _few_tiles(image, np.int64(tile), np.int64(flags), np.int64(f2.encoder_predictors(fast_decode)),
+                                  np.int64(f2.min_lanes_log2(fast_decode)), np.bool_(splits), scratch.planes,
+                                  scratch.tables, scratch.words)
     return data.tobytes() if status == DONE else None
 
 
 # Last, once every cached function above exists: the modules whose functions and constants
 # are compiled into these kernels.
-guard_disk_cache(globals(), (cpu_v2, f2, fmt, frequencies, mask_encoder, runs))
+guard_disk_cache(globals(), (cpu_v2, f2, fmt, frequencies, mask_encoder, runs, table_sets))

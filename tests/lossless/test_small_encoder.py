@@ -1,8 +1,8 @@
-"""The encoder's short path for images of one tile (small_encoder): it writes the general
-encoder's bytes (and so the reference's) wherever it applies, in both of the general
-encoder's outcomes (a table set per plane or one set for all, a coded or a raw tile, the
-stream of the raw tile when the tables cost more than they save), and hands every other image
-to the general encoder."""
+"""The encoder's short path for images of up to four tiles (small_encoder): it writes the
+general encoder's bytes (and so the reference's) wherever it applies, in each of the general
+encoder's outcomes (a table set per plane, one set for all, or sets per tile class; coded,
+palette, runs and raw tiles; every tile raw when the tables cost more than they save), and
+hands every other image to the general encoder."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 from prepkit.warmup import _photo  # smooth gradients and noise: coded with predictors
+
+from .images import mixed_image
 
 
 @pytest.fixture
@@ -106,14 +108,14 @@ def test_each_of_the_general_encoders_outcomes(short_paths: list[bool], kind: st
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
-def test_random_images_of_one_tile_come_out_as_the_general_encoders() -> None:
-    """Noise, narrow noise, smooth images and random walks of every size up to the tile, in
+def test_random_images_of_few_tiles_come_out_as_the_general_encoders() -> None:
+    """Noise, narrow noise, smooth images and random walks of every size up to 2 x 2 tiles, in
     tiles of 16, 32 and 64, one, three and four channels, some with fast_decode."""
     rng = np.random.default_rng(58)
     taken = 0
     for k in range(120):
         tile = int(rng.choice([16, 32, 64]))
-        h, w = int(rng.integers(1, tile + 1)), int(rng.integers(1, tile + 1))
+        h, w = int(rng.integers(1, 2 * tile + 1)), int(rng.integers(1, 2 * tile + 1))
         c = int(rng.choice([1, 3, 4]))
         kind = k % 4
         if kind == 0:
@@ -146,11 +148,12 @@ def test_a_constant_colour_image_is_constant_planes() -> None:
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
-@pytest.mark.parametrize("kind", ["two tiles", "no runs tiles"])
+@pytest.mark.parametrize("kind", ["five tiles", "no runs tiles"])
 def test_other_images_go_to_the_general_encoder(short_paths: list[bool], kind: str) -> None:
-    """An image of two tiles and an encode without runs tiles: the short path is not asked,
-    and the general encoder writes the reference's stream."""
-    image = _photo(40, 70 if kind == "two tiles" else 40, 3, seed=2)
+    """An image of five tiles (plane contexts are tried from there) and an encode without runs
+    tiles: the short path is not asked, and the general encoder writes the reference's
+    stream."""
+    image = _photo(40, 300 if kind == "five tiles" else 40, 3, seed=2)
     if kind == "no runs tiles":
         data = cpu_v2.encode(image, runs_tiles=False)
         assert data == r2.encode(image, runs_tiles=False)
@@ -159,6 +162,20 @@ def test_other_images_go_to_the_general_encoder(short_paths: list[bool], kind: s
         assert data == r2.encode(image)
         np.testing.assert_array_equal(lossless.decode(data), image)
     assert short_paths == []
+
+
+@pytest.mark.parametrize(("h", "w", "tile"), [(128, 128, 64), (64, 192, 64), (100, 70, 64), (30, 30, 16)])
+def test_few_tiles_with_table_sets_per_tile_class(short_paths: list[bool], h: int, w: int, tile: int) -> None:
+    """Two textures of unlike residuals in two to four tiles: the stream proposes table sets
+    per tile class (more sets than planes, from table_sets' proposal), as the general encoder
+    and the reference do."""
+    image = np.ascontiguousarray(mixed_image(3)[:h, :w])
+    data = lossless.encode(image, tile=tile)
+    assert short_paths == [True]
+    assert data == _general(image, tile) == r2.encode(image, tile=tile)
+    if (h, w) == (128, 128):
+        assert data[7] > 3, data[7]
+    np.testing.assert_array_equal(lossless.decode(data), image)
 
 
 @pytest.mark.parametrize("kind", ["mask", "grey levels", "grey photograph"])
@@ -200,8 +217,8 @@ def test_images_of_few_tiles_encode_on_the_calling_thread_alone(monkeypatch: pyt
 
     monkeypatch.setattr(cpu_v2, "_encode", spy)
     own = numba.get_num_threads()
-    small = _photo(64, 130, 3, seed=4)  # three tiles
-    assert not cpu.use_parallel(3)
+    small = _photo(128, 192, 3, seed=4)  # six tiles: the general encoder's
+    assert not cpu.use_parallel(6)
     assert lossless.encode(small) == r2.encode(small)
     large = _photo(64 * 8, 64 * 8, 3, seed=5)  # 64 tiles
     lossless.encode(large)

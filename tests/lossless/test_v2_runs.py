@@ -12,7 +12,7 @@ import pytest
 
 from prepkit import lossless
 from prepkit.errors import CodecError
-from prepkit.lossless import cpu_v2, hostplan, mask_encoder, runs
+from prepkit.lossless import cpu_v2, hostplan, mask_encoder, runs, small_encoder
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import plan as plan_mod
 from prepkit.lossless import reference_v2 as r2
@@ -150,7 +150,9 @@ def test_runs_first_and_weighed_encoders_agree() -> None:
 def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     """The numba encoder's coded choice (_choose_symbols_all) is told which tiles are sure, and
     those tiles have no coded symbols (a mask with a tile of another kind: one of constant and
-    sure tiles only takes the short path, mask_encoder, which has no coded choice)."""
+    sure tiles only takes the short path, mask_encoder, which has no coded choice; images of
+    up to four tiles take small_encoder's, in one compiled call: left out here)."""
+    monkeypatch.setattr(small_encoder, "stream", lambda *args: None)
     seen: list[np.ndarray] = []
     kernel = cpu_v2._choose_symbols_all
     monkeypatch.setattr(cpu_v2, "_choose_symbols_all", lambda *a: (seen.append(a[6].copy()), kernel(*a))[1])
@@ -165,9 +167,11 @@ def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> No
 def test_a_sure_tile_left_out_encodes_again_weighing_every_tile(monkeypatch: pytest.MonkeyPatch) -> None:
     """When no runs set is kept (runs.choose refuses here), the sure tiles, written raw so far,
     send both encoders back to weigh every candidate: the stream of runs_first=False. (The
-    general encoder's path: the short one, mask_encoder, is tested on its own.)"""
+    general encoder's path: the short ones, mask_encoder and small_encoder, are tested on
+    their own.)"""
     monkeypatch.setattr(runs, "choose", lambda *args: None)
     monkeypatch.setattr(mask_encoder, "stream", lambda *args: None)
+    monkeypatch.setattr(small_encoder, "stream", lambda *args: None)
     image = blobs(100, 120, None, seed=4)
     data = cpu_v2.encode(image)
     assert data == cpu_v2.encode(image, runs_first=False) == r2.encode(image)

@@ -1,20 +1,23 @@
-"""The v2 encoder's short path for images of one tile.
+"""The v2 encoder's short path for small images: up to four tiles (format_v2.ONE_SET_MAX_TILES).
 
-Thumbnails and patches (CIFAR's 32 x 32 images, Tiny ImageNet's 64 x 64, small crops of
-scans) are one tile. The general encoder (cpu_v2._encode) spends most of such an image's time
-in Python between its compiled steps: about 360 calls per image, 0.4-0.5 ms, several times
-the compiled work and twice Pillow's whole PNG encode of a 32 x 32 image (docs/BENCHMARKS.md
-"Small images: one thread, one compiled call (stop 58)"). This path runs the same steps in one
-compiled call: the tile analysis (cpu_v2._palettes_all, cpu_v2._choose_symbols_all, the
-palette candidate's index symbols), then the stream with a table set per plane and the one
-with one set for every plane (as format_v2.encoder_tries_one_set has the encoders try for
-small images), each with the general encoder's decisions (the palette first guess, tables
-counted from the tile's histograms, a coded payload only where its estimate is below the raw
-tile, the runs payload where runs.choose keeps it, every tile raw where that is smaller),
-and the smaller of the two; a one-channel tile goes to mask_encoder's path first, as in the
-general encoder. Where the general encoder would encode again (a tile sure to become a runs
-tile that does not) it returns None and the general encoder writes the image: the bytes are always the general encoder's, which tests check against it
-and against reference_v2."""
+Thumbnails and patches (CIFAR's 32 x 32 images, Tiny ImageNet's 64 x 64, STL-10's 96 x 96,
+128 x 128 crops) are one to four tiles. The general encoder (cpu_v2._encode) spent most of
+such an image's time in Python between its compiled steps: about 360 calls per image, several
+times the compiled work and longer than Pillow's whole PNG encode of a 32 x 32 image
+(docs/BENCHMARKS.md "Small images: one thread, one compiled call (stop 58)"). This path runs
+the same steps in one compiled call: the tile analysis (cpu_v2._palettes_all,
+cpu_v2._choose_symbols_all, the palette candidates' index symbols), then the stream with a
+table set per plane and the one with one set for every plane (as
+format_v2.encoder_tries_one_set has the encoders try for small images), each with the general
+encoder's decisions (the palette first guess, tables counted from the tiles' histograms, a
+coded payload only where its estimate is below the raw tile, table sets per tile class
+(table_sets._propose_compiled), the runs payloads where runs.choose keeps them, every tile raw
+where that is smaller), and the smaller of the two; a one-channel image goes to
+mask_encoder's path first, as in the general encoder. Beyond four tiles the encoders try plane
+contexts (eight tables per set), which this path does not. Where the general encoder would
+encode again (a tile sure to become a runs tile that does not) it returns None and the
+general encoder writes the image: the bytes are always the general encoder's, which tests
+check against it and against reference_v2."""
 
 from __future__ import annotations
 

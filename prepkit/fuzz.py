@@ -1,13 +1,21 @@
 """Fuzzing harness for everything that reads untrusted bytes: the lossless decoder and the
-store reader (metadata, per-sample arrays, shard indexes, shard data).
+store reader (metadata, per-sample arrays, shard indexes, shard data); and for the lossless
+encoder's paths, which must write the same bytes.
 
-    python -m prepkit.fuzz --seconds 600 [--target lossless|store|corpus|all] [--seed 0]
+    python -m prepkit.fuzz --seconds 600 [--target lossless|store|corpus|encoders|all] [--seed 0]
 
 Each case mutates a valid input (bit flips, byte overwrites, truncations, extensions,
 random numbers in header fields and JSON values) and decodes or reads it. The only
 acceptable outcomes are a correct result or a prepkit error; anything else (another
 exception type, a crash, a hang) is a finding. The test suite runs this for a few seconds;
 the documented long run is in docs/BENCHMARKS.md.
+
+The ``encoders`` target encodes random small images (patchworks of noise, flat, two-colour and
+gradient blocks, up to 2 x 2 tiles, 1, 3 or 4 channels, tiles of 16-64, some with
+fast_decode) with ``lossless.encode``, whose short path (``lossless.small_encoder``) takes most of
+them, and with the general encoder (``cpu_v2._encode``), and every 25th with the numpy
+reference too: the streams must be equal and decode back to the image. A difference is a
+finding.
 
 The ``corpus`` target replays a fixed regression corpus of hostile stores (``hostile_cases``:
 flipped bytes in every kind of store file, hostile sizes and counts, wrong dtypes and labels,
@@ -188,6 +196,65 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
             _run_case(report, decode_region)
         else:
             _run_case(report, partial(lossless.decode_batch, [rng.choice(seeds), data]))
+    return report
+
+
+def patchwork(rng: np.random.Generator) -> tuple[np.ndarray, int, bool]:
+    """(image, tile, fast_decode): a random image of up to 2 x 2 tiles made of noise, flat,
+    two-colour and gradient blocks (the encoders' coded, constant, palette, runs and raw
+    cases), 1, 3 or 4 channels (HxW or HxWx1 for one)."""
+    tile = int(rng.choice([16, 32, 64]))
+    h, w = int(rng.integers(1, 2 * tile + 1)), int(rng.integers(1, 2 * tile + 1))
+    c = int(rng.choice([1, 3, 4]))
+    image = np.zeros((h, w, c), np.int64)
+    for _ in range(int(rng.integers(1, 6))):
+        y0, x0 = int(rng.integers(0, h)), int(rng.integers(0, w))
+        y1, x1 = min(h, y0 + int(rng.integers(1, tile + 1))), min(w, x0 + int(rng.integers(1, tile + 1)))
+        shape = (y1 - y0, x1 - x0, c)
+        kind = int(rng.integers(0, 4))
+        if kind == 0:
+            image[y0:y1, x0:x1] = rng.integers(0, int(rng.integers(2, 257)), shape)
+        elif kind == 1:
+            image[y0:y1, x0:x1] = rng.integers(0, 256, c)
+        elif kind == 2:
+            image[y0:y1, x0:x1] = rng.integers(0, 256, (2, c))[rng.integers(0, 2, shape[:2])]
+        else:
+            ramp = np.arange(shape[1])[None, :, None] * int(rng.integers(0, 4)) + np.arange(shape[0])[:, None, None]
+            image[y0:y1, x0:x1] = ramp % 256
+    out = image.astype(np.uint8)
+    if c == 1 and rng.integers(0, 2):
+        out = out[:, :, 0]
+    return out, tile, bool(rng.integers(0, 5) == 0)
+
+
+def _encoders_agree(image: np.ndarray, tile: int, fast_decode: bool, with_reference: bool) -> object:
+    """lossless.encode (the short path where it applies) against the general encoder, and the
+    reference when asked: the same bytes, decoding back to the image."""
+    from prepkit import lossless
+    from prepkit.lossless import cpu_v2, reference_v2
+    from prepkit.lossless import format as fmt
+
+    data = lossless.encode(image, tile=tile, fast_decode=fast_decode)
+    prepared, flags = fmt.prepare(image, tile)
+    general = cpu_v2._encode(prepared, flags, tile, fast_decode, True, True, try_one_set=True)
+    if data != general:
+        raise AssertionError(f"the short path and the general encoder differ on a {image.shape} image, tile {tile}")
+    if with_reference and data != reference_v2.encode(image, tile=tile, fast_decode=fast_decode):
+        raise AssertionError(f"the encoders and the reference differ on a {image.shape} image, tile {tile}")
+    if not np.array_equal(np.asarray(lossless.decode(data)).reshape(image.shape), image):
+        raise AssertionError(f"a {image.shape} image, tile {tile}, did not decode back")
+    return data
+
+
+def fuzz_encoders(seconds: float | None = None, seed: int = 0, cases: int | None = None) -> FuzzReport:
+    """Random small images through both lossless encoder paths (and every 25th through the
+    reference): every disagreement is a finding."""
+    rng = np.random.default_rng(seed)
+    report = FuzzReport("encoders")
+    go_on = budget(seconds, cases)
+    while go_on(report):
+        image, tile, fast_decode = patchwork(rng)
+        _run_case(report, partial(_encoders_agree, image, tile, fast_decode, report.cases % 25 == 0))
     return report
 
 
@@ -511,16 +578,17 @@ def replay_corpus(timeout: float = 60.0) -> FuzzReport:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0, help="time per target")
-    parser.add_argument("--target", choices=["lossless", "store", "corpus", "all"], default="all")
+    parser.add_argument("--target", choices=["lossless", "store", "corpus", "encoders", "all"], default="all")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    targets = ["corpus", "lossless", "store"] if args.target == "all" else [args.target]
+    targets = ["corpus", "lossless", "store", "encoders"] if args.target == "all" else [args.target]
+    runs = {"lossless": fuzz_lossless, "store": fuzz_store, "encoders": fuzz_encoders}
     failed = False
     for target in targets:
         if target == "corpus":
             report = replay_corpus()
         else:
-            report = (fuzz_lossless if target == "lossless" else fuzz_store)(args.seconds, args.seed)
+            report = runs[target](args.seconds, args.seed)
         print(report.line())
         for finding in report.findings[:5]:
             print(finding)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from prepkit.fuzz import fuzz_lossless, fuzz_store, mutate
+import pytest
+
+from prepkit.fuzz import fuzz_encoders, fuzz_lossless, fuzz_store, mutate
 
 
 def test_mutations_change_the_input() -> None:
@@ -38,3 +40,24 @@ def test_hostile_store_corpus_is_refused_by_every_probe(tmp_path: Path) -> None:
     report = replay_corpus(timeout=60)
     assert not report.findings, "\n".join(report.findings)
     assert report.cases == len(hostile_cases()) >= 30 and report.rejected == report.cases - 1
+
+
+def test_the_encoders_agree_on_random_small_images() -> None:
+    """Both lossless encoder paths (and the reference, every 25th case) write the same
+    stream for random patchworks of up to 2 x 2 tiles."""
+    report = fuzz_encoders(cases=40, seed=13)
+    assert report.cases == 40 and report.accepted == 40 and not report.findings, report.findings
+
+
+def test_a_short_path_that_writes_other_bytes_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prepkit.lossless import small_encoder
+
+    stream = small_encoder.stream
+
+    def flipped(*args: object) -> bytes | None:
+        data = stream(*args)  # type: ignore[arg-type]
+        return None if data is None else data[:-1] + bytes([data[-1] ^ 1])
+
+    monkeypatch.setattr(small_encoder, "stream", flipped)
+    report = fuzz_encoders(cases=10, seed=13)
+    assert len(report.findings) == 10 and "differ" in report.findings[0]

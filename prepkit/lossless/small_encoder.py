@@ -36,7 +36,7 @@ MAGIC = np.frombuffer(fmt.MAGIC, np.uint8).copy()
 
 # What _few_tiles reports.
 DONE = 0
-NOT_HERE = 1  # more than one tile, or a sure runs tile that does not become one (the general encoder encodes again)
+NOT_HERE = 1  # more than four tiles, or a sure runs tile that does not become one (the general encoder encodes again)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -115,14 +115,21 @@ def _normalized(counts):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _cost_table(freq):
+    """frequencies.cost_table: int64 1/16 bits of each (table, symbol)."""
+    cost = np.empty(freq.shape, np.int64)
+    for t in range(freq.shape[0]):
+        for v in range(256):
+            cost[t, v] = frequencies.COST_OF_FREQ[freq[t, v]]
+    return cost
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count):
     """_Counted.estimates of every tile under freq: (payload bytes, the symbols' summed costs)."""
     h, w, c = image.shape
     n = choices.shape[0]
-    cost = np.empty(freq.shape, np.int32)
-    for t in range(freq.shape[0]):
-        for v in range(256):
-            cost[t, v] = frequencies.COST_OF_FREQ[freq[t, v]]
+    cost = _cost_table(freq).astype(np.int32)  # (_Counted.estimates' cast)
     sizes = np.zeros(n, np.int64)
     totals = np.zeros(n, np.int64)
     cpu_v2._estimate_hist(h, w, tile, c, choices, pick, sets, min_log2, cost, sizes, totals, hist, phist, sym_count,
@@ -135,17 +142,6 @@ def _coder(freq):
     coder = np.empty((freq.shape[0], 256, 2), np.int64)
     cpu_v2._fill_coder(freq, coder)
     return coder
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _stream_bytes(overhead, counts, freq):
-    """table_sets.stream_bytes."""
-    bits = np.int64(0)
-    for t in range(counts.shape[0]):
-        for v in range(256):
-            bits += counts[t, v] * table_sets._FINE_BITS[freq[t, v]]
-    packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
-    return overhead + -(-bits // (8 * 4096)) + frequencies.pack_into(freq, packed)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
@@ -199,8 +195,8 @@ def _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq, sizes
     proposed_freq = _normalized(proposed_counts)
     proposed_sizes, proposed_totals = _estimates(image, tile, choices, pick, proposed, min_log2, proposed_freq, hist,
                                                  phist, sym_count)
-    before = _stream_bytes(_overhead(sizes, totals, keep), counts, freq)
-    after = _stream_bytes(_overhead(proposed_sizes, proposed_totals, keep), proposed_counts, proposed_freq)
+    before = table_sets.stream_bytes_compiled(_overhead(sizes, totals, keep), counts, freq)
+    after = table_sets.stream_bytes_compiled(_overhead(proposed_sizes, proposed_totals, keep), proposed_counts, proposed_freq)
     if after < before:
         return proposed, n_proposed, proposed_freq, proposed_totals, proposed_counts
     return sets, n_sets, freq, totals, counts
@@ -263,13 +259,9 @@ def _finish(image, tile, flags, one_set, splits, min_log2, choices, const_vals, 
         starts[i + 1] = starts[i] + (0 if sure[i] else room)
     body = np.empty(starts[n], np.uint8)
     lengths = np.zeros(n, np.int64)
-    cost = np.empty(freq.shape, np.int64)  # frequencies.cost_table
-    for t in range(freq.shape[0]):
-        for v in range(256):
-            cost[t, v] = frequencies.COST_OF_FREQ[freq[t, v]]
-    cpu_v2._encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, _coder(freq), cost, totals,
-                       body, starts, lengths, sym_start, sym_count, syms, psym_start, psyms, tables, words, sure,
-                       np.int64(TSHIFT))
+    cpu_v2._encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, _coder(freq),
+                       _cost_table(freq), totals, body, starts, lengths, sym_start, sym_count, syms, psym_start, psyms,
+                       tables, words, sure, np.int64(TSHIFT))
     runs_lengths = np.zeros(n, np.int64)
     runs_starts = np.zeros(n, np.int64)
     runs_body = np.empty(0, np.uint8)

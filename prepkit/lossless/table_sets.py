@@ -364,17 +364,23 @@ def _median(values):
 
 
 @njit(cache=True, nogil=True)
+def stream_bytes_compiled(overhead, counts, freq):
+    """stream_bytes for compiled callers: counts and freq int64 (tables, 256)."""
+    bits = np.int64(0)
+    for t in range(counts.shape[0]):
+        for v in range(256):
+            bits += counts[t, v] * _FINE_BITS[freq[t, v]]
+    packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
+    return overhead + -(-bits // (8 * 4096)) + frequencies.pack_into(freq, packed)
+
+
+@njit(cache=True, nogil=True)
 def _stream_measure(starts, columns, counts, width, sets, n_sets):
     """(stream_bytes(0, ...) of _stream_tables, the tables' frequencies)."""
     totals = _set_counts(starts, columns, counts, sets, n_sets, width).reshape(-1, 256)
     freq = np.empty(totals.shape, np.int64)
     frequencies.normalize_rows_into(totals, freq)
-    bits = np.int64(0)
-    for t in range(totals.shape[0]):
-        for v in range(256):
-            bits += totals[t, v] * _FINE_BITS[freq[t, v]]
-    packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
-    return -(-bits // (8 * 4096)) + frequencies.pack_into(freq, packed), freq
+    return stream_bytes_compiled(np.int64(0), totals, freq), freq
 
 
 @njit(cache=True, nogil=True)

@@ -11,7 +11,7 @@ exception type, a crash, a hang) is a finding. The test suite runs this for a fe
 the documented long run is in docs/BENCHMARKS.md.
 
 The ``encoders`` target encodes random small images (patchworks of noise, flat, two-colour and
-gradient blocks, up to 2 x 2 tiles, 1, 3 or 4 channels, tiles of 16-64, some with
+gradient blocks, up to 31 tiles, 1, 3 or 4 channels, tiles of 16-64, some with
 fast_decode) with ``lossless.encode``, whose short path (``lossless.small_encoder``) takes most of
 them, and with the general encoder (``cpu_v2._encode``), and every 25th with the numpy
 reference too: the streams must be equal and decode back to the image. A difference is a
@@ -200,14 +200,23 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
 
 
 def patchwork(rng: np.random.Generator) -> tuple[np.ndarray, int, bool]:
-    """(image, tile, fast_decode): a random image of up to 2 x 2 tiles made of noise, flat,
-    two-colour and gradient blocks (the encoders' coded, constant, palette, runs and raw
-    cases), 1, 3 or 4 channels (HxW or HxWx1 for one)."""
+    """(image, tile, fast_decode): a random image made of noise, flat, two-colour and gradient
+    blocks (the encoders' coded, constant, palette, runs and raw cases), 1, 3 or 4 channels
+    (HxW or HxWx1 for one); half of them up to 2 x 2 tiles (the one-set trial), the others up
+    to table_sets.MIN_TILES - 1 tiles (plane contexts: small_encoder takes all of them)."""
+    from prepkit.lossless import table_sets
+
     tile = int(rng.choice([16, 32, 64]))
-    h, w = int(rng.integers(1, 2 * tile + 1)), int(rng.integers(1, 2 * tile + 1))
+    if rng.integers(0, 2):
+        rows, cols = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    else:
+        rows = int(rng.integers(1, 6))
+        cols = int(rng.integers(1, (table_sets.MIN_TILES - 1) // rows + 1))
+    h = int(rng.integers((rows - 1) * tile + 1, rows * tile + 1))
+    w = int(rng.integers((cols - 1) * tile + 1, cols * tile + 1))
     c = int(rng.choice([1, 3, 4]))
     image = np.zeros((h, w, c), np.int64)
-    for _ in range(int(rng.integers(1, 6))):
+    for _ in range(int(rng.integers(1, 4 + 2 * rows * cols))):
         y0, x0 = int(rng.integers(0, h)), int(rng.integers(0, w))
         y1, x1 = min(h, y0 + int(rng.integers(1, tile + 1))), min(w, x0 + int(rng.integers(1, tile + 1)))
         shape = (y1 - y0, x1 - x0, c)

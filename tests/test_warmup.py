@@ -103,17 +103,18 @@ def test_the_augment_part_runs_the_colour_stage_and_the_channel_ops() -> None:
 
 def test_the_parts_reach_the_kernels_a_user_calls_first() -> None:
     """In a fresh process, the parts call (and so compile, or load) the kernels behind
-    lossless.decode of a whole stream, palette tiles, images of one tile, RandomErasing, masks, CutMix, MixUp and
+    lossless.decode of a whole stream, palette tiles, images of one tile, small_encoder's short path, table sets
+    per tile class, RandomErasing, masks, CutMix, MixUp and
     16-bit outputs:
     each had compiled on its first use after a warm-up, 2-6 s each on the dev VM."""
     code = (
         "from prepkit import warmup\n"
         "for part in ('encode', 'decode', 'augment'):\n"
         "    warmup.PARTS[part]()\n"
-        "from prepkit.lossless import single, cpu_v2, small_encoder\n"
+        "from prepkit.lossless import single, cpu_v2, small_encoder, table_sets\n"
         "from prepkit.augment import batch, erasing, colour, cpu\n"
         "kernels = {'decode_one': single._decode_one, 'palette': cpu_v2._palette_symbols_all,\n"
-        "           'few_tiles': small_encoder._few_tiles,\n"
+        "           'small': small_encoder._all_tiles, 'table_sets': table_sets._propose_compiled,\n"
         "           'erase': erasing._erase_kernel, 'mask': cpu._mask_kernel, 'mask_warp': colour._mask_warp_kernel,\n"
         "           'mixup': batch._mixup_cpu, 'cutmix': batch._cutmix_cpu, 'augment': cpu._augment_kernel}\n"
         "print(' '.join(f'{name}={len(kernel.signatures)}' for name, kernel in kernels.items()))\n"

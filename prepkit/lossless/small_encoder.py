@@ -1,23 +1,23 @@
-"""The v2 encoder's short path for small images: up to four tiles (format_v2.ONE_SET_MAX_TILES).
+"""The v2 encoder's short path: images of fewer than table_sets.MIN_TILES tiles in one compiled call.
 
-Thumbnails and patches (CIFAR's 32 x 32 images, Tiny ImageNet's 64 x 64, STL-10's 96 x 96,
-128 x 128 crops) are one to four tiles. The general encoder (cpu_v2._encode) spent most of
-such an image's time in Python between its compiled steps: about 360 calls per image, several
-times the compiled work and longer than Pillow's whole PNG encode of a 32 x 32 image
-(docs/BENCHMARKS.md "Small images: one thread, one compiled call (stop 58)"). This path runs
-the same steps in one compiled call: the tile analysis (cpu_v2._palettes_all,
-cpu_v2._choose_symbols_all, the palette candidates' index symbols), then the stream with a
-table set per plane and the one with one set for every plane (as
-format_v2.encoder_tries_one_set has the encoders try for small images), each with the general
-encoder's decisions (the palette first guess, tables counted from the tiles' histograms, a
-coded payload only where its estimate is below the raw tile, table sets per tile class
-(table_sets._propose_compiled), the runs payloads where runs.choose keeps them, every tile raw
-where that is smaller), and the smaller of the two; a one-channel image goes to
-mask_encoder's path first, as in the general encoder. Beyond four tiles the encoders try plane
-contexts (eight tables per set), which this path does not. Where the general encoder would
-encode again (a tile sure to become a runs tile that does not) it returns None and the
-general encoder writes the image: the bytes are always the general encoder's, which tests
-check against it and against reference_v2."""
+Thumbnails, patches and crops (CIFAR's 32 x 32 images, Tiny ImageNet's 64 x 64, STL-10's
+96 x 96, 224 x 224 and 256 x 256 crops) are one to 31 tiles, which the encoder analyses on
+the calling thread (cpu.use_parallel). The general encoder (cpu_v2._encode) spent much of such
+an image's time in Python between its compiled steps: about 360 calls per image, longer than
+Pillow's whole PNG encode of a 32 x 32 image (docs/BENCHMARKS.md "Small images: one thread,
+one compiled call (stop 58)"). This path runs the same steps in one compiled call: the tile
+analysis (cpu_v2._palettes_all, cpu_v2._choose_symbols_all, the palette candidates' index
+symbols), then the stream with a table set per plane, with the general encoder's decisions
+(the palette first guess, tables counted from the tiles' histograms, a coded payload only
+where its estimate is below the raw tile, eight tables per set where plane contexts are tried
+and pay, else the choices again with four, the runs payloads where runs.choose keeps them,
+every tile raw where that is smaller); up to four tiles also the stream with one set for
+every plane, and the smaller of the two (format_v2.encoder_tries_one_set). A one-channel image
+goes to mask_encoder's path first, as in the general encoder. Images this small look for no
+table sets per tile class (table_sets.applies). Where the general encoder would encode again
+(a tile sure to become a runs tile that does not) it returns None and the general encoder
+writes the image: the bytes are always the general encoder's, which tests check against it
+and against reference_v2."""
 
 from __future__ import annotations
 
@@ -30,13 +30,15 @@ from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.parallel import numba_threads
 
-TSHIFT = 2  # four tables per set: no plane contexts for small images (format_v2.encoder_plane_context)
-RUNS_TABLES = f2.runs_sets(1 << TSHIFT) << TSHIFT  # runs.table_set's rows
+# runs.table_set's rows with four and with eight tables per set (tshift 2 and 3)
+RUNS_TABLES_4 = f2.runs_sets(4) << 2
+RUNS_TABLES_8 = f2.runs_sets(8) << 3
 MAGIC = np.frombuffer(fmt.MAGIC, np.uint8).copy()
 
-# What _few_tiles reports.
+# What _all_tiles and _finish report.
 DONE = 0
-NOT_HERE = 1  # more than four tiles, or a sure runs tile that does not become one (the general encoder encodes again)
+NOT_HERE = 1  # a sure runs tile that does not become one (the general encoder encodes again)
+FOLD = 2  # (_finish) plane contexts do not pay: the stream again with four tables per set
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -100,10 +102,10 @@ def _sets(n, c, n_sets):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count):
-    """_Counted.counts: (n_sets << TSHIFT, 256) int64 counts of the kept tiles' picked choices."""
-    counts = np.zeros((1, n_sets << TSHIFT, 256), np.int32)
-    cpu_v2._count_hist(c, choices, keep, pick, sets, hist, phist, sym_count, counts, np.int64(TSHIFT))
+def _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count, tshift):
+    """_Counted.counts: (n_sets << tshift, 256) int64 counts of the kept tiles' picked choices."""
+    counts = np.zeros((1, n_sets << tshift, 256), np.int32)
+    cpu_v2._count_hist(c, choices, keep, pick, sets, hist, phist, sym_count, counts, tshift)
     return counts[0].astype(np.int64)
 
 
@@ -125,7 +127,7 @@ def _cost_table(freq):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count):
+def _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count, tshift):
     """_Counted.estimates of every tile under freq: (payload bytes, the symbols' summed costs)."""
     h, w, c = image.shape
     n = choices.shape[0]
@@ -133,7 +135,7 @@ def _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sy
     sizes = np.zeros(n, np.int64)
     totals = np.zeros(n, np.int64)
     cpu_v2._estimate_hist(h, w, tile, c, choices, pick, sets, min_log2, cost, sizes, totals, hist, phist, sym_count,
-                          np.int64(TSHIFT))
+                          tshift)
     return sizes, totals
 
 
@@ -145,73 +147,42 @@ def _coder(freq):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _overhead(sizes, totals, keep):
-    """The kept tiles' bytes besides their symbols, from the estimates."""
-    out = np.int64(0)
-    for i in range(sizes.size):
-        if keep[i]:
-            out += sizes[i] - totals[i] // 128
+def _plane_contexts_pay(counts, freq):
+    """table_sets.plane_contexts_pay of int64 counts and freq (eight tables per set)."""
+    folded = np.zeros((counts.shape[0] >> 1, 256), np.int64)
+    for t in range(counts.shape[0]):  # (set, plane bit, context) rows to (set, context)
+        row = ((t >> 3) << 2) + (t & 3)
+        for v in range(256):
+            folded[row, v] += counts[t, v]
+    eight = table_sets.stream_bytes_compiled(np.int64(0), counts, freq)
+    four = table_sets.stream_bytes_compiled(np.int64(0), folded, _normalized(folded))
+    return eight * 100 <= four * (100 - table_sets.PLANE_CONTEXT_MIN_SAVING_PERCENT)
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _folded(hist, c):
+    """_Counted.folded's histograms: each plane's eight rows added in pairs (plane bit 0 and 1)."""
+    n = hist.shape[0]
+    out = np.empty((n, c << 2, 256), np.uint16)
+    for i in range(n):
+        for k in range(c):
+            for ctx in range(f2.CONTEXTS):
+                for v in range(256):
+                    out[i, (k << 2) + ctx, v] = hist[i, (k << 3) + ctx, v] + hist[i, (k << 3) + f2.CONTEXTS + ctx, v]
     return out
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq, sizes, totals, counts, min_log2, hist,
-                     phist, sym_count):
-    """cpu_v2._with_table_sets: (sets, n_sets, freq, totals, counts) with the proposed table
-    sets per tile class where the stream's measure is smaller, else those given."""
-    c = image.shape[2]
-    n = choices.shape[0]
-    planes = np.zeros((n, 5), np.bool_)
-    m = 0
-    for i in range(n):
-        for k in range(c):
-            planes[i, k] = keep[i] and not pick[i] and choices[i, 5 + k] == 0
-            m += planes[i, k]
-        planes[i, cpu_v2.PALETTE_SET] = keep[i] and pick[i]
-        m += planes[i, cpu_v2.PALETTE_SET]
-    if m < 2:
-        return sets, n_sets, freq, totals, counts
-    tile_of = np.empty(m, np.int64)
-    plane_of = np.empty(m, np.int64)
-    now = np.empty(m, np.int64)
-    e = 0
-    for i in range(n):  # np.nonzero's order: tiles, then planes
-        for k in range(5):
-            if planes[i, k]:
-                tile_of[e], plane_of[e], now[e] = i, k, sets[i, k]
-                e += 1
-    starts, columns, entries = table_sets._entries(hist, phist, tile_of, plane_of, np.int64(1 << TSHIFT),
-                                                   np.int64(cpu_v2.PALETTE_SET))
-    # (propose_compiled's sample: np.linspace(0, m - 1, m) is 0 .. m - 1 while m <= SAMPLE)
-    proposal, n_proposed, changed = table_sets._propose_compiled(
-        starts, columns, entries, np.int64(256 << TSHIFT), now, n_sets,
-        np.int64(f2.MAX_SETS_PER_CHANNEL * c), np.arange(m))
-    if not changed:
-        return sets, n_sets, freq, totals, counts
-    proposed = np.zeros_like(sets)
-    for e in range(m):
-        proposed[tile_of[e], plane_of[e]] = proposal[e]
-    proposed_counts = _counts(c, choices, keep, pick, proposed, n_proposed, hist, phist, sym_count)
-    proposed_freq = _normalized(proposed_counts)
-    proposed_sizes, proposed_totals = _estimates(image, tile, choices, pick, proposed, min_log2, proposed_freq, hist,
-                                                 phist, sym_count)
-    before = table_sets.stream_bytes_compiled(_overhead(sizes, totals, keep), counts, freq)
-    after = table_sets.stream_bytes_compiled(_overhead(proposed_sizes, proposed_totals, keep), proposed_counts, proposed_freq)
-    if after < before:
-        return proposed, n_proposed, proposed_freq, proposed_totals, proposed_counts
-    return sets, n_sets, freq, totals, counts
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _finish(image, tile, flags, one_set, splits, min_log2, choices, const_vals, colours, sure, first, pal_sizes,
+def _finish(image, tile, flags, one_set, tshift, min_log2, choices, const_vals, colours, sure, first, pal_sizes,
             runs_counts, kept_syms, kept_ctxs, sym_start, sym_count, syms, hist, phist, psym_start, psyms, tables, words):
-    """(status, stream, n_sets): cpu_v2._encode's finish(one_set) with four tables per set, and
-    its table sets besides the runs tables (cpu_v2's one_set_alike reads them). sure: the
-    tiles sure to become runs tiles (runs.sure); first: the palette candidates that are the
-    first guess; pal_sizes: the palette candidates' sizes before the sure tiles' were cleared
-    (0: none), their run symbols in kept_syms and kept_ctxs; splits: table sets per tile class
-    are tried (table_sets.applies). NOT_HERE where the general encoder would encode again (a
-    sure tile whose runs payload did not pay)."""
+    """(status, stream, n_sets): cpu_v2._encode's finish(one_set) with 1 << tshift tables per
+    set and no table sets per tile class (table_sets.applies), and its table sets besides the
+    runs tables (cpu_v2's one_set_alike reads them). sure: the tiles sure to become runs tiles
+    (runs.sure); first: the palette candidates that are the first guess; pal_sizes: the
+    palette candidates' sizes before the sure tiles' were cleared (0: none), their run symbols
+    in kept_syms and kept_ctxs. NOT_HERE where the general encoder would encode again (a sure
+    tile whose runs payload did not pay); FOLD where eight tables per set do not pay
+    (table_sets.plane_contexts_pay): the caller finishes again with the histograms folded."""
     h, w, c = image.shape
     n = choices.shape[0]
     none = np.empty(0, np.uint8)
@@ -230,24 +201,24 @@ def _finish(image, tile, flags, one_set, splits, min_log2, choices, const_vals, 
         # payload where its estimate is the smaller; set C stays only if one does.
         n_sets = np.int64(1) if one_set else np.int64(c + 1)
         sets = _sets(n, c, n_sets)
-        guess = _normalized(_counts(c, choices, keep, first, sets, n_sets, hist, phist, sym_count))
-        coded_size, _ = _estimates(image, tile, choices, pick, sets, min_log2, guess, hist, phist, sym_count)
-        palette_size, _ = _estimates(image, tile, choices, has_palette, sets, min_log2, guess, hist, phist, sym_count)
+        guess = _normalized(_counts(c, choices, keep, first, sets, n_sets, hist, phist, sym_count, tshift))
+        coded_size, _ = _estimates(image, tile, choices, pick, sets, min_log2, guess, hist, phist, sym_count, tshift)
+        palette_size, _ = _estimates(image, tile, choices, has_palette, sets, min_log2, guess, hist, phist, sym_count,
+                                     tshift)
         pick = has_palette & (palette_size < coded_size)
         if not pick.any():
             n_sets = np.int64(1) if one_set else np.int64(c)
     sets = _sets(n, c, n_sets)
-    counts = _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count)
+    counts = _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count, tshift)
     freq = _normalized(counts)
-    sizes, totals = _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count)
+    sizes, totals = _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count, tshift)
     keep = (sizes < raw_len) & ~sure
     if not keep.all():
-        counts = _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count)
+        counts = _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count, tshift)
         freq = _normalized(counts)
-        sizes, totals = _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count)
-    if splits and not one_set:
-        sets, n_sets, freq, totals, counts = _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq,
-                                                              sizes, totals, counts, min_log2, hist, phist, sym_count)
+        sizes, totals = _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count, tshift)
+    if tshift == 3 and not _plane_contexts_pay(counts, freq):
+        return FOLD, none, n_sets
     starts = np.zeros(n + 1, np.int64)
     for i in range(n):
         n_coded = 0
@@ -261,7 +232,7 @@ def _finish(image, tile, flags, one_set, splits, min_log2, choices, const_vals, 
     lengths = np.zeros(n, np.int64)
     cpu_v2._encode_all(image, tile, choices, const_vals, colours, keep, pick, sets, min_log2, _coder(freq),
                        _cost_table(freq), totals, body, starts, lengths, sym_start, sym_count, syms, psym_start, psyms,
-                       tables, words, sure, np.int64(TSHIFT))
+                       tables, words, sure, tshift)
     runs_lengths = np.zeros(n, np.int64)
     runs_starts = np.zeros(n, np.int64)
     runs_body = np.empty(0, np.uint8)
@@ -282,8 +253,8 @@ def _finish(image, tile, flags, one_set, splits, min_log2, choices, const_vals, 
         runs_freq = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
         chosen = runs._choose(kept_syms, kept_ctxs, cands, runs_counts[cands], fixed, current, pixels[cands], runs_freq)
         if chosen.any():
-            n_tables = n_sets << TSHIFT
-            all_freq = np.zeros((n_tables + RUNS_TABLES, 256), np.int64)
+            n_tables = n_sets << tshift
+            all_freq = np.zeros((n_tables + (RUNS_TABLES_8 if tshift == 3 else RUNS_TABLES_4), 256), np.int64)
             all_freq[:n_tables] = freq
             all_freq[n_tables : n_tables + f2.RUN_CONTEXTS] = runs_freq
             coder = _coder(all_freq)
@@ -299,19 +270,19 @@ def _finish(image, tile, flags, one_set, splits, min_log2, choices, const_vals, 
                     i = cands[q]
                     runs_starts[i] = at
                     runs_lengths[i] = cpu_v2._runs_payload(np.int64(c), pal_sizes[i], colours[i], kept_syms[i],
-                                                           kept_ctxs[i], runs_counts[i], n_sets, np.int64(TSHIFT),
-                                                           coder, words_runs, runs_body, at, current[q])
+                                                           kept_ctxs[i], runs_counts[i], n_sets, tshift, coder,
+                                                           words_runs, runs_body, at, current[q])
                     at += min(current[q], fixed[q] + 2 * runs_counts[i])
             if runs_lengths.any():
                 freq = all_freq
         for i in range(n):
             if sure[i] and runs_lengths[i] == 0:
                 return NOT_HERE, none, n_sets
-    stream = _assemble(h, w, c, tile, flags, freq, freq.shape[0] >> TSHIFT, body, starts, lengths, runs_body,
+    stream = _assemble(h, w, c, tile, flags, freq, freq.shape[0] >> tshift, body, starts, lengths, runs_body,
                        runs_starts, runs_lengths)
     # Never larger than the stream of every tile raw (cpu_v2._encode's all_raw): C sets of
     # empty tables, one byte each.
-    all_raw = f2.HEADER_SIZE + (c << TSHIFT)
+    all_raw = f2.HEADER_SIZE + (c << tshift)
     for i in range(n):
         all_raw += 1 + (raw_len[i] >= f2.SHORT_ONE_BYTE) + raw_len[i]
     if stream.size <= all_raw:
@@ -323,21 +294,19 @@ def _finish(image, tile, flags, one_set, splits, min_log2, choices, const_vals, 
     for i in range(n):
         y0, x0, th, tw = cpu_v2._tile_box(np.int64(i), tile, h, w)
         lengths[i] = cpu_v2._raw_tile(image, y0, x0, th, tw, raw, raw_starts[i])
-    return DONE, _assemble(h, w, c, tile, flags, np.zeros((c << TSHIFT, 256), np.int64), np.int64(c), raw, raw_starts,
+    return DONE, _assemble(h, w, c, tile, flags, np.zeros((c << tshift, 256), np.int64), np.int64(c), raw, raw_starts,
                            lengths, runs_body, runs_starts, np.zeros(n, np.int64)), n_sets
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _few_tiles(image, tile, flags, n_predictors, min_log2, splits, planes, tables, words):
-    """(status, stream) of a prepared image of at most format_v2.ONE_SET_MAX_TILES tiles:
-    DONE and the general encoder's stream, or NOT_HERE (and an empty array) where the general
-    encoder must write it. splits: table_sets.applies; planes, tables, words: one chunk of
+def _all_tiles(image, tile, flags, n_predictors, min_log2, planes, tables, words):
+    """(status, stream) of a prepared image of fewer than table_sets.MIN_TILES tiles: DONE and
+    the general encoder's stream, or NOT_HERE (and an empty array) where the general encoder
+    must write it. flags: the header's, with FLAG_PLANE_CONTEXT where plane contexts are tried
+    (format_v2.encoder_plane_context); planes, tables, words: one chunk of
     cpu_v2._encode_scratch."""
     h, w, c = image.shape
-    none = np.empty(0, np.uint8)
     n = ((h + tile - 1) // tile) * ((w + tile - 1) // tile)
-    if n > f2.ONE_SET_MAX_TILES:
-        return NOT_HERE, none
     choices = np.zeros((n, cpu_v2.N_CHOICE), np.int64)
     const_vals = np.zeros((n, 4), np.int64)
     colours = np.empty((n, cpu_v2.MAX_PALETTE), np.int64)
@@ -369,11 +338,12 @@ def _few_tiles(image, tile, flags, n_predictors, min_log2, splits, planes, table
             sure[i] = runs.sure(runs_counts[i], np.int64(th * tw), np.int64(c))
             if sure[i]:
                 choices[i, cpu_v2.COL_PAL_SIZE] = 0
+    tshift = np.int64(3) if flags & f2.FLAG_PLANE_CONTEXT else np.int64(2)
     sym_count = np.zeros(n, np.int64)
     syms = np.empty(sym_start[n], np.uint8)
-    hist = np.empty((n, c << TSHIFT, 256), np.uint16)
+    hist = np.empty((n, c << tshift, 256), np.uint16)
     cpu_v2._choose_symbols_all(image, tile, choices, const_vals, planes, constant, sure, n_predictors, sym_start,
-                               sym_count, syms, hist, np.int64(TSHIFT))
+                               sym_count, syms, hist, tshift)
     first = np.zeros(n, np.bool_)
     for i in range(n):
         n_colours = choices[i, cpu_v2.COL_PAL_SIZE]
@@ -387,43 +357,51 @@ def _few_tiles(image, tile, flags, n_predictors, min_log2, splits, planes, table
     phist = np.empty((n if first.any() else 0, 4, 256), np.uint16)
     if first.any():
         cpu_v2._palette_symbols_all(image, tile, choices, colours, psym_start, psyms, planes, phist)
-    status, stream, n_sets = _finish(image, tile, flags, np.bool_(False), splits, min_log2, choices, const_vals,
+    status, stream, n_sets = _finish(image, tile, flags, np.bool_(False), tshift, min_log2, choices, const_vals,
                                      colours, sure, first, pal_sizes, runs_counts, kept_syms, kept_ctxs, sym_start,
                                      sym_count, syms, hist, phist, psym_start, psyms, tables, words)
-    if status != DONE or (c == 1 and not first.any() and n_sets == 1):
-        return status, stream  # (one set is the stream written: cpu_v2's one_set_alike)
-    status, other, _ = _finish(image, tile, flags, np.bool_(True), splits, min_log2, choices, const_vals, colours, sure,
-                            first, pal_sizes, runs_counts, kept_syms, kept_ctxs, sym_start, sym_count, syms, hist,
-                            phist, psym_start, psyms, tables, words)
+    if status == FOLD:
+        # Every choice again with four tables per set, from the same histograms folded (as
+        # cpu_v2's finish with counted.folded()); the header without the flag.
+        flags = flags & ~f2.FLAG_PLANE_CONTEXT
+        status, stream, n_sets = _finish(image, tile, flags, np.bool_(False), np.int64(2), min_log2, choices,
+                                         const_vals, colours, sure, first, pal_sizes, runs_counts, kept_syms, kept_ctxs,
+                                         sym_start, sym_count, syms, _folded(hist, c), phist, psym_start, psyms, tables,
+                                         words)
+    if status != DONE or n > f2.ONE_SET_MAX_TILES or (c == 1 and not first.any() and n_sets == 1):
+        # (format_v2.encoder_tries_one_set; one set is the stream written: cpu_v2's one_set_alike)
+        return status, stream
+    status, other, _ = _finish(image, tile, flags, np.bool_(True), tshift, min_log2, choices, const_vals, colours, sure,
+                               first, pal_sizes, runs_counts, kept_syms, kept_ctxs, sym_start, sym_count, syms, hist,
+                               phist, psym_start, psyms, tables, words)
     if status != DONE:
         return status, other
     return DONE, other if other.size < stream.size else stream
 
 
 def applies(height: int, width: int, tile: int) -> bool:
-    """Whether stream() takes an image of this size: at most format_v2.ONE_SET_MAX_TILES
-    tiles (four tables per set: format_v2.encoder_plane_context tries plane contexts only
-    beyond)."""
-    return fmt.Header(height, width, 1, tile, 0).n_tiles <= f2.ONE_SET_MAX_TILES
+    """Whether stream() takes an image of this size: fewer than table_sets.MIN_TILES tiles
+    (no table sets per tile class)."""
+    return fmt.Header(height, width, 1, tile, 0).n_tiles < table_sets.MIN_TILES
 
 
 def stream(image: np.ndarray, flags: int, tile: int, fast_decode: bool) -> bytes | None:
-    """The v2 stream cpu_v2._encode writes for a prepared image (fmt.prepare) of at most
-    format_v2.ONE_SET_MAX_TILES tiles, with runs tiles on and first (its defaults), or None
-    where it must write the image itself. flags: the stream header's
-    (format_v2.encoder_flags)."""
-    h, w, c = image.shape
-    n = fmt.Header(h, w, c, tile, 0).n_tiles
-    splits = table_sets.applies(n, c, fast_decode, 1 << TSHIFT)
+    """The v2 stream cpu_v2._encode writes for a prepared image (fmt.prepare) of fewer than
+    table_sets.MIN_TILES tiles, with runs tiles on and first (its defaults), or None where it
+    must write the image itself. flags: the stream header's (format_v2.encoder_flags, with
+    FLAG_PLANE_CONTEXT where format_v2.encoder_plane_context tries them)."""
+    h, w, _ = image.shape
+    if not applies(h, w, tile):
+        return None
     scratch = cpu_v2._encode_scratch(1)
     # One thread: the kernels' parallel loops have a few tiles. And setting it starts numba's
-    # threading layer, which the parallel kernels compiled into _few_tiles need: a cached
+    # threading layer, which the parallel kernels compiled into _all_tiles need: a cached
     # caller of a parallel kernel does not start it when it loads (the first call of a fresh
     # process crashed when it had been compiled against cached kernels).
     with numba_threads(1):
-        status, data = _few_tiles(image, np.int64(tile), np.int64(flags), np.int64(f2.encoder_predictors(fast_decode)),
-                                  np.int64(f2.min_lanes_log2(fast_decode)), np.bool_(splits), scratch.planes,
-                                  scratch.tables, scratch.words)
+        status, data = _all_tiles(image, np.int64(tile), np.int64(flags), np.int64(f2.encoder_predictors(fast_decode)),
+                                  np.int64(f2.min_lanes_log2(fast_decode)), scratch.planes, scratch.tables,
+                                  scratch.words)
     return data.tobytes() if status == DONE else None
 
 

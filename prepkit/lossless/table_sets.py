@@ -36,16 +36,22 @@ REFINE_ROUNDS = 3  # Lloyd rounds on every item under the stream's own tables (r
 # Images whose per-tile histograms (4C or 8C x 256 uint16 per tile) exceed this are left with one set
 # per plane: the numba encoder keeps such histograms only up to its HISTOGRAM_BUDGET.
 ITEMS_BUDGET = 64 << 20
+# The fewest tiles for which the encoders look for table sets. A few dozen planes make few
+# classes: on crops of the evaluation sets of 9 to 25 tiles (160 x 160 to 320 x 320), one
+# thread, the proposal took 1.4-1.6x the encode time for 0-0.09% off photographs, 0-0.06% off
+# medical images and 0.12-0.40% off rendered images; on 1 to 4 tiles it never won a byte
+# (docs/BENCHMARKS.md "Table sets from 32 tiles (stop 59)"). The evaluation images (48 tiles
+# and more) keep them: 0.9-3.3% smaller.
+MIN_TILES = 32
 
 
 def applies(n_tiles: int, c: int, fast_decode: bool, tables_per_set: int = f2.CONTEXTS) -> bool:
     """Whether the encoders look for table sets per tile class in an image of n_tiles tiles
     and c channels (both must decide alike). Not for fast_decode streams: more tables cost
     the CPU decoder 1.5-4.4% (docs/BENCHMARKS.md), and fast_decode trades size for speed.
-    Not for one tile: its planes' own sets and the one-set trial (format_v2.encoder_tries_one_set)
-    are the classes there are; on 192 one-tile crops (16-64 pixels) it never won a byte
-    and took a tenth of a 32x32 colour image's encode time."""
-    return not fast_decode and n_tiles > 1 and n_tiles * c * tables_per_set * 256 * 2 <= ITEMS_BUDGET
+    Not below MIN_TILES tiles: there the proposal costs far more time than it saves bytes."""
+    return (not fast_decode and n_tiles >= MIN_TILES
+            and n_tiles * c * tables_per_set * 256 * 2 <= ITEMS_BUDGET)
 
 
 # Cost in 1/16 bits of a symbol of frequency f (format_v2.cost_table), by f; -1 for f = 0.

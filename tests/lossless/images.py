@@ -46,6 +46,29 @@ def mixed_image(c: int | None = 3) -> np.ndarray:
     return image.astype(np.uint8)
 
 
+def rendered(h: int, w: int, seed: int) -> np.ndarray:
+    """Rendered-looking RGB: flat panels with sharp edges, a band of soft gradients (each
+    channel its own slope) and a few pixels off by 1-3 in one channel (anti-aliasing)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.zeros((h, w, 3), np.int64)
+    img[:] = rng.integers(0, 256, 3)
+    for _ in range(12):
+        y0, x0 = rng.integers(0, h - 8), rng.integers(0, w - 8)
+        img[y0 : y0 + rng.integers(8, h // 2), x0 : x0 + rng.integers(8, w // 2)] = rng.integers(0, 256, 3)
+    band = (yy > h // 3) & (yy < h // 2)
+    img[band] = ((xx[band, None] * np.array([1, 2, 3])) // 3 + yy[band, None]) % 256
+    speck = rng.random((h, w)) < 0.02
+    img[speck, rng.integers(0, 3)] += rng.integers(1, 4)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def mixed_tiles(c: int | None = 3) -> np.ndarray:
+    """mixed_image repeated 2 x 3 times: 36 tiles of 64, enough for table sets per tile class
+    (table_sets.MIN_TILES)."""
+    return np.tile(mixed_image(c), (2, 3) if c is None else (2, 3, 1))
+
+
 @st.composite
 def images(draw, max_side: int = 80) -> np.ndarray:
     h = draw(st.integers(1, max_side))

@@ -1,8 +1,8 @@
-"""The encoder's short path for images of up to four tiles (small_encoder): it writes the
-general encoder's bytes (and so the reference's) wherever it applies, in each of the general
-encoder's outcomes (a table set per plane, one set for all, or sets per tile class; coded,
-palette, runs and raw tiles; every tile raw when the tables cost more than they save), and
-hands every other image to the general encoder."""
+"""The encoder's short path for images of fewer than table_sets.MIN_TILES tiles
+(small_encoder): it writes the general encoder's bytes (and so the reference's) wherever it
+applies, in each of the general encoder's outcomes (a table set per plane or one set for all;
+plane contexts kept or folded; coded, palette, runs and raw tiles; every tile raw when the
+tables cost more than they save), and hands every other image to the general encoder."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from prepkit import lossless
-from prepkit.lossless import cpu_v2, mask_encoder, small_encoder
+from prepkit.lossless import cpu_v2, mask_encoder, small_encoder, table_sets
 from prepkit.lossless import format as fmt
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 from prepkit.warmup import _photo  # smooth gradients and noise: coded with predictors
 
-from .images import mixed_image
+from .images import make_image, rendered
 
 
 @pytest.fixture
@@ -108,35 +108,57 @@ def test_each_of_the_general_encoders_outcomes(short_paths: list[bool], kind: st
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
-def test_random_images_of_few_tiles_come_out_as_the_general_encoders() -> None:
-    """Noise, narrow noise, smooth images and random walks of every size up to 2 x 2 tiles, in
-    tiles of 16, 32 and 64, one, three and four channels, some with fast_decode."""
-    rng = np.random.default_rng(58)
+def _random_image(rng: np.random.Generator, k: int, tile: int) -> np.ndarray:
+    """Up to 31 tiles of noise, narrow noise, a smooth image, random walks or flat blocks."""
+    n_tiles = int(rng.integers(1, table_sets.MIN_TILES))
+    rows = int(rng.integers(1, n_tiles + 1))
+    cols = max(1, n_tiles // rows)
+    h = int(rng.integers((rows - 1) * tile + 1, rows * tile + 1))
+    w = int(rng.integers((cols - 1) * tile + 1, cols * tile + 1))
+    c = int(rng.choice([1, 3, 4]))
+    kind = k % 5
+    if kind == 0:
+        image = rng.integers(0, 256, (h, w, c))
+    elif kind == 1:  # narrow noise (some tiles few colours: palette and runs candidates)
+        image = rng.integers(100, 100 + int(rng.integers(2, 80)), (h, w, c)) // int(rng.choice([1, 16]))
+    elif kind == 2:
+        image = _photo(h, w, c, seed=k).astype(np.int64)
+    elif kind == 3:
+        image = np.cumsum(rng.integers(-2, 3, (h, w, c)), axis=1) + 128
+    else:  # a flat image with blocks of noise or of one colour (constant, runs and coded tiles)
+        image = np.zeros((h, w, c), np.int64) + rng.integers(0, 256, c)
+        for _ in range(int(rng.integers(1, 8))):
+            y, x, side = int(rng.integers(0, h)), int(rng.integers(0, w)), int(rng.integers(1, 40))
+            block = image[y : y + side, x : x + side]
+            block[...] = rng.integers(0, 256, block.shape) if rng.random() < 0.5 else rng.integers(0, 256, c)
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def test_random_images_of_fewer_than_min_tiles_come_out_as_the_general_encoders() -> None:
+    """Random images of 1 to 31 tiles of 16, 32 and 64 (_random_image), one, three and four
+    channels, some with fast_decode: every plane-context outcome (not tried, kept, folded)."""
+    rng = np.random.default_rng(59)
     taken = 0
-    for k in range(120):
+    outcomes = set()
+    for k in range(150):
         tile = int(rng.choice([16, 32, 64]))
-        h, w = int(rng.integers(1, 2 * tile + 1)), int(rng.integers(1, 2 * tile + 1))
-        c = int(rng.choice([1, 3, 4]))
-        kind = k % 4
-        if kind == 0:
-            image = rng.integers(0, 256, (h, w, c))
-        elif kind == 1:  # narrow noise (some tiles few colours: palette and runs candidates)
-            image = rng.integers(100, 100 + int(rng.integers(2, 80)), (h, w, c)) // int(rng.choice([1, 16]))
-        elif kind == 2:
-            image = _photo(h, w, c, seed=k).astype(np.int64)
-        else:
-            image = np.cumsum(rng.integers(-2, 3, (h, w, c)), axis=1) + 128
-        image = np.clip(image, 0, 255).astype(np.uint8)
-        fast = k % 5 == 0
+        image = _random_image(rng, k, tile)
+        h, w, c = image.shape
+        fast = k % 7 == 0
         prepared, flags = fmt.prepare(image, tile)
-        short = small_encoder.stream(prepared, f2.encoder_flags(flags, True), tile, fast)
+        tried = f2.encoder_plane_context(c, fmt.Header(h, w, c, tile, 0).n_tiles, fast)
+        short = small_encoder.stream(prepared, f2.encoder_flags(flags, True, tried), tile, fast)
         general = _general(image, tile, fast)
         assert lossless.encode(image, tile=tile, fast_decode=fast) == general
+        if k % 10 == 0:
+            assert general == r2.encode(image, tile=tile, fast_decode=fast), (k, image.shape, tile, fast)
         if short is not None:
             taken += 1
             assert short == general, (k, image.shape, tile, fast)
+            outcomes.add((tried, bool(short[5] & f2.FLAG_PLANE_CONTEXT)))
             np.testing.assert_array_equal(lossless.decode(short).reshape(image.shape), image)
-    assert taken >= 100, taken
+    assert taken >= 140, taken
+    assert outcomes == {(False, False), (True, True), (True, False)}, outcomes
 
 
 def test_a_constant_colour_image_is_constant_planes() -> None:
@@ -148,33 +170,48 @@ def test_a_constant_colour_image_is_constant_planes() -> None:
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
-@pytest.mark.parametrize("kind", ["five tiles", "no runs tiles"])
+@pytest.mark.parametrize("kind", ["32 tiles", "no runs tiles"])
 def test_other_images_go_to_the_general_encoder(short_paths: list[bool], kind: str) -> None:
-    """An image of five tiles (plane contexts are tried from there) and an encode without runs
-    tiles: the short path is not asked, and the general encoder writes the reference's
-    stream."""
-    image = _photo(40, 300 if kind == "five tiles" else 40, 3, seed=2)
+    """An image of table_sets.MIN_TILES tiles (table sets per tile class are tried from
+    there) and an encode without runs tiles: the short path takes neither, and the general
+    encoder writes the reference's stream."""
     if kind == "no runs tiles":
+        image = _photo(40, 40, 3, seed=2)
         data = cpu_v2.encode(image, runs_tiles=False)
         assert data == r2.encode(image, runs_tiles=False)
+        assert short_paths == []
     else:
-        data = lossless.encode(image)
-        assert data == r2.encode(image)
+        image = _photo(16 * 4, 16 * table_sets.MIN_TILES // 4, 3, seed=2)
+        assert not small_encoder.applies(*image.shape[:2], 16)
+        data = lossless.encode(image, tile=16)
+        assert data == r2.encode(image, tile=16)
         np.testing.assert_array_equal(lossless.decode(data), image)
-    assert short_paths == []
+        assert short_paths in ([], [False])  # (not asked where the tiles run in parallel)
 
 
-@pytest.mark.parametrize(("h", "w", "tile"), [(128, 128, 64), (64, 192, 64), (100, 70, 64), (30, 30, 16)])
-def test_few_tiles_with_table_sets_per_tile_class(short_paths: list[bool], h: int, w: int, tile: int) -> None:
-    """Two textures of unlike residuals in two to four tiles: the stream proposes table sets
-    per tile class (more sets than planes, from table_sets' proposal), as the general encoder
-    and the reference do."""
-    image = np.ascontiguousarray(mixed_image(3)[:h, :w])
-    data = lossless.encode(image, tile=tile)
+def test_the_largest_image_it_takes(short_paths: list[bool]) -> None:
+    """One row of MIN_TILES - 1 tiles: the short path's, plane contexts tried."""
+    image = _photo(16, 16 * (table_sets.MIN_TILES - 1) - 5, 3, seed=6)
+    assert small_encoder.applies(*image.shape[:2], 16)
+    assert f2.encoder_plane_context(3, table_sets.MIN_TILES - 1)
+    data = lossless.encode(image, tile=16)
     assert short_paths == [True]
-    assert data == _general(image, tile) == r2.encode(image, tile=tile)
-    if (h, w) == (128, 128):
-        assert data[7] > 3, data[7]
+    assert data == _general(image, 16) == r2.encode(image, tile=16)
+    np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+@pytest.mark.parametrize("kind", ["kept", "folded"])
+def test_plane_contexts_kept_where_they_pay_and_folded_where_not(short_paths: list[bool], kind: str) -> None:
+    """12 tiles: plane contexts tried. A rendered image keeps them (eight tables per set); a
+    smooth one does not, and its stream is the one written with four tables per set from the
+    start."""
+    image = rendered(192, 256, 0) if kind == "kept" else make_image("smooth", 256, 192, 3, seed=1)
+    data = lossless.encode(image)
+    assert short_paths == [True]
+    assert bool(data[5] & f2.FLAG_PLANE_CONTEXT) == (kind == "kept")
+    assert data == _general(image, 64) == r2.encode(image)
+    if kind == "folded":
+        assert data == r2.encode(image, plane_context=False)
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
@@ -217,9 +254,9 @@ def test_images_of_few_tiles_encode_on_the_calling_thread_alone(monkeypatch: pyt
 
     monkeypatch.setattr(cpu_v2, "_encode", spy)
     own = numba.get_num_threads()
-    small = _photo(128, 192, 3, seed=4)  # six tiles: the general encoder's
+    small = _photo(128, 192, 3, seed=4)  # six tiles, without runs tiles: the general encoder's
     assert not cpu.use_parallel(6)
-    assert lossless.encode(small) == r2.encode(small)
+    assert cpu_v2.encode(small, runs_tiles=False) == r2.encode(small, runs_tiles=False)
     large = _photo(64 * 8, 64 * 8, 3, seed=5)  # 64 tiles
     lossless.encode(large)
     assert threads == [1, own if cpu.use_parallel(64) else 1]

@@ -11,7 +11,7 @@ from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 from prepkit.lossless import table_sets
 
-from .images import assert_byte_flips_refused_or_agree, mixed_image
+from .images import assert_byte_flips_refused_or_agree, mixed_image, mixed_tiles
 
 
 def _n_sets(stream: bytes) -> int:
@@ -32,7 +32,7 @@ def _one_set_per_plane(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("c", [None, 3])
 def test_mixed_content_gets_more_sets_than_planes_and_both_encoders_agree(
         c: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    image = mixed_image(c)
+    image = mixed_tiles(c)
     channels = 1 if c is None else c
     stream = lossless.encode(image, version=2)
     assert stream == r2.encode(image)
@@ -52,7 +52,7 @@ def test_mixed_content_gets_more_sets_than_planes_and_both_encoders_agree(
 def test_the_planes_of_one_tile_can_name_any_set() -> None:
     """Channel bytes name sets beyond the plane's own index: the decoders follow the bytes,
     not the plane number."""
-    image = mixed_image(3)
+    image = mixed_tiles(3)
     stream = lossless.encode(image, version=2)
     s = f2.read_stream(np.frombuffer(stream, np.uint8))
     coded = (s.mode == f2.TILE_CODED)[:, None] & (s.ch_mode != f2.CH_CONST)
@@ -62,7 +62,7 @@ def test_the_planes_of_one_tile_can_name_any_set() -> None:
 
 
 def test_images_over_the_budget_keep_one_set_per_plane(monkeypatch: pytest.MonkeyPatch) -> None:
-    image = mixed_image(3)
+    image = mixed_tiles(3)
     monkeypatch.setattr(table_sets, "ITEMS_BUDGET", 0)
     stream = lossless.encode(image, version=2)
     assert stream == r2.encode(image)
@@ -176,17 +176,25 @@ def test_refine_never_returns_sets_the_measure_finds_larger(seed: int) -> None:
     assert ((items == 0) | (tables[refined] > 0)).all()
 
 
-def test_applies_follows_the_histogram_budget_and_not_fast_decode() -> None:
+def test_applies_follows_the_histogram_budget_the_tile_count_and_not_fast_decode() -> None:
     per_tile = f2.CONTEXTS * 256 * 2
     assert table_sets.applies(table_sets.ITEMS_BUDGET // (3 * per_tile), 3, False)
     assert not table_sets.applies(table_sets.ITEMS_BUDGET // (3 * per_tile) + 1, 3, False)
-    assert not table_sets.applies(1, 3, True)
-    assert not table_sets.applies(1, 3, False)  # one tile: per-plane sets and the one-set trial
-    assert table_sets.applies(2, 3, False)
+    assert not table_sets.applies(table_sets.MIN_TILES, 3, True)
+    assert not table_sets.applies(table_sets.MIN_TILES - 1, 3, False)
+    assert table_sets.applies(table_sets.MIN_TILES, 3, False)
+
+
+def test_images_of_fewer_tiles_keep_one_set_per_plane() -> None:
+    """mixed_tiles' first 2 x 3 tiles, alone: too few planes for table sets per tile class."""
+    image = mixed_image(3)
+    stream = lossless.encode(image, version=2)
+    assert stream == r2.encode(image)
+    assert _n_sets(stream) - _n_runs_sets(stream) == 3
 
 
 def test_fast_decode_streams_keep_one_set_per_plane() -> None:
-    image = mixed_image(3)
+    image = mixed_tiles(3)
     stream = lossless.encode(image, version=2, fast_decode=True)
     assert stream == r2.encode(image, fast_decode=True)
     assert _n_sets(stream) - _n_runs_sets(stream) == 3

@@ -11,28 +11,11 @@ import pytest
 
 from prepkit import lossless
 from prepkit.errors import CodecError
-from prepkit.lossless import cpu_v2
+from prepkit.lossless import cpu_v2, table_sets
 from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 
-from .images import make_image
-
-
-def rendered(h: int, w: int, seed: int) -> np.ndarray:
-    """Rendered-looking RGB: flat panels with sharp edges, a band of soft gradients (each
-    channel its own slope) and a few pixels off by 1-3 in one channel (anti-aliasing)."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:h, 0:w]
-    img = np.zeros((h, w, 3), np.int64)
-    img[:] = rng.integers(0, 256, 3)
-    for _ in range(12):
-        y0, x0 = rng.integers(0, h - 8), rng.integers(0, w - 8)
-        img[y0 : y0 + rng.integers(8, h // 2), x0 : x0 + rng.integers(8, w // 2)] = rng.integers(0, 256, 3)
-    band = (yy > h // 3) & (yy < h // 2)
-    img[band] = ((xx[band, None] * np.array([1, 2, 3])) // 3 + yy[band, None]) % 256
-    speck = rng.random((h, w)) < 0.02
-    img[speck, rng.integers(0, 3)] += rng.integers(1, 4)
-    return np.clip(img, 0, 255).astype(np.uint8)
+from .images import make_image, rendered
 
 
 def test_plane_bits_follow_the_text() -> None:
@@ -78,15 +61,16 @@ def test_images_where_they_do_not_pay_are_written_with_four_tables_per_set(monke
         return propose(counted, *args)
 
     monkeypatch.setattr(cpu_v2, "_with_table_sets", spy)
-    image = make_image("smooth", 256, 192, 3, seed=1)  # 12 tiles: plane contexts tried
-    assert f2.encoder_plane_context(3, 12, False)
-    data = lossless.encode(image, version=2)
+    # 48 tiles of 32: plane contexts tried, and table sets (table_sets.MIN_TILES)
+    image = make_image("smooth", 256, 192, 3, seed=1)
+    assert f2.encoder_plane_context(3, 48, False) and 48 >= table_sets.MIN_TILES
+    data = lossless.encode(image, tile=32, version=2)
     assert proposals == [4]
     assert not data[5] & f2.FLAG_PLANE_CONTEXT
-    assert data == r2.encode(image) == r2.encode(image, plane_context=False)
+    assert data == r2.encode(image, tile=32) == r2.encode(image, tile=32, plane_context=False)
     np.testing.assert_array_equal(lossless.decode(data), image)
     proposals.clear()
-    kept = lossless.encode(rendered(192, 256, 0), version=2)  # they pay: one proposal, eight tables
+    kept = lossless.encode(rendered(192, 256, 0), tile=32, version=2)  # they pay: one proposal, eight tables
     assert kept[5] & f2.FLAG_PLANE_CONTEXT and proposals == [8]
     grey = make_image("smooth", 200, 150, None, seed=2)  # one plane per tile: never written
     assert not lossless.encode(grey, version=2)[5] & f2.FLAG_PLANE_CONTEXT

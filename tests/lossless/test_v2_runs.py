@@ -353,7 +353,8 @@ def test_a_repeat_tile_whose_tables_are_not_all_in_the_stream_is_refused() -> No
 def test_a_runs_set_above_the_old_limit_is_read() -> None:
     """One channel allows 2C + 2 = 4 table sets: the two runs sets (six tables, four per set)
     after two for the other tiles (two textures that take a set each beside a mask)."""
-    image = np.concatenate([mixed_image(None), blobs(128, 192, None, seed=11)], axis=1)
+    # 36 tiles: table sets per tile class (table_sets.MIN_TILES)
+    image = np.tile(np.concatenate([mixed_image(None), blobs(128, 192, None, seed=11)], axis=1), (3, 1))
     data = lossless.encode(image, version=2)
     assert data[7] == f2.max_sets(1) == 4
     np.testing.assert_array_equal(lossless.decode(data), image)
@@ -466,8 +467,8 @@ def test_masks_without_coded_symbols_are_estimated_in_closed_form(monkeypatch: p
             return kernel(*args)  # type: ignore[operator]
 
         monkeypatch.setattr(cpu_v2, name, counting)
-    image = blobs(200, 260, c, seed=seed, n=4)
-    assert lossless.encode(image, version=2) == r2.encode(image)
+    image = blobs(200, 260, c, seed=seed, n=4)  # 63 tiles of 32: the general encoder's (small_encoder takes 31)
+    assert lossless.encode(image, tile=32, version=2) == r2.encode(image, tile=32)
     assert bool(calls) == counted
 
 

@@ -1,23 +1,25 @@
-"""The v2 encoder's short path: images of fewer than table_sets.MIN_TILES tiles in one compiled call.
+"""The v2 encoder on one thread, in one compiled call: images of up to MAX_TILES (256) tiles.
 
 Thumbnails, patches and crops (CIFAR's 32 x 32 images, Tiny ImageNet's 64 x 64, STL-10's
-96 x 96, 224 x 224 and 256 x 256 crops) are one to 31 tiles, which the encoder analyses on
-the calling thread (cpu.use_parallel). The general encoder (cpu_v2._encode) spent much of such
-an image's time in Python between its compiled steps: about 360 calls per image, longer than
-Pillow's whole PNG encode of a 32 x 32 image (docs/BENCHMARKS.md "Small images: one thread,
-one compiled call (stop 58)"). This path runs the same steps in one compiled call: the tile
-analysis (cpu_v2._palettes_all, cpu_v2._choose_symbols_all, the palette candidates' index
-symbols), then the stream with a table set per plane, with the general encoder's decisions
-(the palette first guess, tables counted from the tiles' histograms, a coded payload only
-where its estimate is below the raw tile, eight tables per set where plane contexts are tried
-and pay, else the choices again with four, the runs payloads where runs.choose keeps them,
-every tile raw where that is smaller); up to four tiles also the stream with one set for
-every plane, and the smaller of the two (format_v2.encoder_tries_one_set). A one-channel image
-goes to mask_encoder's path first, as in the general encoder. Images this small look for no
-table sets per tile class (table_sets.applies). Where the general encoder would encode again
-(a tile sure to become a runs tile that does not) it returns None and the general encoder
-writes the image: the bytes are always the general encoder's, which tests check against it
-and against reference_v2."""
+96 x 96, 224 x 224 and 256 x 256 crops: 1 to 31 tiles) are analysed on the calling thread
+(cpu.use_parallel), and so is every image in a process that runs numba on one thread (the
+workers of `prepkit shard` on a machine with as many workers as cores). The general encoder
+(cpu_v2._encode) spent much of such an image's time in Python between its compiled steps:
+about 360 calls per image, longer than Pillow's whole PNG encode of a 32 x 32 image
+(docs/BENCHMARKS.md "Small images: one thread, one compiled call (stop 58)"). This path runs
+the same steps in one compiled call: the tile analysis (cpu_v2._palettes_all,
+cpu_v2._choose_symbols_all, the palette candidates' index symbols), then the stream with a
+table set per plane, with the general encoder's decisions (the palette first guess, tables
+counted from the tiles' histograms, a coded payload only where its estimate is below the raw
+tile, eight tables per set where plane contexts are tried and pay, else the choices again
+with four, table sets per tile class from table_sets.MIN_TILES tiles
+(table_sets._propose_compiled), the runs payloads where runs.choose keeps them, every tile raw
+where that is smaller); up to four tiles also the stream with one set for every plane, and
+the smaller of the two (format_v2.encoder_tries_one_set). A one-channel image goes to
+mask_encoder's path first, as in the general encoder. Where the general encoder would encode
+again (a tile sure to become a runs tile that does not) it returns None and the general
+encoder writes the image: the bytes are always the general encoder's, which tests check
+against it and against reference_v2."""
 
 from __future__ import annotations
 
@@ -147,6 +149,66 @@ def _coder(freq):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _overhead(sizes, totals, keep):
+    """The kept tiles' bytes besides their symbols, from the estimates."""
+    out = np.int64(0)
+    for i in range(sizes.size):
+        if keep[i]:
+            out += sizes[i] - totals[i] // 128
+    return out
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq, sizes, totals, counts, min_log2, hist,
+                     phist, sym_count, tshift):
+    """cpu_v2._with_table_sets: (sets, n_sets, freq, totals, counts) with the proposed table
+    sets per tile class where the stream's measure is smaller, else those given."""
+    c = image.shape[2]
+    n = choices.shape[0]
+    planes = np.zeros((n, 5), np.bool_)
+    m = 0
+    for i in range(n):
+        for k in range(c):
+            planes[i, k] = keep[i] and not pick[i] and choices[i, 5 + k] == 0
+            m += planes[i, k]
+        planes[i, cpu_v2.PALETTE_SET] = keep[i] and pick[i]
+        m += planes[i, cpu_v2.PALETTE_SET]
+    if m < 2:
+        return sets, n_sets, freq, totals, counts
+    tile_of = np.empty(m, np.int64)
+    plane_of = np.empty(m, np.int64)
+    now = np.empty(m, np.int64)
+    e = 0
+    for i in range(n):  # np.nonzero's order: tiles, then planes
+        for k in range(5):
+            if planes[i, k]:
+                tile_of[e], plane_of[e], now[e] = i, k, sets[i, k]
+                e += 1
+    starts, columns, entries = table_sets._entries(hist, phist, tile_of, plane_of, np.int64(1) << tshift,
+                                                   np.int64(cpu_v2.PALETTE_SET))
+    # (propose_compiled's sample: np.linspace(0, m - 1, m) is 0 .. m - 1 while m <= SAMPLE, as
+    # applies() makes sure)
+    proposal, n_proposed, changed = table_sets._propose_compiled(
+        starts, columns, entries, np.int64(256) << tshift, now, n_sets,
+        np.int64(f2.MAX_SETS_PER_CHANNEL * c), np.arange(m))
+    if not changed:
+        return sets, n_sets, freq, totals, counts
+    proposed = np.zeros_like(sets)
+    for e in range(m):
+        proposed[tile_of[e], plane_of[e]] = proposal[e]
+    proposed_counts = _counts(c, choices, keep, pick, proposed, n_proposed, hist, phist, sym_count, tshift)
+    proposed_freq = _normalized(proposed_counts)
+    proposed_sizes, proposed_totals = _estimates(image, tile, choices, pick, proposed, min_log2, proposed_freq, hist,
+                                                 phist, sym_count, tshift)
+    before = table_sets.stream_bytes_compiled(_overhead(sizes, totals, keep), counts, freq)
+    after = table_sets.stream_bytes_compiled(_overhead(proposed_sizes, proposed_totals, keep), proposed_counts,
+                                             proposed_freq)
+    if after < before:
+        return proposed, n_proposed, proposed_freq, proposed_totals, proposed_counts
+    return sets, n_sets, freq, totals, counts
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _plane_contexts_pay(counts, freq):
     """table_sets.plane_contexts_pay of int64 counts and freq (eight tables per set)."""
     folded = np.zeros((counts.shape[0] >> 1, 256), np.int64)
@@ -173,11 +235,11 @@ def _folded(hist, c):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _finish(image, tile, flags, one_set, tshift, min_log2, choices, const_vals, colours, sure, first, pal_sizes,
+def _finish(image, tile, flags, one_set, splits, tshift, min_log2, choices, const_vals, colours, sure, first, pal_sizes,
             runs_counts, kept_syms, kept_ctxs, sym_start, sym_count, syms, hist, phist, psym_start, psyms, tables, words):
     """(status, stream, n_sets): cpu_v2._encode's finish(one_set) with 1 << tshift tables per
-    set and no table sets per tile class (table_sets.applies), and its table sets besides the
-    runs tables (cpu_v2's one_set_alike reads them). sure: the tiles sure to become runs tiles
+    set, and its table sets besides the runs tables (cpu_v2's one_set_alike reads them).
+    splits: table sets per tile class are tried (table_sets.applies). sure: the tiles sure to become runs tiles
     (runs.sure); first: the palette candidates that are the first guess; pal_sizes: the
     palette candidates' sizes before the sure tiles' were cleared (0: none), their run symbols
     in kept_syms and kept_ctxs. NOT_HERE where the general encoder would encode again (a sure
@@ -217,6 +279,14 @@ def _finish(image, tile, flags, one_set, tshift, min_log2, choices, const_vals, 
         counts = _counts(c, choices, keep, pick, sets, n_sets, hist, phist, sym_count, tshift)
         freq = _normalized(counts)
         sizes, totals = _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count, tshift)
+    splits = splits and not one_set
+    # Plane contexts weighed before the table-set proposal too, and after it (as cpu_v2).
+    if tshift == 3 and splits and not _plane_contexts_pay(counts, freq):
+        return FOLD, none, n_sets
+    if splits:
+        sets, n_sets, freq, totals, counts = _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq,
+                                                              sizes, totals, counts, min_log2, hist, phist, sym_count,
+                                                              tshift)
     if tshift == 3 and not _plane_contexts_pay(counts, freq):
         return FOLD, none, n_sets
     starts = np.zeros(n + 1, np.int64)
@@ -299,12 +369,12 @@ def _finish(image, tile, flags, one_set, tshift, min_log2, choices, const_vals, 
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _all_tiles(image, tile, flags, n_predictors, min_log2, planes, tables, words):
+def _all_tiles(image, tile, flags, n_predictors, min_log2, splits, planes, tables, words):
     """(status, stream) of a prepared image of fewer than table_sets.MIN_TILES tiles: DONE and
     the general encoder's stream, or NOT_HERE (and an empty array) where the general encoder
     must write it. flags: the header's, with FLAG_PLANE_CONTEXT where plane contexts are tried
-    (format_v2.encoder_plane_context); planes, tables, words: one chunk of
-    cpu_v2._encode_scratch."""
+    (format_v2.encoder_plane_context); splits: table_sets.applies; planes, tables, words: one
+    chunk of cpu_v2._encode_scratch."""
     h, w, c = image.shape
     n = ((h + tile - 1) // tile) * ((w + tile - 1) // tile)
     choices = np.zeros((n, cpu_v2.N_CHOICE), np.int64)
@@ -357,21 +427,21 @@ def _all_tiles(image, tile, flags, n_predictors, min_log2, planes, tables, words
     phist = np.empty((n if first.any() else 0, 4, 256), np.uint16)
     if first.any():
         cpu_v2._palette_symbols_all(image, tile, choices, colours, psym_start, psyms, planes, phist)
-    status, stream, n_sets = _finish(image, tile, flags, np.bool_(False), tshift, min_log2, choices, const_vals,
+    status, stream, n_sets = _finish(image, tile, flags, np.bool_(False), splits, tshift, min_log2, choices, const_vals,
                                      colours, sure, first, pal_sizes, runs_counts, kept_syms, kept_ctxs, sym_start,
                                      sym_count, syms, hist, phist, psym_start, psyms, tables, words)
     if status == FOLD:
         # Every choice again with four tables per set, from the same histograms folded (as
         # cpu_v2's finish with counted.folded()); the header without the flag.
         flags = flags & ~f2.FLAG_PLANE_CONTEXT
-        status, stream, n_sets = _finish(image, tile, flags, np.bool_(False), np.int64(2), min_log2, choices,
+        status, stream, n_sets = _finish(image, tile, flags, np.bool_(False), splits, np.int64(2), min_log2, choices,
                                          const_vals, colours, sure, first, pal_sizes, runs_counts, kept_syms, kept_ctxs,
                                          sym_start, sym_count, syms, _folded(hist, c), phist, psym_start, psyms, tables,
                                          words)
     if status != DONE or n > f2.ONE_SET_MAX_TILES or (c == 1 and not first.any() and n_sets == 1):
         # (format_v2.encoder_tries_one_set; one set is the stream written: cpu_v2's one_set_alike)
         return status, stream
-    status, other, _ = _finish(image, tile, flags, np.bool_(True), tshift, min_log2, choices, const_vals, colours, sure,
+    status, other, _ = _finish(image, tile, flags, np.bool_(True), splits, tshift, min_log2, choices, const_vals, colours, sure,
                                first, pal_sizes, runs_counts, kept_syms, kept_ctxs, sym_start, sym_count, syms, hist,
                                phist, psym_start, psyms, tables, words)
     if status != DONE:
@@ -379,29 +449,36 @@ def _all_tiles(image, tile, flags, n_predictors, min_log2, planes, tables, words
     return DONE, other if other.size < stream.size else stream
 
 
+# The most tiles stream() takes: every item of the table-set proposal (a tile's coded planes,
+# or its index plane) is then in the proposal's sample, as _with_table_sets assumes.
+MAX_TILES = table_sets.SAMPLE // 4
+
+
 def applies(height: int, width: int, tile: int) -> bool:
-    """Whether stream() takes an image of this size: fewer than table_sets.MIN_TILES tiles
-    (no table sets per tile class)."""
-    return fmt.Header(height, width, 1, tile, 0).n_tiles < table_sets.MIN_TILES
+    """Whether stream() takes an image of this size: at most MAX_TILES tiles."""
+    return fmt.Header(height, width, 1, tile, 0).n_tiles <= MAX_TILES
 
 
 def stream(image: np.ndarray, flags: int, tile: int, fast_decode: bool) -> bytes | None:
-    """The v2 stream cpu_v2._encode writes for a prepared image (fmt.prepare) of fewer than
-    table_sets.MIN_TILES tiles, with runs tiles on and first (its defaults), or None where it
-    must write the image itself. flags: the stream header's (format_v2.encoder_flags, with
+    """The v2 stream cpu_v2._encode writes for a prepared image (fmt.prepare) of at most
+    MAX_TILES tiles, with runs tiles on and first (its defaults), on one thread, or None where
+    it must write the image itself. flags: the stream header's (format_v2.encoder_flags, with
     FLAG_PLANE_CONTEXT where format_v2.encoder_plane_context tries them)."""
-    h, w, _ = image.shape
+    h, w, c = image.shape
     if not applies(h, w, tile):
         return None
+    n = fmt.Header(h, w, c, tile, 0).n_tiles
+    splits = table_sets.applies(n, c, fast_decode, f2.set_tables(flags))
     scratch = cpu_v2._encode_scratch(1)
-    # One thread: the kernels' parallel loops have a few tiles. And setting it starts numba's
-    # threading layer, which the parallel kernels compiled into _all_tiles need: a cached
-    # caller of a parallel kernel does not start it when it loads (the first call of a fresh
-    # process crashed when it had been compiled against cached kernels).
+    # One thread: the caller's choice (cpu.use_parallel), which the kernels' parallel loops
+    # follow. And setting it starts numba's threading layer, which the parallel kernels
+    # compiled into _all_tiles need: a cached caller of a parallel kernel does not start it
+    # when it loads (the first call of a fresh process crashed when it had been compiled
+    # against cached kernels).
     with numba_threads(1):
         status, data = _all_tiles(image, np.int64(tile), np.int64(flags), np.int64(f2.encoder_predictors(fast_decode)),
-                                  np.int64(f2.min_lanes_log2(fast_decode)), scratch.planes, scratch.tables,
-                                  scratch.words)
+                                  np.int64(f2.min_lanes_log2(fast_decode)), np.bool_(splits), scratch.planes,
+                                  scratch.tables, scratch.words)
     return data.tobytes() if status == DONE else None
 
 

@@ -171,25 +171,51 @@ def _tables(items: tuple[np.ndarray, np.ndarray, np.ndarray], sets: np.ndarray, 
     return _COST_OF_FREQ[freq].reshape(n_sets, -1)
 
 
+MISSING = np.int64(1) << 32  # a key's part for each symbol that a set's tables lack (_costs)
+# Items x sets below which the keys are summed on the calling thread: a parallel region costs
+# more than the sums of a small image's few dozen items (26 against 14 us for 27 items of 160 x
+# 160 crops, 3 sets, one thread).
+PARALLEL_KEYS = 1 << 16
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _item_keys(starts, columns, counts, cost_by_column, i, out):
+    """out[i]: item i's keys under every set (see _costs). A symbol the set lacks adds
+    MISSING instead of its count times a cost: the same sum as the missing symbols times 2^32
+    plus the cost of the others."""
+    n_sets = cost_by_column.shape[1]
+    for e in range(starts[i], starts[i + 1]):
+        column = columns[e]
+        count = counts[e]
+        for s in range(n_sets):
+            bits = cost_by_column[column, s]
+            out[i, s] += count * bits if bits >= 0 else MISSING
+
+
 @njit(parallel=True, cache=True, nogil=True, boundscheck=False)
+def _keys_parallel(starts, columns, counts, cost_by_column):
+    out = np.zeros((starts.size - 1, cost_by_column.shape[1]), np.int64)
+    for i in prange(starts.size - 1):
+        _item_keys(starts, columns, counts, cost_by_column, i, out)
+    return out
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _keys_serial(starts, columns, counts, cost_by_column):
+    out = np.zeros((starts.size - 1, cost_by_column.shape[1]), np.int64)
+    for i in range(starts.size - 1):
+        _item_keys(starts, columns, counts, cost_by_column, i, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
 def _costs_by_column(starts, columns, counts, cost_by_column):
     """_costs with the cost tables transposed, (width, n_sets): an entry's costs under every
-    set are one contiguous row (3x faster than a set at a time over the entries)."""
-    n_sets = cost_by_column.shape[1]
-    out = np.zeros((starts.size - 1, n_sets), np.int64)
-    for i in prange(starts.size - 1):
-        total = np.zeros(n_sets, np.int64)
-        missing = np.zeros(n_sets, np.int64)
-        for e in range(starts[i], starts[i + 1]):
-            row = cost_by_column[columns[e]]
-            count = counts[e]
-            for s in range(n_sets):
-                bits = row[s]
-                total[s] += count * max(bits, 0)
-                missing[s] += bits < 0
-        for s in range(n_sets):
-            out[i, s] = (missing[s] << 32) + total[s]
-    return out
+    set are one contiguous row (3x faster than a set at a time over the entries). Items in
+    parallel from PARALLEL_KEYS entries x sets."""
+    if columns.size * cost_by_column.shape[1] >= PARALLEL_KEYS:
+        return _keys_parallel(starts, columns, counts, cost_by_column)
+    return _keys_serial(starts, columns, counts, cost_by_column)
 
 
 def _costs(starts: np.ndarray, columns: np.ndarray, counts: np.ndarray, cost: np.ndarray) -> np.ndarray:
@@ -197,7 +223,8 @@ def _costs(starts: np.ndarray, columns: np.ndarray, counts: np.ndarray, cost: np
     (n_sets, width) in 1/16 bits, -1 for an absent symbol) lack, times 2^32, plus its cost in
     1/16 bits under them. The fewest missing symbols win (a set that codes them all, when one
     exists), then the lowest cost. Integer sums (no BLAS: its threads would fight numba's for
-    the cores), exact in any order; items in parallel."""
+    the cores), exact in any order; items in parallel for large images."""
+    numba.get_num_threads()  # starts numba's threading layer (see propose_compiled)
     return _costs_by_column(starts, columns, counts, np.ascontiguousarray(cost.T))
 
 
@@ -414,16 +441,31 @@ def _refine_compiled(starts, columns, counts, width, sets, n_sets):
 @njit(cache=True, nogil=True)
 def _propose_compiled(starts, columns, counts, width, sets, n_sets, max_sets, sample):
     """propose() of Items with at least two items; sample: its evenly spaced sample (numpy's
-    linspace, made by the caller). Returns (sets, set count, changed)."""
+    linspace, made by the caller). Returns (sets, set count, changed). The same arithmetic,
+    with the keys of a (sets, count) pair counted once: a Lloyd round that moves nothing left
+    the keys the next split reads, and those of every item when the sample is all of them
+    (images of up to SAMPLE items)."""
+    m = starts.size - 1
     k = n_sets
     proposal = sets
     if n_sets < max_sets:
-        sample_starts, sample_columns, sample_counts, symbols = _rows(starts, columns, counts, sample)
+        if sample.size == m:  # (linspace's sample of every item is every item)
+            sample_starts, sample_columns, sample_counts = starts, columns, counts
+            symbols = np.zeros(m, np.int64)
+            for i in range(m):
+                for e in range(starts[i], starts[i + 1]):
+                    symbols[i] += counts[e]
+        else:
+            sample_starts, sample_columns, sample_counts, symbols = _rows(starts, columns, counts, sample)
         symbols = np.maximum(symbols, 1)
+        part = (sample_starts, sample_columns, sample_counts)
         cur = sets[sample].copy()
+        keys = np.zeros((0, 0), np.int64)
+        fresh = False  # keys are those of the sample under the tables of (cur, k)
         while k < max_sets:
-            part = (sample_starts, sample_columns, sample_counts)
-            keys = _costs_by_column(*part, _cost_columns(*part, width, cur, k))
+            if not fresh:
+                keys = _costs_by_column(*part, _cost_columns(*part, width, cur, k))
+                fresh = True
             own = np.empty(cur.size, np.int64)
             load = np.zeros(k, np.float64)
             for i in range(cur.size):
@@ -437,15 +479,21 @@ def _propose_compiled(starts, columns, counts, width, sets, n_sets, max_sets, sa
                 break
             cur[busy] = k
             k += 1
+            fresh = False
             for _ in range(LLOYD_ROUNDS):
-                best = _argmin_rows(_costs_by_column(*part, _cost_columns(*part, width, cur, k)))
+                keys = _costs_by_column(*part, _cost_columns(*part, width, cur, k))
+                best = _argmin_rows(keys)
                 if (best == cur).all():
+                    fresh = True
                     break
                 cur = best
         if k > n_sets:
             # every item under the sample's tables
-            columns_cost = _cost_columns(sample_starts, sample_columns, sample_counts, width, cur, k)
-            proposal = _argmin_rows(_costs_by_column(starts, columns, counts, columns_cost))
+            if fresh and sample.size == m:
+                proposal = _argmin_rows(keys)
+            else:
+                columns_cost = _cost_columns(sample_starts, sample_columns, sample_counts, width, cur, k)
+                proposal = _argmin_rows(_costs_by_column(starts, columns, counts, columns_cost))
     proposal = _refine_compiled(starts, columns, counts, width, proposal, k)
     if k == n_sets and (proposal == sets).all():
         return sets, n_sets, False

@@ -1,8 +1,9 @@
-"""The encoder's short path for images of fewer than table_sets.MIN_TILES tiles
+"""The encoder's short path for images of up to small_encoder.MAX_TILES tiles on one thread
 (small_encoder): it writes the general encoder's bytes (and so the reference's) wherever it
-applies, in each of the general encoder's outcomes (a table set per plane or one set for all;
-plane contexts kept or folded; coded, palette, runs and raw tiles; every tile raw when the
-tables cost more than they save), and hands every other image to the general encoder."""
+applies, in each of the general encoder's outcomes (a table set per plane, one set for all, or
+sets per tile class; plane contexts kept or folded; coded, palette, runs and raw tiles; every
+tile raw when the tables cost more than they save), and hands every other image to the
+general encoder."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 from prepkit.warmup import _photo  # smooth gradients and noise: coded with predictors
 
-from .images import make_image, rendered
+from .images import make_image, mixed_tiles, rendered
 
 
 @pytest.fixture
@@ -38,6 +39,13 @@ def _general(image: np.ndarray, tile: int, fast_decode: bool = False) -> bytes:
     """The general encoder's stream (cpu_v2._encode, as cpu_v2.encode calls it)."""
     prepared, flags = fmt.prepare(image, tile)
     return cpu_v2._encode(prepared, flags, tile, fast_decode, True, True, try_one_set=True)
+
+
+def _coded_sets(data: bytes) -> int:
+    """The stream's table sets besides those of its runs tables."""
+    modes = f2.read_stream(np.frombuffer(data, np.uint8)).mode
+    runs_sets = f2.runs_sets(f2.set_tables(data[5])) if np.isin(modes, f2.RUNS_MODES).any() else 0
+    return data[7] - runs_sets
 
 
 def _sets_and_modes(data: bytes) -> tuple[int, np.ndarray]:
@@ -108,9 +116,9 @@ def test_each_of_the_general_encoders_outcomes(short_paths: list[bool], kind: st
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
-def _random_image(rng: np.random.Generator, k: int, tile: int) -> np.ndarray:
-    """Up to 31 tiles of noise, narrow noise, a smooth image, random walks or flat blocks."""
-    n_tiles = int(rng.integers(1, table_sets.MIN_TILES))
+def _random_image(rng: np.random.Generator, k: int, tile: int, most: int = table_sets.MIN_TILES - 1) -> np.ndarray:
+    """Up to `most` tiles of noise, narrow noise, a smooth image, random walks or flat blocks."""
+    n_tiles = int(rng.integers(1, most + 1))
     rows = int(rng.integers(1, n_tiles + 1))
     cols = max(1, n_tiles // rows)
     h = int(rng.integers((rows - 1) * tile + 1, rows * tile + 1))
@@ -170,34 +178,62 @@ def test_a_constant_colour_image_is_constant_planes() -> None:
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
-@pytest.mark.parametrize("kind", ["32 tiles", "no runs tiles"])
-def test_other_images_go_to_the_general_encoder(short_paths: list[bool], kind: str) -> None:
-    """An image of table_sets.MIN_TILES tiles (table sets per tile class are tried from
-    there) and an encode without runs tiles: the short path takes neither, and the general
-    encoder writes the reference's stream."""
-    if kind == "no runs tiles":
-        image = _photo(40, 40, 3, seed=2)
-        data = cpu_v2.encode(image, runs_tiles=False)
-        assert data == r2.encode(image, runs_tiles=False)
-        assert short_paths == []
-    else:
-        image = _photo(16 * 4, 16 * table_sets.MIN_TILES // 4, 3, seed=2)
-        assert not small_encoder.applies(*image.shape[:2], 16)
-        data = lossless.encode(image, tile=16)
-        assert data == r2.encode(image, tile=16)
-        np.testing.assert_array_equal(lossless.decode(data), image)
-        assert short_paths in ([], [False])  # (not asked where the tiles run in parallel)
+def test_an_encode_without_runs_tiles_goes_to_the_general_encoder(short_paths: list[bool]) -> None:
+    image = _photo(40, 40, 3, seed=2)
+    data = cpu_v2.encode(image, runs_tiles=False)
+    assert data == r2.encode(image, runs_tiles=False)
+    assert short_paths == []
 
 
-def test_the_largest_image_it_takes(short_paths: list[bool]) -> None:
-    """One row of MIN_TILES - 1 tiles: the short path's, plane contexts tried."""
-    image = _photo(16, 16 * (table_sets.MIN_TILES - 1) - 5, 3, seed=6)
-    assert small_encoder.applies(*image.shape[:2], 16)
-    assert f2.encoder_plane_context(3, table_sets.MIN_TILES - 1)
-    data = lossless.encode(image, tile=16)
-    assert short_paths == [True]
+def test_the_largest_image_it_takes() -> None:
+    """Two rows of MAX_TILES / 2 tiles: the short path's, with table sets per tile class and
+    plane contexts tried; one column more is the general encoder's."""
+    width = 16 * (small_encoder.MAX_TILES // 2)
+    image = _photo(32, width + 1, 3, seed=6)
+    assert not small_encoder.applies(32, width + 1, 16)
+    prepared, flags = fmt.prepare(image, 16)
+    assert small_encoder.stream(prepared, f2.encoder_flags(flags, True, True), 16, False) is None
+    image = np.ascontiguousarray(image[:, :width])
+    assert small_encoder.applies(32, width, 16) and table_sets.applies(small_encoder.MAX_TILES, 3, False, 8)
+    prepared, flags = fmt.prepare(image, 16)
+    data = small_encoder.stream(prepared, f2.encoder_flags(flags, True, True), 16, False)
     assert data == _general(image, 16) == r2.encode(image, tile=16)
     np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+@pytest.mark.parametrize("channels", [None, 3])
+def test_table_sets_per_tile_class(channels: int | None) -> None:
+    """Two textures of unlike residuals in 36 tiles (mixed_tiles): more sets than planes, as
+    the general encoder and the reference write them. (Called directly: with two numba
+    threads cpu_v2.encode runs 32 tiles and more on the general encoder in parallel.)"""
+    image = mixed_tiles(channels)
+    c = 1 if channels is None else channels
+    prepared, flags = fmt.prepare(image, 64)
+    data = small_encoder.stream(prepared, f2.encoder_flags(flags, True, f2.encoder_plane_context(c, 36)), 64, False)
+    assert data == _general(image, 64) == r2.encode(image)
+    assert data is not None and _coded_sets(data) > c, data[7]  # more sets than planes
+    np.testing.assert_array_equal(lossless.decode(data), image)
+
+
+def test_random_images_of_up_to_80_tiles_come_out_as_the_general_encoders() -> None:
+    """Random images (_random_image) of 32 to 80 tiles of 16: table sets per tile class tried."""
+    rng = np.random.default_rng(60)
+    outcomes = set()
+    for k in range(12):
+        image = _random_image(rng, k, 16, most=80)
+        while fmt.Header(*image.shape, 16, 0).n_tiles < table_sets.MIN_TILES:
+            image = _random_image(rng, k, 16, most=80)
+        h, w, c = image.shape
+        prepared, flags = fmt.prepare(image, 16)
+        tried = f2.encoder_plane_context(c, fmt.Header(h, w, c, 16, 0).n_tiles)
+        short = small_encoder.stream(prepared, f2.encoder_flags(flags, True, tried), 16, False)
+        general = _general(image, 16)
+        assert short == general, (k, image.shape)
+        if k % 4 == 0:
+            assert general == r2.encode(image, tile=16), (k, image.shape)
+        outcomes.add(_coded_sets(general) > c)
+        np.testing.assert_array_equal(lossless.decode(general).reshape(image.shape), image)
+    assert outcomes == {False, True}, outcomes
 
 
 @pytest.mark.parametrize("kind", ["kept", "folded"])

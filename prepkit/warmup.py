@@ -67,12 +67,14 @@ def _encode() -> None:
             lossless.encode(image, tile=16, version=version)
         lossless.encode(image, tile=16, fast_decode=True)
     lossless.encode(_photo(30, 28, 3, 6), tile=32)  # one tile: the short path (small_encoder)
-    # 32 tiles and more (table_sets.MIN_TILES): the general path, with table sets per tile
-    # class, palette tiles, and mask_encoder's call from it
+    # 32 tiles and more (table_sets.MIN_TILES): table sets per tile class, in the short path;
+    # more than small_encoder.MAX_TILES: the general encoder, with palette tiles, and
+    # mask_encoder's call from it
     colours = np.array([[10, 20, 30], [200, 100, 50], [0, 255, 0], [90, 90, 90]], np.uint8)
     dithered = colours[np.random.default_rng(6).integers(0, 4, (64, 128))]
     lossless.encode(np.concatenate([_photo(64, 128, 3, 7), dithered], axis=1), tile=16)
-    lossless.encode(_mask(96, 96), tile=16)
+    lossless.encode(np.concatenate([_photo(272, 128, 3, 8), np.tile(dithered, (5, 1, 1))[:272]], axis=1), tile=16)
+    lossless.encode(_mask(272, 256), tile=16)
 
 
 def _decode() -> None:

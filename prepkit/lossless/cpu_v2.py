@@ -1346,20 +1346,23 @@ def encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False, runs_ti
 
     h, w, c = image.shape
     n = fmt.Header(h, w, c, tile, 0).n_tiles
+    from prepkit.lossless import small_encoder  # (it imports this module)
+
+    if small_encoder.applies(h, w, tile) and runs_tiles and runs_first:
+        # Up to small_encoder.MAX_TILES tiles: the same stream from one compiled call, without
+        # this module's glue in Python (docs/BENCHMARKS.md "Table sets from 32 tiles, and
+        # images of up to 256 tiles in one compiled call").
+        small = small_encoder.stream(image, f2.encoder_flags(flags, f2.encoder_wide_context(c),
+                                                             f2.encoder_plane_context(c, n, fast_decode)),
+                                     tile, fast_decode)
+        if small is not None:
+            return small
     if cpu.use_parallel(n):
         return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=True)
     # Too few tiles for the thread pool: its kernels would still start a parallel region per
     # call (each waking numba's other threads, which then spin on cores the caller needs),
     # about ten per image (docs/BENCHMARKS.md "Small images: one thread, one compiled call").
     with numba_threads(1):
-        from prepkit.lossless import small_encoder  # (it imports this module)
-
-        if small_encoder.applies(h, w, tile) and runs_tiles and runs_first:
-            small = small_encoder.stream(image, f2.encoder_flags(flags, f2.encoder_wide_context(c),
-                                                                 f2.encoder_plane_context(c, n, fast_decode)),
-                                         tile, fast_decode)
-            if small is not None:
-                return small
         return _encode(image, flags, tile, fast_decode, runs_tiles, runs_first, try_one_set=True)
 
 

@@ -1,28 +1,28 @@
-"""The v2 encoder on one thread, in one compiled call: images of up to MAX_TILES (256) tiles.
+"""The v2 encoder in one compiled call: images of up to MAX_TILES (256) tiles.
 
-Thumbnails, patches and crops (CIFAR's 32 x 32 images, Tiny ImageNet's 64 x 64, STL-10's
-96 x 96, 224 x 224 and 256 x 256 crops: 1 to 31 tiles) are analysed on the calling thread
-(cpu.use_parallel), and so is every image in a process that runs numba on one thread (the
-workers of `prepkit shard` on a machine with as many workers as cores). The general encoder
-(cpu_v2._encode) spent much of such an image's time in Python between its compiled steps:
-about 360 calls per image, longer than Pillow's whole PNG encode of a 32 x 32 image
-(docs/BENCHMARKS.md "Small images: one thread, one compiled call (stop 58)"). This path runs
-the same steps in one compiled call: the tile analysis (cpu_v2._palettes_all,
-cpu_v2._choose_symbols_all, the palette candidates' index symbols), then the stream with a
-table set per plane, with the general encoder's decisions (the palette first guess, tables
-counted from the tiles' histograms, a coded payload only where its estimate is below the raw
-tile, eight tables per set where plane contexts are tried and pay, else the choices again
-with four, table sets per tile class from table_sets.MIN_TILES tiles
+Thumbnails, patches, crops and photographs up to about a megapixel (CIFAR's 32 x 32 images,
+Tiny ImageNet's 64 x 64, STL-10's 96 x 96, 224 x 224 crops, ImageNet's 500 x 375 photographs:
+1 to 256 tiles of 64). The general encoder (cpu_v2._encode) spent much of such an image's time
+in Python between its compiled steps: about 360 calls per image, longer than Pillow's whole
+PNG encode of a 32 x 32 image (docs/BENCHMARKS.md "Small images: one thread, one compiled call
+(stop 58)"). This path runs the same steps in one compiled call: the tile analysis
+(cpu_v2._palettes_all, cpu_v2._choose_symbols_all, the palette candidates' index symbols),
+then the stream with a table set per plane, with the general encoder's decisions (the palette
+first guess, tables counted from the tiles' histograms, a coded payload only where its
+estimate is below the raw tile, eight tables per set where plane contexts are tried and pay,
+else the choices again with four, table sets per tile class from table_sets.MIN_TILES tiles
 (table_sets._propose_compiled), the runs payloads where runs.choose keeps them, every tile raw
 where that is smaller); up to four tiles also the stream with one set for every plane, and
 the smaller of the two (format_v2.encoder_tries_one_set). A one-channel image goes to
-mask_encoder's path first, as in the general encoder. Where the general encoder would encode
-again (a tile sure to become a runs tile that does not) it returns None and the general
-encoder writes the image: the bytes are always the general encoder's, which tests check
-against it and against reference_v2."""
+mask_encoder's path first, as in the general encoder. The tiles' kernels run on numba's
+threads where cpu.use_parallel says so, as the general encoder's do. Where the general
+encoder would encode again (a tile sure to become a runs tile that does not) it returns None
+and the general encoder writes the image: the bytes are always the general encoder's, which
+tests check against it and against reference_v2."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit
 
@@ -461,21 +461,26 @@ def applies(height: int, width: int, tile: int) -> bool:
 
 def stream(image: np.ndarray, flags: int, tile: int, fast_decode: bool) -> bytes | None:
     """The v2 stream cpu_v2._encode writes for a prepared image (fmt.prepare) of at most
-    MAX_TILES tiles, with runs tiles on and first (its defaults), on one thread, or None where
-    it must write the image itself. flags: the stream header's (format_v2.encoder_flags, with
-    FLAG_PLANE_CONTEXT where format_v2.encoder_plane_context tries them)."""
+    MAX_TILES tiles, with runs tiles on and first (its defaults), or None where it must write
+    the image itself. flags: the stream header's (format_v2.encoder_flags, with
+    FLAG_PLANE_CONTEXT where format_v2.encoder_plane_context tries them). The tiles' kernels
+    run on numba's threads where cpu.use_parallel says so, else on the calling thread alone."""
+    from prepkit.lossless import cpu
+
     h, w, c = image.shape
     if not applies(h, w, tile):
         return None
     n = fmt.Header(h, w, c, tile, 0).n_tiles
     splits = table_sets.applies(n, c, fast_decode, f2.set_tables(flags))
-    scratch = cpu_v2._encode_scratch(1)
-    # One thread: the caller's choice (cpu.use_parallel), which the kernels' parallel loops
-    # follow. And setting it starts numba's threading layer, which the parallel kernels
-    # compiled into _all_tiles need: a cached caller of a parallel kernel does not start it
-    # when it loads (the first call of a fresh process crashed when it had been compiled
-    # against cached kernels).
-    with numba_threads(1):
+    parallel = cpu.use_parallel(n)
+    # Asking for numba's threads (or setting them) starts its threading layer, which the
+    # parallel kernels compiled into _all_tiles need: a cached caller of a parallel kernel
+    # does not start it when it loads (the first call of a fresh process crashed when it had
+    # been compiled against cached kernels). Too few tiles for the pool: one thread (each
+    # parallel region would wake the others for a few microseconds of work).
+    chunks = numba.get_num_threads() if parallel else 1
+    scratch = cpu_v2._encode_scratch(chunks)
+    with numba_threads(chunks):
         status, data = _all_tiles(image, np.int64(tile), np.int64(flags), np.int64(f2.encoder_predictors(fast_decode)),
                                   np.int64(f2.min_lanes_log2(fast_decode)), np.bool_(splits), scratch.planes,
                                   scratch.tables, scratch.words)

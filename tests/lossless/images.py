@@ -63,6 +63,16 @@ def rendered(h: int, w: int, seed: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+def general_encode(image: np.ndarray, tile: int = 64, fast_decode: bool = False) -> bytes:
+    """The general encoder's stream (cpu_v2._encode, as cpu_v2.encode calls it where
+    small_encoder does not write the image): where a test spies on its steps in Python."""
+    from prepkit.lossless import cpu_v2
+    from prepkit.lossless import format as fmt
+
+    prepared, flags = fmt.prepare(image, tile)
+    return cpu_v2._encode(prepared, flags, tile, fast_decode, True, True, try_one_set=True)
+
+
 def mixed_tiles(c: int | None = 3) -> np.ndarray:
     """mixed_image repeated 2 x 3 times: 36 tiles of 64, enough for table sets per tile class
     (table_sets.MIN_TILES)."""

@@ -19,8 +19,8 @@ from .test_v2_runs import blobs
 @pytest.fixture
 def short_paths(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each encode since took the short path (its stream was not None). Images of up
-    to four tiles take small_encoder's path, which runs mask_encoder's kernel itself: here
-    they go through the general encoder, whose step this is."""
+    to small_encoder.MAX_TILES tiles take small_encoder's path, which runs mask_encoder's
+    kernel itself: here they go through the general encoder, whose step this is."""
     monkeypatch.setattr(small_encoder, "stream", lambda *args: None)
     taken: list[bool] = []
     stream = mask_encoder.stream

@@ -7,6 +7,8 @@ general encoder."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from prepkit.lossless import format_v2 as f2
 from prepkit.lossless import reference_v2 as r2
 from prepkit.warmup import _photo  # smooth gradients and noise: coded with predictors
 
-from .images import make_image, mixed_tiles, rendered
+from .images import general_encode, make_image, mixed_tiles, rendered
 
 
 @pytest.fixture
@@ -36,9 +38,7 @@ def short_paths(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 
 def _general(image: np.ndarray, tile: int, fast_decode: bool = False) -> bytes:
-    """The general encoder's stream (cpu_v2._encode, as cpu_v2.encode calls it)."""
-    prepared, flags = fmt.prepare(image, tile)
-    return cpu_v2._encode(prepared, flags, tile, fast_decode, True, True, try_one_set=True)
+    return general_encode(image, tile, fast_decode)
 
 
 def _coded_sets(data: bytes) -> int:
@@ -273,27 +273,34 @@ def test_one_channel_tiles(short_paths: list[bool], monkeypatch: pytest.MonkeyPa
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
-def test_images_of_few_tiles_encode_on_the_calling_thread_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tiles_run_on_numba_threads_only_where_there_are_enough(monkeypatch: pytest.MonkeyPatch) -> None:
     """Below cpu.use_parallel's tile count the encoder's parallel loops run on one thread (a
     parallel region per kernel woke numba's other threads for a few microseconds of work
-    each); larger images keep the thread's own setting, and the setting is back after."""
+    each), in the short path and in the general encoder; larger images keep the thread's own
+    setting; and the setting is back after."""
     import numba
 
     from prepkit.lossless import cpu
+    from prepkit.parallel import numba_threads
 
-    threads: list[int] = []
-    general = cpu_v2._encode
+    threads: list[tuple[str, int]] = []
+    for module, name in ((cpu_v2, "_encode"), (small_encoder, "_all_tiles")):
+        kernel = getattr(module, name)
 
-    def spy(*args: object, **kwargs: object) -> bytes:
-        threads.append(numba.get_num_threads())
-        return general(*args, **kwargs)  # type: ignore[arg-type]
+        def spy(*args: object, kernel: Any = kernel, name: str = name, **kwargs: object) -> Any:
+            threads.append((name, numba.get_num_threads()))
+            return kernel(*args, **kwargs)
 
-    monkeypatch.setattr(cpu_v2, "_encode", spy)
-    own = numba.get_num_threads()
-    small = _photo(128, 192, 3, seed=4)  # six tiles, without runs tiles: the general encoder's
-    assert not cpu.use_parallel(6)
-    assert cpu_v2.encode(small, runs_tiles=False) == r2.encode(small, runs_tiles=False)
-    large = _photo(64 * 8, 64 * 8, 3, seed=5)  # 64 tiles
-    lossless.encode(large)
-    assert threads == [1, own if cpu.use_parallel(64) else 1]
-    assert numba.get_num_threads() == own
+        monkeypatch.setattr(module, name, spy)
+    with numba_threads(numba.config.NUMBA_NUM_THREADS):  # (an earlier test may have set fewer)
+        own = numba.get_num_threads()
+        small = _photo(128, 192, 3, seed=4)  # six tiles
+        large = _photo(64 * 8, 64 * 8, 3, seed=5)  # 64 tiles
+        assert not cpu.use_parallel(6)
+        assert lossless.encode(small) == r2.encode(small)
+        assert cpu_v2.encode(small, runs_tiles=False) == r2.encode(small, runs_tiles=False)  # the general encoder's
+        lossless.encode(large)
+        cpu_v2.encode(large, runs_tiles=False)
+        big = own if cpu.use_parallel(64) else 1
+        assert threads == [("_all_tiles", 1), ("_encode", 1), ("_all_tiles", big), ("_encode", big)]
+        assert numba.get_num_threads() == own

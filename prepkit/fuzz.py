@@ -11,7 +11,7 @@ exception type, a crash, a hang) is a finding. The test suite runs this for a fe
 the documented long run is in docs/BENCHMARKS.md.
 
 The ``encoders`` target encodes random small images (patchworks of noise, flat, two-colour and
-gradient blocks, up to 31 tiles, 1, 3 or 4 channels, tiles of 16-64, some with
+gradient blocks, up to 256 tiles, 1, 3 or 4 channels, tiles of 16-64, some with
 fast_decode) with ``lossless.encode``, whose short path (``lossless.small_encoder``) takes most of
 them, and with the general encoder (``cpu_v2._encode``), and every 25th with the numpy
 reference too: the streams must be equal and decode back to the image. A difference is a
@@ -202,16 +202,24 @@ def fuzz_lossless(seconds: float | None = None, seed: int = 0, cases: int | None
 def patchwork(rng: np.random.Generator) -> tuple[np.ndarray, int, bool]:
     """(image, tile, fast_decode): a random image made of noise, flat, two-colour and gradient
     blocks (the encoders' coded, constant, palette, runs and raw cases), 1, 3 or 4 channels
-    (HxW or HxWx1 for one); half of them up to 2 x 2 tiles (the one-set trial), the others up
-    to table_sets.MIN_TILES - 1 tiles (plane contexts: small_encoder takes all of them)."""
-    from prepkit.lossless import table_sets
+    (HxW or HxWx1 for one); half of them up to 2 x 2 tiles (the one-set trial), a quarter up
+    to table_sets.MIN_TILES - 1 tiles (plane contexts), a quarter of table_sets.MIN_TILES to
+    small_encoder.MAX_TILES tiles of 16 (table sets per tile class; the kernels on numba's
+    threads where cpu.use_parallel says so)."""
+    from prepkit.lossless import small_encoder, table_sets
 
     tile = int(rng.choice([16, 32, 64]))
-    if rng.integers(0, 2):
+    kind = int(rng.integers(0, 4))
+    if kind < 2:
         rows, cols = int(rng.integers(1, 3)), int(rng.integers(1, 3))
-    else:
+    elif kind == 2:
         rows = int(rng.integers(1, 6))
         cols = int(rng.integers(1, (table_sets.MIN_TILES - 1) // rows + 1))
+    else:
+        tile = 16
+        rows = int(rng.integers(2, 17))
+        least = -(-table_sets.MIN_TILES // rows)
+        cols = int(rng.integers(least, small_encoder.MAX_TILES // rows + 1))
     h = int(rng.integers((rows - 1) * tile + 1, rows * tile + 1))
     w = int(rng.integers((cols - 1) * tile + 1, cols * tile + 1))
     c = int(rng.choice([1, 3, 4]))

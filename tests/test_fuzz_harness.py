@@ -44,7 +44,7 @@ def test_hostile_store_corpus_is_refused_by_every_probe(tmp_path: Path) -> None:
 
 def test_the_encoders_agree_on_random_small_images() -> None:
     """Both lossless encoder paths (and the reference, every 25th case) write the same
-    stream for random patchworks of up to 31 tiles."""
+    stream for random patchworks of up to 256 tiles."""
     report = fuzz_encoders(cases=40, seed=13)
     assert report.cases == 40 and report.accepted == 40 and not report.findings, report.findings
 

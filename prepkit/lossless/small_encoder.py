@@ -209,19 +209,6 @@ def _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq, sizes
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _plane_contexts_pay(counts, freq):
-    """table_sets.plane_contexts_pay of int64 counts and freq (eight tables per set)."""
-    folded = np.zeros((counts.shape[0] >> 1, 256), np.int64)
-    for t in range(counts.shape[0]):  # (set, plane bit, context) rows to (set, context)
-        row = ((t >> 3) << 2) + (t & 3)
-        for v in range(256):
-            folded[row, v] += counts[t, v]
-    eight = table_sets.stream_bytes_compiled(np.int64(0), counts, freq)
-    four = table_sets.stream_bytes_compiled(np.int64(0), folded, _normalized(folded))
-    return eight * 100 <= four * (100 - table_sets.PLANE_CONTEXT_MIN_SAVING_PERCENT)
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
 def _folded(hist, c):
     """_Counted.folded's histograms: each plane's eight rows added in pairs (plane bit 0 and 1)."""
     n = hist.shape[0]
@@ -281,13 +268,13 @@ def _finish(image, tile, flags, one_set, splits, tshift, min_log2, choices, cons
         sizes, totals = _estimates(image, tile, choices, pick, sets, min_log2, freq, hist, phist, sym_count, tshift)
     splits = splits and not one_set
     # Plane contexts weighed before the table-set proposal too, and after it (as cpu_v2).
-    if tshift == 3 and splits and not _plane_contexts_pay(counts, freq):
+    if tshift == 3 and splits and not table_sets.plane_contexts_pay_compiled(counts, freq):
         return FOLD, none, n_sets
     if splits:
         sets, n_sets, freq, totals, counts = _with_table_sets(image, tile, choices, keep, pick, sets, n_sets, freq,
                                                               sizes, totals, counts, min_log2, hist, phist, sym_count,
                                                               tshift)
-    if tshift == 3 and not _plane_contexts_pay(counts, freq):
+    if tshift == 3 and not table_sets.plane_contexts_pay_compiled(counts, freq):
         return FOLD, none, n_sets
     starts = np.zeros(n + 1, np.int64)
     for i in range(n):
@@ -370,8 +357,8 @@ def _finish(image, tile, flags, one_set, splits, tshift, min_log2, choices, cons
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def _all_tiles(image, tile, flags, n_predictors, min_log2, splits, planes, tables, words):
-    """(status, stream) of a prepared image of fewer than table_sets.MIN_TILES tiles: DONE and
-    the general encoder's stream, or NOT_HERE (and an empty array) where the general encoder
+    """(status, stream) of a prepared image of at most MAX_TILES tiles: DONE and the general
+    encoder's stream, or NOT_HERE (and an empty array) where the general encoder
     must write it. flags: the header's, with FLAG_PLANE_CONTEXT where plane contexts are tried
     (format_v2.encoder_plane_context); splits: table_sets.applies; planes, tables, words: one
     chunk of cpu_v2._encode_scratch."""

@@ -40,8 +40,8 @@ ITEMS_BUDGET = 64 << 20
 # classes: on crops of the evaluation sets of 9 to 25 tiles (160 x 160 to 320 x 320), one
 # thread, the proposal took 1.4-1.6x the encode time for 0-0.09% off photographs, 0-0.06% off
 # medical images and 0.12-0.40% off rendered images; on 1 to 4 tiles it never won a byte
-# (docs/BENCHMARKS.md "Table sets from 32 tiles (stop 59)"). The evaluation images (48 tiles
-# and more) keep them: 0.9-3.3% smaller.
+# (docs/BENCHMARKS.md "Table sets from 32 tiles, and images of up to 256 tiles in one compiled
+# call (stop 59)"). The evaluation images (48 tiles and more) keep them: 0.9-3.3% smaller.
 MIN_TILES = 32
 
 
@@ -172,9 +172,9 @@ def _tables(items: tuple[np.ndarray, np.ndarray, np.ndarray], sets: np.ndarray, 
 
 
 MISSING = np.int64(1) << 32  # a key's part for each symbol that a set's tables lack (_costs)
-# Items x sets below which the keys are summed on the calling thread: a parallel region costs
-# more than the sums of a small image's few dozen items (26 against 14 us for 27 items of 160 x
-# 160 crops, 3 sets, one thread).
+# Entries x sets below which the keys are summed on the calling thread: a parallel region
+# costs more than the sums of a small image's few dozen items (21-24 against 10-15 us for the
+# 1,970 entries of 27 items of a 160 x 160 crop, 3 and 6 sets, one thread).
 PARALLEL_KEYS = 1 << 16
 
 
@@ -405,6 +405,21 @@ def stream_bytes_compiled(overhead, counts, freq):
             bits += counts[t, v] * _FINE_BITS[freq[t, v]]
     packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
     return overhead + -(-bits // (8 * 4096)) + frequencies.pack_into(freq, packed)
+
+
+@njit(cache=True, nogil=True)
+def plane_contexts_pay_compiled(counts, freq):
+    """plane_contexts_pay for compiled callers: counts and freq int64 (sets x 8 tables, 256)."""
+    folded = np.zeros((counts.shape[0] >> 1, 256), np.int64)
+    for t in range(counts.shape[0]):  # fold_plane_contexts: (set, plane bit, context) rows to (set, context)
+        row = (t // f2.MAX_SET_TABLES) * f2.CONTEXTS + t % f2.CONTEXTS
+        for v in range(256):
+            folded[row, v] += counts[t, v]
+    folded_freq = np.empty(folded.shape, np.int64)
+    frequencies.normalize_rows_into(folded, folded_freq)
+    eight = stream_bytes_compiled(np.int64(0), counts, freq)
+    four = stream_bytes_compiled(np.int64(0), folded, folded_freq)
+    return eight * 100 <= four * (100 - PLANE_CONTEXT_MIN_SAVING_PERCENT)
 
 
 @njit(cache=True, nogil=True)

@@ -37,10 +37,6 @@ def short_paths(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return taken
 
 
-def _general(image: np.ndarray, tile: int, fast_decode: bool = False) -> bytes:
-    return general_encode(image, tile, fast_decode)
-
-
 def _coded_sets(data: bytes) -> int:
     """The stream's table sets besides those of its runs tables."""
     modes = f2.read_stream(np.frombuffer(data, np.uint8)).mode
@@ -63,7 +59,7 @@ def test_photographs_of_one_tile_take_the_short_path(short_paths: list[bool], h:
         image = image[:, :, 0]
     data = lossless.encode(image, tile=tile)
     assert short_paths == [True]
-    assert data == _general(image, tile) == r2.encode(image, tile=tile)
+    assert data == general_encode(image, tile) == r2.encode(image, tile=tile)
     assert (_sets_and_modes(data)[1] == f2.TILE_CODED).all()
     np.testing.assert_array_equal(lossless.decode(data), image)
 
@@ -112,7 +108,7 @@ def test_each_of_the_general_encoders_outcomes(short_paths: list[bool], kind: st
     data = lossless.encode(image)
     assert short_paths == [True]
     assert _outcome(data, 3) == kind.removesuffix(" of 32 colours")
-    assert data == _general(image, 64) == r2.encode(image)
+    assert data == general_encode(image, 64) == r2.encode(image)
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
@@ -156,7 +152,7 @@ def test_random_images_of_fewer_than_min_tiles_come_out_as_the_general_encoders(
         prepared, flags = fmt.prepare(image, tile)
         tried = f2.encoder_plane_context(c, fmt.Header(h, w, c, tile, 0).n_tiles, fast)
         short = small_encoder.stream(prepared, f2.encoder_flags(flags, True, tried), tile, fast)
-        general = _general(image, tile, fast)
+        general = general_encode(image, tile, fast)
         assert lossless.encode(image, tile=tile, fast_decode=fast) == general
         if k % 10 == 0:
             assert general == r2.encode(image, tile=tile, fast_decode=fast), (k, image.shape, tile, fast)
@@ -173,7 +169,7 @@ def test_a_constant_colour_image_is_constant_planes() -> None:
     image = np.zeros((20, 30, 3), np.uint8)
     image[...] = (7, 200, 31)
     data = lossless.encode(image, tile=32)
-    assert data == _general(image, 32) == r2.encode(image, tile=32)
+    assert data == general_encode(image, 32) == r2.encode(image, tile=32)
     assert len(data) == f2.HEADER_SIZE + 4 + 1 + 2 + 2 * 3  # one set of empty tables, a constant tile
     np.testing.assert_array_equal(lossless.decode(data), image)
 
@@ -197,21 +193,20 @@ def test_the_largest_image_it_takes() -> None:
     assert small_encoder.applies(32, width, 16) and table_sets.applies(small_encoder.MAX_TILES, 3, False, 8)
     prepared, flags = fmt.prepare(image, 16)
     data = small_encoder.stream(prepared, f2.encoder_flags(flags, True, True), 16, False)
-    assert data == _general(image, 16) == r2.encode(image, tile=16)
+    assert data == general_encode(image, 16) == r2.encode(image, tile=16)
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
 @pytest.mark.parametrize("channels", [None, 3])
-def test_table_sets_per_tile_class(channels: int | None) -> None:
+def test_table_sets_per_tile_class(short_paths: list[bool], channels: int | None) -> None:
     """Two textures of unlike residuals in 36 tiles (mixed_tiles): more sets than planes, as
-    the general encoder and the reference write them. (Called directly: with two numba
-    threads cpu_v2.encode runs 32 tiles and more on the general encoder in parallel.)"""
+    the general encoder and the reference write them."""
     image = mixed_tiles(channels)
     c = 1 if channels is None else channels
-    prepared, flags = fmt.prepare(image, 64)
-    data = small_encoder.stream(prepared, f2.encoder_flags(flags, True, f2.encoder_plane_context(c, 36)), 64, False)
-    assert data == _general(image, 64) == r2.encode(image)
-    assert data is not None and _coded_sets(data) > c, data[7]  # more sets than planes
+    data = lossless.encode(image)
+    assert short_paths == [True]
+    assert data == general_encode(image, 64) == r2.encode(image)
+    assert _coded_sets(data) > c, data[7]  # more sets than planes
     np.testing.assert_array_equal(lossless.decode(data), image)
 
 
@@ -227,7 +222,7 @@ def test_random_images_of_up_to_80_tiles_come_out_as_the_general_encoders() -> N
         prepared, flags = fmt.prepare(image, 16)
         tried = f2.encoder_plane_context(c, fmt.Header(h, w, c, 16, 0).n_tiles)
         short = small_encoder.stream(prepared, f2.encoder_flags(flags, True, tried), 16, False)
-        general = _general(image, 16)
+        general = general_encode(image, 16)
         assert short == general, (k, image.shape)
         if k % 4 == 0:
             assert general == r2.encode(image, tile=16), (k, image.shape)
@@ -245,7 +240,7 @@ def test_plane_contexts_kept_where_they_pay_and_folded_where_not(short_paths: li
     data = lossless.encode(image)
     assert short_paths == [True]
     assert bool(data[5] & f2.FLAG_PLANE_CONTEXT) == (kind == "kept")
-    assert data == _general(image, 64) == r2.encode(image)
+    assert data == general_encode(image, 64) == r2.encode(image)
     if kind == "folded":
         assert data == r2.encode(image, plane_context=False)
     np.testing.assert_array_equal(lossless.decode(data), image)
@@ -267,7 +262,7 @@ def test_one_channel_tiles(short_paths: list[bool], monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(mask_encoder, "stream", lambda *args: masks.append(True))
     data = lossless.encode(image)
     assert short_paths == [True] and masks == []
-    assert data == _general(image, 64) == r2.encode(image)
+    assert data == general_encode(image, 64) == r2.encode(image)
     if kind == "mask":
         assert _sets_and_modes(data)[1][0] in f2.RUNS_MODES
     np.testing.assert_array_equal(lossless.decode(data), image)

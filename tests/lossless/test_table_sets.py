@@ -198,3 +198,28 @@ def test_fast_decode_streams_keep_one_set_per_plane() -> None:
     stream = lossless.encode(image, version=2, fast_decode=True)
     assert stream == r2.encode(image, fast_decode=True)
     assert _n_sets(stream) - _n_runs_sets(stream) == 3
+
+
+def test_the_compiled_plane_context_test_decides_as_the_numpy_one() -> None:
+    """plane_contexts_pay_compiled (the numba encoders') against plane_contexts_pay (the
+    reference's) on random counts of 1-4 sets of eight tables: plane bits that split each
+    context into a peaked and a spread half (they pay), or into halves drawn alike (they do
+    not), mixed in random proportions so that cases near the threshold occur."""
+    from prepkit.lossless import frequencies
+
+    rng = np.random.default_rng(59)
+    answers = set()
+    for k in range(80):
+        n_sets = int(rng.integers(1, 5))
+        shape = (n_sets, f2.CONTEXTS, 256)
+        alike = rng.integers(0, 40, (n_sets, 2, *shape[1:]))
+        peaked = np.zeros(shape, np.int64)
+        peaked[:, :, 0] = rng.integers(100, 4000, shape[:2])
+        split = np.stack([peaked, rng.integers(0, 40, shape)], axis=1)
+        mix = rng.random()
+        counts = (mix * split + (1 - mix) * alike).astype(np.int64).reshape(n_sets * f2.MAX_SET_TABLES, 256)
+        freq = frequencies.normalize_rows(counts).astype(np.int64)
+        want = table_sets.plane_contexts_pay(counts, freq)
+        assert table_sets.plane_contexts_pay_compiled(counts, freq) == want, k
+        answers.add(want)
+    assert answers == {False, True}

@@ -13,7 +13,11 @@ Sets:
   rendered here (matplotlib figures, UI-like panels, a terminal);
 - ``medical``: images with black borders or backgrounds (fundus photographs, microscopy, a
   tomography phantom), 1 and 3 channels;
-- ``masks``: uint8 single-channel segmentation masks with at most 20 labels.
+- ``masks``: uint8 single-channel segmentation masks with at most 20 labels;
+- ``screenshots``: real application screenshots, the figures of Debian's documentation packages
+  ``gnome-user-docs`` (GNOME Shell), ``gimp-help-en`` (GIMP's dialogs and preferences) and
+  ``gnucash-docs`` (GnuCash's windows and registers), read as RGB; where none of them is
+  installed (and in small builds), the terminal and UI panel drawn here stand in.
 
 Large images keep their native resolution: the longer side is capped by cropping the centre,
 never by resizing, which would smooth the noise of a photograph and flatter every codec.
@@ -28,13 +32,23 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
-SETS = ("photos", "rendered", "medical", "masks")
+SETS = ("photos", "rendered", "medical", "masks", "screenshots")
 WALLPAPER_PACKAGES = ("gnome-backgrounds", "plasma-workspace-wallpapers", "lomiri-wallpapers", "ukui-wallpapers")
 WALLPAPER_FOLDERS = ("/usr/share/backgrounds", "/usr/share/wallpapers")
+# Where each documentation package keeps its English screenshots (the C locale's figures).
+# GIMP's other image folders hold filter examples and tutorials (photographs): not used.
+SCREENSHOT_FOLDERS = {
+    "gnome-user-docs": ("/usr/share/help/C/gnome-help/figures",),
+    "gimp-help-en": ("/usr/share/gimp/2.0/help/en/images/dialogs", "/usr/share/gimp/2.0/help/en/images/preferences"),
+    "gnucash-docs": ("/usr/share/help/C/gnucash-guide/figures",),
+}
+SCREENSHOT_PACKAGES = tuple(SCREENSHOT_FOLDERS)
+MIN_SCREENSHOT_PIXELS = 100_000  # smaller figures are icons, buttons and single bars
 MAX_SIDE = 2560
 SMALL_SIDE = 128
 MAX_LABELS = 20
@@ -111,14 +125,14 @@ def _skimage_dir() -> str:
 # --------------------------------------------------------------------------- wallpapers
 
 
-def wallpaper_owners() -> tuple[dict[str, str], list[str]]:
+def package_owners(packages: tuple[str, ...], dpkg_info: str = "/var/lib/dpkg/info") -> tuple[dict[str, str], list[str]]:
     """(file path -> owning package, missing packages) from dpkg's file lists."""
     owners: dict[str, str] = {}
     missing = []
-    for package in WALLPAPER_PACKAGES:
-        lists = glob.glob(f"/var/lib/dpkg/info/{package}.list") + glob.glob(f"/var/lib/dpkg/info/{package}:*.list")
+    for package in packages:
+        lists = glob.glob(f"{dpkg_info}/{package}.list") + glob.glob(f"{dpkg_info}/{package}:*.list")
         # lomiri-wallpapers ships its images in versioned companion packages (lomiri-wallpapers-20.04)
-        lists += glob.glob(f"/var/lib/dpkg/info/{package}-[0-9]*.list")
+        lists += glob.glob(f"{dpkg_info}/{package}-[0-9]*.list")
         if not lists:
             missing.append(package)
         for listing in lists:
@@ -134,7 +148,7 @@ def wallpapers() -> tuple[list[tuple[str, str, bool]], list[str]]:
     Plasma themes ship one picture at several resolutions; the largest is kept. The list takes
     the packages in turn.
     """
-    owners, missing = wallpaper_owners()
+    owners, missing = package_owners(WALLPAPER_PACKAGES)
     chosen: dict[str, tuple[int, str]] = {}
     for folder in WALLPAPER_FOLDERS:
         for path in sorted(glob.glob(os.path.join(folder, "**", "*"), recursive=True)):
@@ -151,14 +165,47 @@ def wallpapers() -> tuple[list[tuple[str, str, bool]], list[str]]:
     for key, (_, path) in sorted(chosen.items()):
         by_package.setdefault(owners[path], []).append(
             (path, owners[path], os.path.basename(key) in PHOTOGRAPHIC_WALLPAPERS))
-    # Round robin over the packages, so that a cap on a set's size keeps every package in it.
+    return _round_robin([by_package[p] for p in sorted(by_package)]), missing
+
+
+def _round_robin(queues: list[list[Any]]) -> list[Any]:
+    """The queues' items taken in turn, so that a cap on a set's size keeps every package in it."""
     found = []
-    queues = [by_package[p] for p in sorted(by_package)]
+    queues = [list(queue) for queue in queues]
     while any(queues):
         for queue in queues:
             if queue:
                 found.append(queue.pop(0))
-    return found, missing
+    return found
+
+
+def screenshots(folders: dict[str, tuple[str, ...]] | None = None, dpkg_info: str = "/var/lib/dpkg/info",
+                limit: int = 40) -> tuple[list[tuple[str, str]], list[str]]:
+    """([(path, package)], missing packages): at most ``limit`` of the documentation packages'
+    PNG screenshots of at least MIN_SCREENSHOT_PIXELS, the packages in turn. Each package's
+    share is spread evenly over its files in name order, not the names that sort first."""
+    folders = SCREENSHOT_FOLDERS if folders is None else folders
+    owners, missing = package_owners(tuple(folders), dpkg_info)
+    by_package = []
+    for package, package_folders in sorted(folders.items()):
+        paths = []
+        for folder in package_folders:
+            for path in sorted(glob.glob(os.path.join(folder, "*.png"))):
+                if owners.get(path) != package:
+                    continue
+                with Image.open(path) as image:
+                    if image.width * image.height >= MIN_SCREENSHOT_PIXELS:
+                        paths.append((path, package))
+        by_package.append(paths)
+    # Each package's share of the limit: what taking them in turn would give it.
+    shares = [0] * len(by_package)
+    while sum(shares) < limit and any(share < len(paths) for share, paths in zip(shares, by_package, strict=True)):
+        for k, paths in enumerate(by_package):
+            if shares[k] < len(paths) and sum(shares) < limit:
+                shares[k] += 1
+    spread = [[paths[int(i)] for i in np.linspace(0, len(paths) - 1, share).round()] if share else []
+              for share, paths in zip(shares, by_package, strict=True)]
+    return _round_robin(spread), missing
 
 
 # --------------------------------------------------------------------------- rendered images
@@ -304,7 +351,8 @@ def _relabel(labels: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Build:
-    """What ``build`` wrote: the manifest entries and the wallpaper packages that were missing."""
+    """What ``build`` wrote: the manifest entries and the wallpaper and documentation packages
+    that were missing."""
 
     entries: list[Entry]
     missing_packages: list[str]
@@ -312,7 +360,7 @@ class Build:
 
 def build(out: str | Path, *, small: bool = False, max_per_set: int = 40,
           progress: bool = False) -> Build:
-    """Write the four evaluation sets and ``manifest.json`` under ``out``.
+    """Write the five evaluation sets and ``manifest.json`` under ``out``.
 
     ``small`` builds tiny sets from scikit-image and rendered images only (tests, smoke runs):
     at most 128 pixels a side (scikit-image's pictures shrunk whole, rendered ones cropped),
@@ -387,6 +435,16 @@ def build(out: str | Path, *, small: bool = False, max_per_set: int = 40,
             if counts[set_name] >= per_set:
                 continue
             add(set_name, stem, _read(path, "RGB"), package, "wallpaper-photo" if photographic else "wallpaper-art")
+        shots, missing_docs = screenshots(limit=per_set)
+        missing += missing_docs
+        for path, package in shots:
+            add("screenshots", f"{package.split('-')[0]}-{Path(path).stem}", _read(path, "RGB"), package,
+                "screenshot-app")
+    if counts["screenshots"] == 0:
+        # No documentation package (or a small build): drawn screenshots stand in.
+        add("screenshots", "terminal", render_terminal(width, height, seed=1), "rendered (Pillow)", "terminal")
+        add("screenshots", "ui-panel", dict(render_figures(width, height, seed=1))["ui-panel"],
+            "rendered (matplotlib)", "screenshot")
     manifest = {
         "small": small, "max_side": side, "max_per_set": per_set, "missing_packages": missing,
         "files": [asdict(entry) for entry in entries],
@@ -424,9 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     for set_name in SETS:
         rows = [e for e in result.entries if e.set == set_name]
         sources = sorted({e.source for e in rows})
-        print(f"{set_name:<9}{len(rows):>4} images  from {', '.join(sources)}")
+        print(f"{set_name:<12}{len(rows):>4} images  from {', '.join(sources)}")
     if result.missing_packages:
-        print("missing wallpaper packages (apt-get install -y " + " ".join(result.missing_packages) + "): "
+        print("missing packages (apt-get install -y " + " ".join(result.missing_packages) + "): "
               + ", ".join(result.missing_packages))
     print(f"manifest: {Path(args.out) / 'manifest.json'}")
     return 0

@@ -3,7 +3,9 @@
 ``python -m prepkit.bench.lossless_eval SETS_DIR [--threads 1 2] [--repeat N] [--limit N]
 [--json F] [--markdown F]`` reads the evaluation sets that ``prepkit.bench.evalsets`` built and
 reports, per set and per lossless format: total bytes, size relative to PNG (Pillow's default
-encoder), encode seconds (one pass over the set, the faster of two for encoders under
+encoder), the same ratio image by image (median and worst, and the worst image's name) against
+PNG and against WebP lossless (method 6), since a set's total is carried by its largest images
+and hides the small ones a format handles badly; encode seconds (one pass over the set, the faster of two for encoders under
 FAST_ENCODE_S; `prepkit.bench.encode_speed` times prepkit's encoder in interleaved rounds) and
 how many times faster than PNG's encoder that is, decoded images/s at
 each thread count, and decode speed relative to Pillow's PNG and to libspng.
@@ -46,6 +48,15 @@ class Row:
     raw_bytes: int
     encoded_bytes: int | None = None
     size_vs_png: float | None = None  # encoded bytes / Pillow PNG bytes
+    image_bytes: list[int] = field(default_factory=list)  # each image's encoded bytes, in the set's order
+    # Image by image: this format's bytes / PNG's (or WebP-m6's), the median and the largest
+    # ratio, and the index of the image with the largest
+    median_image_vs_png: float | None = None
+    worst_image_vs_png: float | None = None
+    worst_image_png: int | None = None
+    median_image_vs_webp: float | None = None
+    worst_image_vs_webp: float | None = None
+    worst_image_webp: int | None = None
     encode_s: float | None = None
     encode_speedup_vs_png: float | None = None  # PNG encode seconds / this format's
     pixels_equal: bool | None = None
@@ -136,6 +147,7 @@ def evaluate(
                     encoded_by_format[candidate.format] = (encoded, seconds)
                 encoded, row.encode_s = encoded_by_format[candidate.format]
                 row.encoded_bytes = candidate.stored_bytes(encoded)
+                row.image_bytes = [candidate.stored_bytes([data]) for data in encoded]
                 if candidate.decode_all is not None:
                     row.mismatch = check_pixels(candidate.decode_all(encoded), images)
                     row.pixels_equal = row.mismatch is None
@@ -155,15 +167,22 @@ def evaluate(
 
 
 def _relate(rows: list[Row]) -> None:
-    """Fill the ratios against Pillow's PNG (size, encode and decode speed) and libspng."""
+    """Fill the ratios against Pillow's PNG (size, encode and decode speed), libspng and WebP-m6."""
     for row in rows:
         same_set = [r for r in rows if r.set == row.set and not r.skipped]
         pillow = next((r for r in same_set if r.format == "png" and r.decoder == "pillow"), None)
         libspng = next((r for r in same_set if r.format == "png" and r.decoder == "libspng"), None)
+        webp = next((r for r in same_set if r.format == "webp-lossless-m6"), None)
         if row.skipped:
             continue
         if pillow and pillow.encoded_bytes and row.encoded_bytes is not None:
             row.size_vs_png = row.encoded_bytes / pillow.encoded_bytes
+        if pillow:
+            row.median_image_vs_png, row.worst_image_vs_png, row.worst_image_png = per_image(row.image_bytes,
+                                                                                           pillow.image_bytes)
+        if webp:
+            row.median_image_vs_webp, row.worst_image_vs_webp, row.worst_image_webp = per_image(row.image_bytes,
+                                                                                              webp.image_bytes)
         if pillow and pillow.encode_s and row.encode_s:
             row.encode_speedup_vs_png = pillow.encode_s / row.encode_s
         for count, speed in row.images_per_s.items():
@@ -173,10 +192,22 @@ def _relate(rows: list[Row]) -> None:
                 row.vs_libspng[count] = speed / libspng.images_per_s[count]
 
 
-def format_markdown(rows: list[Row], threads: Sequence[int]) -> str:
-    """One markdown table per set; skipped rows follow their set's table with the reason."""
+def per_image(sizes: list[int], reference: list[int]) -> tuple[float | None, float | None, int | None]:
+    """(median, largest, index of the largest) of sizes[i] / reference[i]; Nones where the
+    lists do not pair up image for image (or are empty)."""
+    if not sizes or len(sizes) != len(reference) or min(reference) <= 0:
+        return None, None, None
+    ratios = np.asarray(sizes, np.float64) / np.asarray(reference, np.float64)
+    worst = int(np.argmax(ratios))
+    return float(np.median(ratios)), float(ratios[worst]), worst
+
+
+def format_markdown(rows: list[Row], threads: Sequence[int], names: dict[str, list[str]] | None = None) -> str:
+    """One markdown table per set; skipped rows follow their set's table with the reason.
+    names: each set's image names (for the worst images), in the order evaluated."""
     lines: list[str] = []
-    header = ["format", "decoder", "MB", "x PNG size", "encode s", "encode x PNG"]
+    header = ["format", "decoder", "MB", "x PNG size", "per image x PNG: median, worst",
+              "per image x WebP-m6: median, worst", "encode s", "encode x PNG"]
     for count in threads:
         header += [f"img/s {count}T", f"x Pillow PNG {count}T", f"x libspng {count}T"]
     header.append("pixels")
@@ -192,7 +223,10 @@ def format_markdown(rows: list[Row], threads: Sequence[int]) -> str:
             if r.skipped:
                 continue
             cells = [r.format, r.decoder, _number(r.encoded_bytes and r.encoded_bytes / 1e6, 2),
-                     _number(r.size_vs_png, 3), _number(r.encode_s, 2), _number(r.encode_speedup_vs_png, 2)]
+                     _number(r.size_vs_png, 3),
+                     _spread_cell(r.median_image_vs_png, r.worst_image_vs_png, r.worst_image_png, set_name, names),
+                     _spread_cell(r.median_image_vs_webp, r.worst_image_vs_webp, r.worst_image_webp, set_name, names),
+                     _number(r.encode_s, 2), _number(r.encode_speedup_vs_png, 2)]
             for count in threads:
                 cells += [_number(r.images_per_s.get(count), 1), _number(r.vs_pillow_png.get(count), 2),
                           _number(r.vs_libspng.get(count), 2)]
@@ -209,11 +243,27 @@ def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _spread_cell(median: float | None, worst: float | None, index: int | None, set_name: str,
+                 names: dict[str, list[str]] | None) -> str:
+    """'median, worst (image)' of a per-image ratio."""
+    if median is None or worst is None or index is None:
+        return "-"
+    known = names.get(set_name, []) if names else []
+    return f"{median:.3f}, {worst:.3f} ({known[index] if index < len(known) else f'image {index}'})"
+
+
 def load_sets(folder: str | Path, names: Sequence[str] | None = None, limit: int | None = None) -> dict[str, list[np.ndarray]]:
     """The images of each set in ``folder`` (built by prepkit.bench.evalsets), in SETS order.
 
     ``limit`` keeps that many images per set, evenly spaced over the manifest's order.
     """
+    return load_named_sets(folder, names, limit)[0]
+
+
+def load_named_sets(folder: str | Path, names: Sequence[str] | None = None,
+                    limit: int | None = None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[str]]]:
+    """load_sets' images and, per set, their names (file names without the folder, the number
+    and the suffix), in the same order."""
     found = load_manifest(folder)
     wanted = [name for name in SETS if name in found and (not names or name in names)]
     wanted += [name for name in found if name not in SETS and (not names or name in names)]
@@ -221,7 +271,9 @@ def load_sets(folder: str | Path, names: Sequence[str] | None = None, limit: int
         unknown = sorted(set(names) - set(found))
         if unknown:
             raise ValueError(f"Expected set names from {sorted(found)}. Got {unknown}.")
-    return {name: [pixels for _, pixels in _spread(found[name], limit)] for name in wanted}
+    chosen = {name: _spread(found[name], limit) for name in wanted}
+    return ({name: [pixels for _, pixels in items] for name, items in chosen.items()},
+            {name: [Path(entry.file).stem.split("-", 1)[-1] for entry, _ in items] for name, items in chosen.items()})
 
 
 def _spread(items: list[Any], limit: int | None) -> list[Any]:
@@ -245,18 +297,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1 or any(t < 1 for t in args.threads):
         parser.error("--repeat and --threads must be at least 1")
-    sets = load_sets(args.sets_dir, args.sets, args.limit)
+    sets, names = load_named_sets(args.sets_dir, args.sets, args.limit)
     rows = evaluate(sets, threads=args.threads, repeat=args.repeat, warmup=args.warmup,
                     progress=lambda text: print(f"  {text}", file=sys.stderr, flush=True))
     machine = describe_machine(with_gpu=False)
     command = "python -m prepkit.bench.lossless_eval " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = format_markdown(rows, args.threads)
+    text = format_markdown(rows, args.threads, names)
     print(f"{machine_line(machine)}\n{command}\n\n{text}")
     if args.markdown:
         Path(args.markdown).write_text(f"Machine: {machine_line(machine)}\n\nCommand: `{command}`\n\n{text}\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine, "command": command, "threads": args.threads,
-                                               "repeat": args.repeat, "rows": [r.record() for r in rows]},
+                                               "repeat": args.repeat, "names": names,
+                                               "rows": [r.record() for r in rows]},
                                               indent=1) + "\n")
     mismatched = [r for r in rows if r.pixels_equal is False]
     return 1 if mismatched else 0

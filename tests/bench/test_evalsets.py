@@ -1,4 +1,5 @@
-"""The evaluation-set builder: four sets, the right kinds and dtypes, centre crops."""
+"""The evaluation-set builder: five sets, the right kinds and dtypes, centre crops, screenshots
+from the documentation packages."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from PIL import Image
 from prepkit.bench import evalsets
 
 
-def test_small_build_writes_four_sets_and_a_manifest(small_sets: Path) -> None:
+def test_small_build_writes_five_sets_and_a_manifest(small_sets: Path) -> None:
     manifest = json.loads((small_sets / "manifest.json").read_text())
     files = manifest["files"]
     assert {f["set"] for f in files} == set(evalsets.SETS)
@@ -36,6 +37,8 @@ def test_each_set_holds_its_kind_of_image(small_sets: Path) -> None:
     # Medical images have dark surroundings: some pixels are (near) black in each.
     assert all(int(p.min()) <= 16 for _, p in sets["medical"])
     assert {"terminal", "screenshot"} <= {e.kind for e, _ in sets["rendered"]}
+    # No documentation package in a small build: the drawn terminal and UI panel stand in.
+    assert sorted((e.kind, p.ndim) for e, p in sets["screenshots"]) == [("screenshot", 3), ("terminal", 3)]
     for entry, mask in sets["masks"]:
         assert mask.ndim == 2 and mask.dtype == np.uint8, entry.file
         assert 2 <= len(np.unique(mask)) <= evalsets.MAX_LABELS and int(mask.max()) < evalsets.MAX_LABELS
@@ -65,3 +68,36 @@ def test_photographic_wallpapers_are_named_by_stem_or_theme() -> None:
 def test_missing_manifest_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="Expected an evaluation-set folder with manifest.json"):
         evalsets.load_manifest(tmp_path)
+
+
+def _png(path: Path, width: int, height: int) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (width, height), (200, 10, 10)).save(path)
+    return str(path)
+
+
+def test_screenshots_come_from_the_packages_files_large_enough_in_turn(tmp_path: Path) -> None:
+    info = tmp_path / "dpkg"
+    info.mkdir()
+    docs = tmp_path / "docs"
+    big_a = [_png(docs / "a" / f"shot{k}.png", 400, 300) for k in range(5)]
+    icon = _png(docs / "a" / "icon.png", 64, 64)  # below MIN_SCREENSHOT_PIXELS
+    stray = _png(docs / "a" / "stray.png", 400, 300)  # in the folder, not in the package's file list
+    big_b = [_png(docs / "b" / f"win{k}.png", 500, 250) for k in range(2)]
+    (info / "pkg-a.list").write_text("\n".join([str(docs / "a"), *big_a, icon]) + "\n")
+    (info / "pkg-b:all.list").write_text("\n".join(big_b) + "\n")
+    folders = {"pkg-a": (str(docs / "a"),), "pkg-b": (str(docs / "b"),), "pkg-c": (str(docs / "c"),)}
+    found, missing = evalsets.screenshots(folders, str(info), limit=5)
+    assert missing == ["pkg-c"]
+    # Both of pkg-b's, and three of pkg-a's five, evenly spaced (first, middle, last), in turn.
+    assert found == [(big_a[0], "pkg-a"), (big_b[0], "pkg-b"), (big_a[2], "pkg-a"), (big_b[1], "pkg-b"),
+                     (big_a[4], "pkg-a")]
+    assert all(path not in (icon, stray) for path, _ in found)
+    assert evalsets.screenshots(folders, str(info), limit=2)[0] == [(big_a[0], "pkg-a"), (big_b[0], "pkg-b")]
+    assert len(evalsets.screenshots(folders, str(info), limit=100)[0]) == 7
+
+
+def test_the_screenshot_folders_name_the_makefiles_packages() -> None:
+    makefile = (Path(__file__).parents[2] / "Makefile").read_text()
+    line = next(text for text in makefile.splitlines() if text.startswith("SCREENSHOT_PACKAGES :="))
+    assert line.split(":=")[1].split() == list(evalsets.SCREENSHOT_PACKAGES)

@@ -47,11 +47,36 @@ def test_rows_for_every_installed_library_with_equal_pixels(small_sets: Path, tm
             assert set(row["images_per_s"]) == {"1", "2"} and min(row["images_per_s"].values()) > 0
         png = measured[("png", "pillow")]
         assert png["size_vs_png"] == pytest.approx(1.0) and png["vs_pillow_png"]["1"] == pytest.approx(1.0)
+        ours = measured[("prepkit-lossless", "numba")]
+        # One image: its own ratio is the median and the worst, and the total's ratio.
+        assert len(ours["image_bytes"]) == 1 and sum(ours["image_bytes"]) == ours["encoded_bytes"]
+        assert ours["median_image_vs_png"] == ours["worst_image_vs_png"] == pytest.approx(ours["size_vs_png"])
+        webp = measured[("webp-lossless-m6", "pillow")]
+        assert ours["worst_image_vs_webp"] == pytest.approx(ours["encoded_bytes"] / webp["encoded_bytes"])
+        assert ours["worst_image_png"] == 0 and report["names"][set_name] == [ours_name(small_sets, set_name)]
         if ("png", "libspng") in measured:
             assert measured[("png", "libspng")]["encoded_bytes"] == png["encoded_bytes"]  # the same PNG files
             assert measured[("prepkit-lossless", "numba")]["vs_libspng"]["2"] > 0
     markdown = (tmp_path / "r.md").read_text()
     assert "### photos" in markdown and "x libspng 2T" in markdown and "prepkit-lossless" in markdown
+    assert "per image x WebP-m6: median, worst" in markdown
+    assert f"({ours_name(small_sets, 'masks')})" in markdown  # the worst image by name
+
+
+def ours_name(folder: Path, set_name: str) -> str:
+    """The name lossless_eval gives the first image of a set (--limit 1)."""
+    first = next(entry for entry, _ in lossless_eval.load_manifest(folder)[set_name])
+    return Path(first.file).stem.split("-", 1)[1]
+
+
+def test_per_image_ratios_name_the_worst_image() -> None:
+    assert lossless_eval.per_image([50, 300, 90], [100, 200, 100]) == (pytest.approx(0.9), pytest.approx(1.5), 1)
+    assert lossless_eval.per_image([50, 300], [100, 200, 100]) == (None, None, None)  # not image for image
+    assert lossless_eval.per_image([], []) == (None, None, None)
+    row = lossless_eval.Row("s", "f", "d", 3, 0, median_image_vs_png=0.9, worst_image_vs_png=1.5, worst_image_png=1)
+    table = lossless_eval.format_markdown([row], [1], {"s": ["a", "b-long", "c"]})
+    assert "| 0.900, 1.500 (b-long) |" in table
+    assert "| 0.900, 1.500 (image 1) |" in lossless_eval.format_markdown([row], [1])
 
 
 def test_a_missing_library_is_a_skipped_row(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,6 +58,12 @@ class Result:
     size_ratio: float | None = None  # stored bytes / raw pixel bytes
     speedup_vs_png: float | None = None
     encoded_bytes: int | None = None
+    size_vs_png: float | None = None  # stored bytes / PNG's (Pillow's default encoder)
+    image_bytes: list[int] = field(default_factory=list)  # each image's stored bytes, in input order
+    # The largest of the images' own ratios to PNG's bytes, and that image's name: a total
+    # is carried by the largest images and can hide the kind of image a format handles badly.
+    worst_image_vs_png: float | None = None
+    worst_image: str | None = None
     skipped: str | None = None
 
     def record(self) -> dict[str, Any]:
@@ -381,8 +387,10 @@ def run_benchmark(
     quality: int = 90,
     with_reader: bool = True,
     progress: Callable[[str], None] = lambda text: None,
+    names: Sequence[str] | None = None,
 ) -> tuple[list[Result], dict[str, Any]]:
-    """Measure every available decoder on ``images``; returns (results, machine).
+    """Measure every available decoder on ``images``; returns (results, machine). ``names``
+    (one per image, e.g. file names) name the worst image of each format against PNG.
 
     Every decoder is prepared and warmed up first; then ``repeat`` rounds time one pass of
     each decoder in turn, so a busy spell of a shared machine hits all of them alike.
@@ -418,6 +426,7 @@ def run_benchmark(
                     encoded_cache[candidate.format] = [candidate.encode(image) for image in images]  # type: ignore[misc]
                 encoded = encoded_cache[candidate.format]
                 result.encoded_bytes = candidate.stored_bytes(encoded)
+                result.image_bytes = [candidate.stored_bytes([data]) for data in encoded]
                 result.size_ratio = result.encoded_bytes / raw_bytes
                 return candidate.run(encoded, threads)
 
@@ -440,22 +449,51 @@ def run_benchmark(
     for result in results:
         if png and png.images_per_s and result.images_per_s:
             result.speedup_vs_png = result.images_per_s / png.images_per_s
+    relate_sizes(results, names)
     machine = describe_machine(with_gpu="cuda" in devices)
     machine.update({"threads": threads, "repeat": repeat, "warmup": warmup, "images": len(images),
                     "raw_bytes": raw_bytes, "shapes": sorted({tuple(map(int, i.shape)) for i in images})[:8]})
     return results, machine
 
 
+def per_image(sizes: Sequence[int], reference: Sequence[int]) -> tuple[float | None, float | None, int | None]:
+    """(median, largest, index of the largest) of sizes[i] / reference[i]; Nones where the
+    lists do not pair up image for image (or are empty)."""
+    if not sizes or len(sizes) != len(reference) or min(reference) <= 0:
+        return None, None, None
+    ratios = np.asarray(sizes, np.float64) / np.asarray(reference, np.float64)
+    worst = int(np.argmax(ratios))
+    return float(np.median(ratios)), float(ratios[worst]), worst
+
+
+def relate_sizes(results: list[Result], names: Sequence[str] | None = None) -> None:
+    """Fill size_vs_png and the worst image's ratio from the PNG row's bytes (Pillow's)."""
+    png = next((r for r in results if r.format == "png" and r.image_bytes), None)
+    if png is None or not png.encoded_bytes:
+        return
+    for result in results:
+        if result.skipped or result.encoded_bytes is None:
+            continue
+        result.size_vs_png = result.encoded_bytes / png.encoded_bytes
+        _, result.worst_image_vs_png, worst = per_image(result.image_bytes, png.image_bytes)
+        if worst is not None:
+            result.worst_image = names[worst] if names is not None and worst < len(names) else f"image {worst}"
+
+
 def format_table(results: list[Result]) -> str:
     """A fixed-width text table of the results (skipped rows last, with their reason)."""
-    header = f"{'format':<23}{'decoder':<13}{'device':<7}{'threads':>7}{'images/s':>11}{'MB/s':>9}{'size/raw':>10}{'vs PNG':>9}"
+    header = (f"{'format':<23}{'decoder':<13}{'device':<7}{'threads':>7}{'images/s':>11}{'MB/s':>9}{'size/raw':>10}"
+              f"{'vs PNG':>9}{'size x PNG':>12}  worst image x PNG")
     lines = [header, "-" * len(header)]
     for r in results:
         if r.skipped:
             continue
         ratio = f"{r.size_ratio:.3f}" if r.size_ratio is not None else "-"
         speed = f"{r.speedup_vs_png:.2f}x" if r.speedup_vs_png is not None else "-"
-        lines.append(f"{r.format:<23}{r.decoder:<13}{r.device:<7}{r.threads:>7}{r.images_per_s:>11.1f}{r.decoded_mb_per_s:>9.0f}{ratio:>10}{speed:>9}")
+        size = f"{r.size_vs_png:.3f}" if r.size_vs_png is not None else "-"
+        worst = f"{r.worst_image_vs_png:.3f} ({r.worst_image})" if r.worst_image_vs_png is not None else "-"
+        lines.append(f"{r.format:<23}{r.decoder:<13}{r.device:<7}{r.threads:>7}{r.images_per_s:>11.1f}"
+                     f"{r.decoded_mb_per_s:>9.0f}{ratio:>10}{speed:>9}{size:>12}  {worst}")
     for r in results:
         if r.skipped:
             lines.append(f"{r.format:<23}{r.decoder:<13}{r.device:<7} skipped: {r.skipped}")
@@ -480,7 +518,9 @@ def plot(results: list[Result], machine: dict[str, Any], path: str, title: str =
     axis.set_xlabel("images decoded per second (log scale, higher is better)")
     for bar, row in zip(bars, rows, strict=True):
         note = f" {row.images_per_s:,.0f}/s"
-        if row.size_ratio is not None:
+        if row.size_vs_png is not None:
+            note += f"  size {row.size_vs_png:.2f}x PNG"
+        elif row.size_ratio is not None:
             note += f"  size {row.size_ratio:.2f}x raw"
         if row.speedup_vs_png:
             note += f"  {row.speedup_vs_png:.1f}x PNG"

@@ -178,10 +178,10 @@ def _relate(rows: list[Row]) -> None:
         if pillow and pillow.encoded_bytes and row.encoded_bytes is not None:
             row.size_vs_png = row.encoded_bytes / pillow.encoded_bytes
         if pillow:
-            row.median_image_vs_png, row.worst_image_vs_png, row.worst_image_png = per_image(row.image_bytes,
+            row.median_image_vs_png, row.worst_image_vs_png, row.worst_image_png = bench_decode.per_image(row.image_bytes,
                                                                                            pillow.image_bytes)
         if webp:
-            row.median_image_vs_webp, row.worst_image_vs_webp, row.worst_image_webp = per_image(row.image_bytes,
+            row.median_image_vs_webp, row.worst_image_vs_webp, row.worst_image_webp = bench_decode.per_image(row.image_bytes,
                                                                                               webp.image_bytes)
         if pillow and pillow.encode_s and row.encode_s:
             row.encode_speedup_vs_png = pillow.encode_s / row.encode_s
@@ -190,16 +190,6 @@ def _relate(rows: list[Row]) -> None:
                 row.vs_pillow_png[count] = speed / pillow.images_per_s[count]
             if libspng and count in libspng.images_per_s:
                 row.vs_libspng[count] = speed / libspng.images_per_s[count]
-
-
-def per_image(sizes: list[int], reference: list[int]) -> tuple[float | None, float | None, int | None]:
-    """(median, largest, index of the largest) of sizes[i] / reference[i]; Nones where the
-    lists do not pair up image for image (or are empty)."""
-    if not sizes or len(sizes) != len(reference) or min(reference) <= 0:
-        return None, None, None
-    ratios = np.asarray(sizes, np.float64) / np.asarray(reference, np.float64)
-    worst = int(np.argmax(ratios))
-    return float(np.median(ratios)), float(ratios[worst]), worst
 
 
 def format_markdown(rows: list[Row], threads: Sequence[int], names: dict[str, list[str]] | None = None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -16,31 +17,35 @@ def bundled_sample_folder() -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def load_inputs(inputs: tuple[str, ...], limit: int | None) -> list:  # list[np.ndarray]
-    """Images from folders, manifests or stores, as H x W x C uint8 arrays."""
+def load_inputs(inputs: tuple[str, ...], limit: int | None) -> tuple[list, list[str]]:  # (list[np.ndarray], names)
+    """Images from folders, manifests or stores, as H x W x C uint8 arrays, and their names
+    (a file's path below its input, or a store's name and sample index)."""
     from prepkit.errors import PrepkitError
     from prepkit.ingest.images import ImageOptions, load_image
     from prepkit.ingest.sources import list_source
     from prepkit.store.reader import open_store
 
-    images = []
+    images: list = []
+    names: list[str] = []
     for source in inputs:
         path = Path(source)
         if (path / "zarr.json").is_file():
             store = open_store(path)
             for index in range(len(store)):
                 images.append(store[index]["image"])
+                names.append(f"{path.name}[{index}]")
                 if limit and len(images) >= limit:
-                    return images
+                    return images, names
             continue
         for item in list_source(path).items:
             try:
                 images.append(load_image(item.path, ImageOptions()))
+                names.append(os.path.relpath(item.path, path) if path.is_dir() else str(item.path))
             except PrepkitError as error:
                 click.echo(f"skipping {item.path}: {error}", err=True)
             if limit and len(images) >= limit:
-                return images
-    return images
+                return images, names
+    return images, names
 
 
 @click.command("bench-decode")
@@ -66,7 +71,9 @@ def bench_decode(inputs: tuple[str, ...], threads: int, device: str, repeat: int
     QOI, raw and prepkit lossless, on the CPU and the GPU, and the Reader end to end.
 
     INPUT is a folder of images, a manifest or a prepkit store (default: the bundled
-    sample photos). Each figure is the median of --repeat passes after --warmup.
+    sample photos). Each figure is the median of --repeat passes after --warmup. Sizes are
+    given against PNG's (Pillow's encoder) in total and for the worst image by name: a
+    total is carried by the largest images.
 
     With --device cuda or all, the GPU benchmark follows (prepkit.bench.gpu,
     docs/BENCHMARKS.md): the compressed images repeated to a pass (1 GiB by default) in
@@ -83,7 +90,7 @@ def bench_decode(inputs: tuple[str, ...], threads: int, device: str, repeat: int
             if folder is None:
                 raise click.UsageError("no INPUT given and no bundled sample photos found; name a folder or store")
             inputs = (str(folder),)
-        images = load_inputs(inputs, limit)
+        images, names = load_inputs(inputs, limit)
         if not images:
             raise click.UsageError(f"no images found in {', '.join(inputs)}")
         if plot_path:
@@ -96,7 +103,7 @@ def bench_decode(inputs: tuple[str, ...], threads: int, device: str, repeat: int
                    f"median of {repeat} after {warmup} warm-up", err=True)
         results, machine = run_benchmark(
             images, threads=threads, devices=devices, repeat=repeat, warmup=warmup, quality=quality,
-            with_reader=not no_reader, progress=lambda text: click.echo(f"  {text}", err=True),
+            with_reader=not no_reader, progress=lambda text: click.echo(f"  {text}", err=True), names=names,
         )
         gpu_result = None
         if "cuda" in devices:

@@ -55,6 +55,14 @@ def test_json_table_and_chart(folder: Path, tmp_path: Path) -> None:
     assert measured[("png", "pillow", "cpu")]["speedup_vs_png"] == pytest.approx(1.0)
     assert measured[("raw", "memcpy", "cpu")]["size_ratio"] == pytest.approx(1.0)
     assert 0 < measured[("prepkit-lossless", "numba", "cpu")]["size_ratio"] < 1
+    # Sizes against PNG's: in total, and the worst image by its file name.
+    png, ours = measured[("png", "pillow", "cpu")], measured[("prepkit-lossless", "numba", "cpu")]
+    assert png["size_vs_png"] == pytest.approx(1.0) and png["worst_image_vs_png"] == pytest.approx(1.0)
+    assert ours["size_vs_png"] == pytest.approx(ours["encoded_bytes"] / png["encoded_bytes"])
+    ratios = [a / b for a, b in zip(ours["image_bytes"], png["image_bytes"], strict=True)]
+    assert len(ratios) == 3 and ours["worst_image_vs_png"] == pytest.approx(max(ratios))
+    assert ours["worst_image"] == f"{ratios.index(max(ratios))}.png"
+    assert "worst image x PNG" in result.output and f"({ours['worst_image']})" in result.output
     cuda_rows = [r for r in rows if r["device"] == "cuda"]
     assert cuda_rows, "the cuda rows must be listed (measured, or skipped with a reason)"
     if not machine[0]["gpu"]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from prepkit.bench import decode as bench_decode
 from prepkit.bench import lossless_eval
 from tests.conftest import smooth_image
 
@@ -70,9 +71,9 @@ def ours_name(folder: Path, set_name: str) -> str:
 
 
 def test_per_image_ratios_name_the_worst_image() -> None:
-    assert lossless_eval.per_image([50, 300, 90], [100, 200, 100]) == (pytest.approx(0.9), pytest.approx(1.5), 1)
-    assert lossless_eval.per_image([50, 300], [100, 200, 100]) == (None, None, None)  # not image for image
-    assert lossless_eval.per_image([], []) == (None, None, None)
+    assert bench_decode.per_image([50, 300, 90], [100, 200, 100]) == (pytest.approx(0.9), pytest.approx(1.5), 1)
+    assert bench_decode.per_image([50, 300], [100, 200, 100]) == (None, None, None)  # not image for image
+    assert bench_decode.per_image([], []) == (None, None, None)
     row = lossless_eval.Row("s", "f", "d", 3, 0, median_image_vs_png=0.9, worst_image_vs_png=1.5, worst_image_png=1)
     table = lossless_eval.format_markdown([row], [1], {"s": ["a", "b-long", "c"]})
     assert "| 0.900, 1.500 (b-long) |" in table

@@ -21,6 +21,7 @@ parent, which stops them and reports one line.
 from __future__ import annotations
 
 import ctypes
+import functools
 import multiprocessing
 import os
 import signal
@@ -30,11 +31,12 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from prepkit.errors import PrepkitError
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _JOB: Callable[[int], Any] | None = None
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -141,6 +143,24 @@ def numba_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(previous)
+
+
+def keeps_numba_threads(function: Callable[P, T]) -> Callable[P, T]:
+    """Decorator for benchmarks, which set numba's thread count themselves: the calling
+    thread's count is back to what it was when ``function`` returns or raises, so a test, a
+    notebook or a training script that calls one in-process keeps its own setting."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        import numba
+
+        previous = numba.get_num_threads()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            numba.set_num_threads(previous)
+
+    return wrapper
 
 
 def worker_threads(workers: int, cores: int | None = None) -> int:

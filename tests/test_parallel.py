@@ -10,6 +10,7 @@ from prepkit.errors import PrepkitError
 from prepkit.parallel import (
     LOCAL_SIZE_VARIABLES,
     available_cores,
+    keeps_numba_threads,
     local_processes,
     numba_threads,
     run_ordered,
@@ -131,3 +132,20 @@ def test_numba_threads_limits_this_thread_and_restores_it() -> None:
     with numba_threads(10_000):  # no more than numba has
         assert numba.get_num_threads() == min(before, numba.config.NUMBA_NUM_THREADS)
     assert numba.get_num_threads() == before
+
+
+def test_keeps_numba_threads_gives_the_setting_back_on_return_and_on_error() -> None:
+    @keeps_numba_threads
+    def one_thread(fail: bool) -> int:
+        numba.set_num_threads(1)
+        if fail:
+            raise ValueError("stop")
+        return numba.get_num_threads()
+
+    top = numba.config.NUMBA_NUM_THREADS
+    with numba_threads(top):
+        assert one_thread(False) == 1 and numba.get_num_threads() == top
+        with pytest.raises(ValueError, match="stop"):
+            one_thread(True)
+        assert numba.get_num_threads() == top
+    assert one_thread.__name__ == "one_thread"

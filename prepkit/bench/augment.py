@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from prepkit.parallel import keeps_numba_threads
+
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
@@ -55,6 +57,7 @@ def _median_seconds(contenders: dict[str, Callable[[], object]], repeats: int) -
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+@keeps_numba_threads
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print one line per contender."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

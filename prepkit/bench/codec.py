@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from PIL import Image
 
+from prepkit.parallel import keeps_numba_threads
+
 
 def _median_times(runs: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
     """Median wall time of each run. Runs are interleaved round-robin, so that a slow
@@ -120,6 +122,7 @@ def bench_set(name: str, images: Sequence[np.ndarray], threads: int, repeat: int
     return rows
 
 
+@keeps_numba_threads
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the comparison and print a markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

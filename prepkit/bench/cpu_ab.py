@@ -31,6 +31,7 @@ import numpy as np
 
 from prepkit.bench.lossless_eval import load_sets
 from prepkit.lossless import cpu_v2, hostplan
+from prepkit.parallel import keeps_numba_threads
 
 MODULE = "prepkit/lossless/cpu_v2.py"
 
@@ -139,6 +140,7 @@ def _report(name: str, n_images: int, what: str, totals: dict[str, float], repea
           f"new {1e3 * totals['new'] / repeat:9.1f} ms  new/old {totals['new'] / totals['old']:.3f}")
 
 
+@keeps_numba_threads
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("evalsets", type=Path)

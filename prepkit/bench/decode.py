@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from prepkit.bench.machine import describe_machine
+from prepkit.parallel import keeps_numba_threads
 
 
 @dataclass
@@ -377,6 +378,7 @@ def interleaved_medians(passes: Sequence[Callable[[], None]], repeat: int,
     return [statistics.median(t) for t in timings]
 
 
+@keeps_numba_threads
 def run_benchmark(
     images: list[np.ndarray],
     *,

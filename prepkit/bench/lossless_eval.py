@@ -35,6 +35,7 @@ import numpy as np
 from prepkit.bench import decode as bench_decode
 from prepkit.bench.evalsets import SETS, load_manifest
 from prepkit.bench.machine import describe_machine, machine_line
+from prepkit.parallel import keeps_numba_threads
 
 
 @dataclass
@@ -103,6 +104,7 @@ def check_pixels(decoded: list[np.ndarray], sources: list[np.ndarray]) -> str | 
     return None
 
 
+@keeps_numba_threads
 def evaluate(
     sets: dict[str, list[np.ndarray]],
     *,

@@ -21,6 +21,7 @@ from numba import njit
 
 from prepkit.bench import rans_rounds
 from prepkit.lossless import cpu_v2, frequencies, rans_avx2
+from prepkit.parallel import keeps_numba_threads
 
 TILE_SYMBOLS = 64 * 64 * 3
 LANES = 32
@@ -96,6 +97,7 @@ def measure(tiles: int, repeat: int) -> dict[str, float]:
     return {name: seconds * 1e9 for name, seconds in best.items()}
 
 
+@keeps_numba_threads
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiles", type=int, default=64, help="tiles per timed round")

@@ -28,6 +28,7 @@ from numba import njit
 from prepkit.bench.machine import machine_line
 from prepkit.lossless import cpu_v2, frequencies, rans_avx2
 from prepkit.lossless import format_v2 as f2
+from prepkit.parallel import keeps_numba_threads
 
 SYM0 = cpu_v2.SYM0
 TABLES = 8
@@ -145,6 +146,7 @@ def measure(rounds: int, repeat: int) -> dict[str, float]:
     return {name: seconds * 1e9 for name, seconds in best.items()}
 
 
+@keeps_numba_threads
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4096, help="32-symbol rounds per tile")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from prepkit.parallel import keeps_numba_threads
+
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
@@ -41,6 +43,7 @@ def build(images: list[np.ndarray], folder: Path, layout_name: str, count: int, 
     return dest
 
 
+@keeps_numba_threads
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=256)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from prepkit.parallel import keeps_numba_threads
+
 
 def crops(folder: str | Path, side: int, count: int, seed: int = 0) -> list[np.ndarray]:
     """``count`` crops of side x side from each evaluation set that has images that large."""
@@ -80,6 +82,7 @@ def measure_encode(images: list[np.ndarray], repeat: int) -> dict[str, float]:
     return {name: total / len(images) * 1e6 for name, total in seconds.items()}
 
 
+@keeps_numba_threads
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets_dir")

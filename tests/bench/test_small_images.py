@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
@@ -18,7 +19,9 @@ def test_crops_are_deterministic_and_of_the_asked_side(small_sets: Path) -> None
 
 
 def test_rows_per_side(small_sets: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = numba.get_num_threads()
     small_images.main([str(small_sets), "--sides", "32", "64", "--crops", "1", "--repeat", "2"])
+    assert numba.get_num_threads() == before  # it times on one thread, then gives the setting back
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [row.split("|")[1].strip() for row in rows] == ["32", "64"]
     for row in rows:  # decode and encode timings, ratios and the size ratio: positive numbers

@@ -172,18 +172,19 @@ gpu-check:
 	@$(MAKE) --no-print-directory gpu-correct; correct=$$?; $(MAKE) --no-print-directory gpu-bench; bench=$$?; \
 	echo "gpu-check: gpu-correct exit $$correct, gpu-bench exit $$bench"; [ $$correct = 0 ] && [ $$bench = 0 ]
 
-# The lossless evaluation sets (docs/BENCHMARKS.md, "Evaluation sets"): the wallpaper packages and
-# the documentation packages whose figures are the screenshots are installed with apt-get when run
-# as root; without them the sets hold scikit-image's and rendered images only, and the builder
-# names the missing packages.
+# The lossless evaluation sets (docs/BENCHMARKS.md, "Evaluation sets"): the wallpaper packages, the
+# documentation packages whose figures are the screenshots and a head CT with its masks are
+# installed with apt-get when run as root; without them the sets hold scikit-image's and rendered
+# images only, and the builder names the missing packages.
 EVALSETS ?= out/evalsets
 EVALSETS_MAX ?= 40
 WALLPAPER_PACKAGES := gnome-backgrounds plasma-workspace-wallpapers lomiri-wallpapers ukui-wallpapers
 SCREENSHOT_PACKAGES := gnome-user-docs gimp-help-en gnucash-docs
+MEDICAL_PACKAGES := invesalius-examples
 evalsets: setup
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(WALLPAPER_PACKAGES) $(SCREENSHOT_PACKAGES); \
-	else echo "not root: using the wallpaper and documentation packages already installed"; fi
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(WALLPAPER_PACKAGES) $(SCREENSHOT_PACKAGES) $(MEDICAL_PACKAGES); \
+	else echo "not root: using the wallpaper, documentation and CT packages already installed"; fi
 	rm -rf $(EVALSETS)
 	$(PY) -m prepkit.bench.evalsets build $(EVALSETS) --max-per-set $(EVALSETS_MAX)
 

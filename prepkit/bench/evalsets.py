@@ -12,8 +12,11 @@ Sets:
 - ``rendered``: the non-photographic wallpapers (desktop art, synthetic renders) and screenshots
   rendered here (matplotlib figures, UI-like panels, a terminal);
 - ``medical``: images with black borders or backgrounds (fundus photographs, microscopy, a
-  tomography phantom), 1 and 3 channels;
-- ``masks``: uint8 single-channel segmentation masks with at most 20 labels;
+  tomography phantom), 1 and 3 channels, and axial slices of a real head CT (Debian's
+  ``invesalius-examples``: 108 slices of 256 x 256, int16 Hounsfield units) mapped to 8 bits
+  with the study's own display window, as 2-D training pipelines do;
+- ``masks``: uint8 single-channel segmentation masks with at most 20 labels, among them the
+  CT study's own segmentation (background, soft tissue, bone) of the same slices;
 - ``screenshots``: real application screenshots, the figures of Debian's documentation packages
   ``gnome-user-docs`` (GNOME Shell), ``gimp-help-en`` (GIMP's dialogs and preferences) and
   ``gnucash-docs`` (GnuCash's windows and registers), read as RGB; where none of them is
@@ -64,6 +67,11 @@ SKIMAGE_PHOTOS = (
 SKIMAGE_MEDICAL = ("retina.jpg", "phantom.png", "cell.png", "microaneurysms.png")
 # Binary silhouettes shipped as images: masks as they are.
 SKIMAGE_MASKS = ("horse.png",)
+# A head CT and its two threshold masks, saved by InVesalius (a gzipped tar of plists and raw
+# arrays); its slices join the medical set and its masks the masks set.
+CT_PACKAGE = "invesalius-examples"
+CT_STUDY = "/usr/share/doc/invesalius-examples/examples/Cranium.inv3"
+CT_SLICES = 8
 
 # The wallpapers that are photographs of real scenes, by file stem (Ubuntu/UKUI/Lomiri under
 # /usr/share/backgrounds) or theme folder (Plasma under /usr/share/wallpapers). Chosen by looking
@@ -295,6 +303,69 @@ def render_terminal(width: int, height: int, seed: int = 0) -> np.ndarray:
     return np.asarray(image).copy()
 
 
+# --------------------------------------------------------------------------- a CT study
+
+
+@dataclass
+class CtStudy:
+    """An InVesalius project: the volume, its display window and its masks."""
+
+    volume: np.ndarray  # int16 (slices, H, W), Hounsfield units
+    window_level: float
+    window_width: float
+    masks: list[np.ndarray]  # bool (slices, H, W) each, in the project's mask order
+
+
+def read_invesalius(path: str | Path) -> CtStudy:
+    """Read an InVesalius 3 project (``.inv3``: a gzipped tar of plists and raw arrays). Its
+    masks are stored one larger on every axis (index 0 holds no voxel): cut to the volume."""
+    import plistlib
+    import tarfile
+
+    with tarfile.open(path, "r:gz") as archive:
+        members = {Path(m.name).name: m for m in archive.getmembers() if m.isfile()}
+
+        def read(name: str) -> bytes:
+            handle = archive.extractfile(members[name])
+            if handle is None:
+                raise ValueError(f"{path}: {name} is not a file")
+            return handle.read()
+
+        main = plistlib.loads(read("main.plist"))
+        matrix = main["matrix"]
+        shape = tuple(int(n) for n in matrix["shape"])
+        volume = np.frombuffer(read(matrix["filename"]), np.dtype(matrix["dtype"])).reshape(shape)
+        masks = []
+        for key in sorted(main.get("masks", {}), key=int):
+            mask = plistlib.loads(read(main["masks"][key]))
+            voxels = np.frombuffer(read(mask["mask_file"]), np.uint8).reshape(tuple(int(n) for n in mask["mask_shape"]))
+            masks.append(voxels[1:, 1:, 1:][: shape[0], : shape[1], : shape[2]] > 127)
+    return CtStudy(volume.astype(np.int16), float(main["window_level"]), float(main["window_width"]), masks)
+
+
+def window(slice_hu: np.ndarray, level: float, width: float) -> np.ndarray:
+    """Hounsfield units to uint8 through a display window (level +- width / 2 -> 0..255)."""
+    scaled = (slice_hu.astype(np.float64) - (level - width / 2)) / width
+    return (np.clip(scaled, 0.0, 1.0) * 255).round().astype(np.uint8)
+
+
+def ct_labels(masks: list[np.ndarray]) -> np.ndarray:
+    """One label map from nested threshold masks: 0 outside all, k where mask k - 1 is the
+    last mask (in order of decreasing extent) that holds the voxel."""
+    ordered = sorted(masks, key=lambda m: -int(m.sum()))
+    labels = np.zeros(ordered[0].shape, np.uint8)
+    for k, mask in enumerate(ordered):
+        labels[mask] = k + 1
+    return labels
+
+
+def ct_slices(study: CtStudy, count: int = CT_SLICES) -> list[int]:
+    """``count`` slice indices evenly spaced over the volume, its first and last tenth left out
+    (the scanner's table and the top of the skull: mostly empty)."""
+    n = study.volume.shape[0]
+    return [int(k) for k in np.linspace(n // 10, n - 1 - n // 10, count).round()]
+
+
 # --------------------------------------------------------------------------- masks
 
 
@@ -428,6 +499,16 @@ def build(out: str | Path, *, small: bool = False, max_per_set: int = 40,
 
     missing: list[str] = []
     if not small:
+        if os.path.isfile(CT_STUDY):
+            study = read_invesalius(CT_STUDY)
+            labels = ct_labels(study.masks) if study.masks else None
+            for k in ct_slices(study):
+                add("medical", f"ct-{k:03d}", window(study.volume[k], study.window_level, study.window_width),
+                    CT_PACKAGE, "ct")
+                if labels is not None:
+                    add("masks", f"ct-{k:03d}", labels[k], CT_PACKAGE, "mask-ct")
+        else:
+            missing.append(CT_PACKAGE)
         found, missing = wallpapers()
         for path, package, photographic in found:
             stem = os.path.basename(path.split("/contents/")[0]) if "/contents/" in path else Path(path).stem

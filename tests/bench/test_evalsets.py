@@ -101,3 +101,46 @@ def test_the_screenshot_folders_name_the_makefiles_packages() -> None:
     makefile = (Path(__file__).parents[2] / "Makefile").read_text()
     line = next(text for text in makefile.splitlines() if text.startswith("SCREENSHOT_PACKAGES :="))
     assert line.split(":=")[1].split() == list(evalsets.SCREENSHOT_PACKAGES)
+
+
+def _inv3(path: Path, volume: np.ndarray, masks: list[np.ndarray]) -> None:
+    """A tiny InVesalius project as the CT package ships one: plists and raw arrays, tarred
+    and gzipped, each mask one larger on every axis than the volume."""
+    import io
+    import plistlib
+    import tarfile
+
+    files = {"matrix.dat": volume.astype(np.int16).tobytes()}
+    main = {"matrix": {"dtype": "int16", "filename": "matrix.dat", "shape": list(volume.shape)},
+            "window_level": -18.0, "window_width": 406.0, "masks": {}}
+    for k, mask in enumerate(masks):
+        padded = np.full(tuple(n + 1 for n in mask.shape), 1, np.uint8)  # index 0: not a voxel
+        padded[1:, 1:, 1:] = np.where(mask, 255, 0)
+        files[f"mask_{k}.dat"] = padded.tobytes()
+        files[f"mask_{k}.plist"] = plistlib.dumps({"mask_file": f"mask_{k}.dat", "mask_shape": list(padded.shape)})
+        main["masks"][str(k)] = f"mask_{k}.plist"
+    files["main.plist"] = plistlib.dumps(main)
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"tmpabc/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+def test_a_ct_study_gives_windowed_slices_and_nested_labels(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    volume = rng.integers(-1024, 3000, (20, 6, 5)).astype(np.int16)
+    tissue = volume > -142
+    bone = volume > 300
+    _inv3(tmp_path / "c.inv3", volume, [bone, tissue])
+    study = evalsets.read_invesalius(tmp_path / "c.inv3")
+    np.testing.assert_array_equal(study.volume, volume)
+    assert (study.window_level, study.window_width) == (-18.0, 406.0)
+    assert len(study.masks) == 2
+    np.testing.assert_array_equal(study.masks[0], bone)
+    np.testing.assert_array_equal(study.masks[1], tissue)
+    # Labels by decreasing extent: 1 soft tissue, 2 bone (the larger mask holds the smaller).
+    np.testing.assert_array_equal(evalsets.ct_labels(study.masks), np.where(bone, 2, np.where(tissue, 1, 0)))
+    assert evalsets.ct_slices(study, 4) == [2, 7, 12, 17]
+    hu = np.array([-1024, -221, -18, 185, 3000])
+    np.testing.assert_array_equal(evalsets.window(hu, -18.0, 406.0), [0, 0, 128, 255, 255])

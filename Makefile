@@ -193,7 +193,7 @@ evalsets: setup
 LOSSLESS_REPEAT ?= 5
 bench-lossless: setup
 	$(PY) -m prepkit.bench.lossless_eval $(EVALSETS) --threads 1 2 --repeat $(LOSSLESS_REPEAT) \
-	  --json out/lossless-eval.json --markdown out/lossless-eval.md
+	  --json out/lossless-eval.json --markdown out/lossless-eval.md --plot out/lossless-sizes.png
 	$(PY) -m prepkit.bench.encode_speed $(EVALSETS) --threads 1 2 --repeat 3 --limit 12 --json out/encode-speed.json
 	$(PY) -m prepkit.bench.lossless_sizes $(EVALSETS) --limit 12
 

@@ -1,7 +1,7 @@
 """Size and speed of prepkit's lossless codec against PNG, libspng, WebP, JPEG-XL and HTJ2K.
 
 ``python -m prepkit.bench.lossless_eval SETS_DIR [--threads 1 2] [--repeat N] [--limit N]
-[--json F] [--markdown F]`` reads the evaluation sets that ``prepkit.bench.evalsets`` built and
+[--json F] [--markdown F] [--plot F.png]`` reads the evaluation sets that ``prepkit.bench.evalsets`` built and
 reports, per set and per lossless format: total bytes, size relative to PNG (Pillow's default
 encoder), the same ratio image by image (median and worst, and the worst image's name) against
 PNG and against WebP lossless (method 6), since a set's total is carried by its largest images
@@ -244,6 +244,56 @@ def _spread_cell(median: float | None, worst: float | None, index: int | None, s
     return f"{median:.3f}, {worst:.3f} ({known[index] if index < len(known) else f'image {index}'})"
 
 
+PLOT_TICKS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
+
+
+def plot_sizes(rows: list[Row], names: dict[str, list[str]], path: str | Path, title: str = "") -> None:
+    """A chart of every image's size against PNG's, one panel per set, one column of points
+    per format (log scale; PNG is the line at 1): the spread and the outliers a total hides.
+    Each format's worst image is named beside its point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    set_names = list(dict.fromkeys(r.set for r in rows))
+    figure, axes = plt.subplots(len(set_names), 1, figsize=(10, 3.2 * len(set_names) + 0.6), squeeze=False)
+    for axis, set_name in zip(axes[:, 0], set_names, strict=True):
+        by_format: dict[str, Row] = {}
+        for r in rows:  # one row per format (Pillow and libspng read the same PNG files)
+            if r.set == set_name and not r.skipped and r.image_bytes:
+                by_format.setdefault(r.format, r)
+        png = by_format.get("png")
+        if png is None:
+            continue
+        formats = [f for f in by_format if f != "png"]
+        jitter = np.random.default_rng(0)
+        for x, fmt in enumerate(formats):
+            ratios = np.asarray(by_format[fmt].image_bytes, np.float64) / np.asarray(png.image_bytes, np.float64)
+            colour = "#d62728" if fmt.startswith("prepkit") else "#1f77b4"
+            axis.scatter(x + jitter.uniform(-0.18, 0.18, ratios.size), ratios, s=10, alpha=0.6, color=colour)
+            axis.hlines(float(np.median(ratios)), x - 0.3, x + 0.3, color="black", linewidth=1.5)
+            worst = int(np.argmax(ratios))
+            label = names.get(set_name, [])[worst] if worst < len(names.get(set_name, [])) else f"image {worst}"
+            axis.annotate(label, (x, float(ratios[worst])), textcoords="offset points", xytext=(6, 0),
+                          fontsize=6, va="center")
+        axis.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        axis.set_yscale("log")
+        low, high = axis.get_ylim()
+        axis.set_yticks([t for t in PLOT_TICKS if low <= t <= high])
+        axis.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+        axis.set_xticks(range(len(formats)), formats, fontsize=7)
+        axis.set_ylabel("bytes / PNG's (log)")
+        axis.set_title(f"{set_name}: {len(png.image_bytes)} images (black bar: median; PNG is the dashed line)",
+                       fontsize=9)
+    figure.suptitle(title or "Lossless sizes image by image against PNG (lower is better)", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def load_sets(folder: str | Path, names: Sequence[str] | None = None, limit: int | None = None) -> dict[str, list[np.ndarray]]:
     """The images of each set in ``folder`` (built by prepkit.bench.evalsets), in SETS order.
 
@@ -286,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="at most this many images per set, evenly spaced")
     parser.add_argument("--json", help="write the rows and the machine as JSON here")
     parser.add_argument("--markdown", help="write the tables as markdown here")
+    parser.add_argument("--plot", help="write a chart of every image's size against PNG's here (PNG; matplotlib)")
     args = parser.parse_args(argv)
     if args.repeat < 1 or any(t < 1 for t in args.threads):
         parser.error("--repeat and --threads must be at least 1")
@@ -303,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
                                                "repeat": args.repeat, "names": names,
                                                "rows": [r.record() for r in rows]},
                                               indent=1) + "\n")
+    if args.plot:
+        plot_sizes(rows, names, args.plot)
     mismatched = [r for r in rows if r.pixels_equal is False]
     return 1 if mismatched else 0
 

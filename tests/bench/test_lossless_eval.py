@@ -33,7 +33,7 @@ def installed_rows() -> set[tuple[str, str]]:
 def test_rows_for_every_installed_library_with_equal_pixels(small_sets: Path, tmp_path: Path) -> None:
     code = lossless_eval.main([str(small_sets), "--sets", "photos", "masks", "--limit", "1", "--repeat", "1",
                                "--warmup", "0", "--threads", "1", "2", "--json", str(tmp_path / "r.json"),
-                               "--markdown", str(tmp_path / "r.md")])
+                               "--markdown", str(tmp_path / "r.md"), "--plot", str(tmp_path / "r.png")])
     assert code == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["machine"]["cores"] >= 1 and report["threads"] == [1, 2]
@@ -62,6 +62,10 @@ def test_rows_for_every_installed_library_with_equal_pixels(small_sets: Path, tm
     assert "### photos" in markdown and "x libspng 2T" in markdown and "prepkit-lossless" in markdown
     assert "per image x WebP-m6: median, worst" in markdown
     assert f"({ours_name(small_sets, 'masks')})" in markdown  # the worst image by name
+    from PIL import Image
+
+    with Image.open(tmp_path / "r.png") as chart:  # two panels, photos and masks
+        assert chart.format == "PNG" and chart.width > 800 and chart.height > 600
 
 
 def ours_name(folder: Path, set_name: str) -> str:

@@ -311,10 +311,26 @@ def probe_size(path: str, options: ImageOptions, data: bytes | None = None) -> t
     try:
         image = _open_without_pillow_limit(path if data is None else io.BytesIO(data))
         with image:
-            orientation = image.getexif().get(0x0112, 1) if hasattr(image, "getexif") else 1
+            if image.format == "PNG" and not _png_may_orient(path, data):
+                orientation = 1  # (Pillow's getexif of a PNG decodes every pixel to look past them)
+            else:
+                orientation = image.getexif().get(0x0112, 1) if hasattr(image, "getexif") else 1
             return stored_shape(image, options, orient=orientation in (5, 6, 7, 8))
     except Exception:
         return None
+
+
+def _png_may_orient(path: str, data: bytes | None) -> bool:
+    """Whether a PNG has a chunk Pillow could take an EXIF orientation from, from its chunk
+    headers alone (png_fast.scan); True where they do not parse."""
+    from prepkit.ingest import png_fast
+
+    if data is not None:
+        found = png_fast.scan(io.BytesIO(data))
+    else:
+        with open(path, "rb") as handle:
+            found = png_fast.scan(handle)
+    return found is None or found.orientation_chunks
 
 
 def stored_shape(image: Image.Image, options: ImageOptions, orient: bool = False) -> tuple[int, int, int]:

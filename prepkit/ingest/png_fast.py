@@ -8,7 +8,8 @@ Pillow, decided from the file's chunk headers before anything is decoded:
 
 - 8 bits per sample, grey, RGB or RGBA (colour types 0, 2 and 6), not interlaced;
 - no ``tRNS`` chunk (a transparent colour: Pillow's conversions treat it), no ``eXIf`` chunk
-  and no text chunk holding an EXIF profile (an orientation Pillow would apply), not animated;
+  and no text chunk Pillow reads EXIF or XMP from (an orientation it would apply), not
+  animated;
 - a mode conversion that is a plain copy of channels: "rgb" repeats grey into RGB and drops
   RGBA's alpha as Pillow's ``convert("RGB")`` does, "keep" keeps L, RGB and RGBA; with
   ``alpha="composite"`` an RGBA file goes through Pillow;
@@ -22,9 +23,11 @@ environment, every file goes through Pillow.
 
 from __future__ import annotations
 
+import io
 import os
 import struct
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, Any
 
 import numpy as np
 
@@ -34,7 +37,8 @@ SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GREY, RGB, RGBA = 0, 2, 6  # IHDR colour types taken here
 _CHANNELS = {GREY: 1, RGB: 3, RGBA: 4}
 _TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
-_EXIF_KEYWORD = b"raw profile type exif"  # Pillow reads EXIF from a text chunk of this keyword too
+# Text chunks Pillow reads EXIF (and so an orientation) from, besides eXIf; XMP can hold one too.
+_EXIF_KEYWORDS = (b"exif", b"Raw profile type exif", b"XML:com.adobe.xmp")
 
 try:  # optional: `pip install pyspng` (in prepkit's png, bench and test extras)
     import pyspng as _pyspng
@@ -49,40 +53,68 @@ def available() -> bool:
     return _spng is not None and os.environ.get("PREPKIT_PNG_READER", "") != "pillow"
 
 
+@dataclass(frozen=True)
+class PngHeader:
+    """What a PNG's chunk headers say, read without its pixels."""
+
+    width: int
+    height: int
+    depth: int  # bits per sample
+    colour: int  # IHDR colour type
+    interlaced: bool
+    transparency: bool  # a tRNS chunk
+    orientation_chunks: bool  # eXIf, or a text chunk Pillow takes EXIF or XMP from
+    animated: bool  # acTL
+
+
+def scan(handle: IO[bytes]) -> PngHeader | None:
+    """The chunk headers of the PNG at ``handle``'s start (seeking over each chunk's data, and
+    reading only a text chunk's keyword), or None when it is not a PNG whose chunks parse up
+    to IEND (Pillow then reads it, and reports what is wrong)."""
+    if handle.read(8) != SIGNATURE:
+        return None
+    fields: dict[str, Any] = {"transparency": False, "orientation_chunks": False, "animated": False}
+    first = True
+    while True:
+        head = handle.read(8)
+        if len(head) < 8:
+            return None  # no IEND
+        length, kind = struct.unpack(">I4s", head)
+        if first:
+            body = handle.read(13)
+            if kind != b"IHDR" or length != 13 or len(body) < 13:
+                return None
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            fields.update(width=width, height=height, depth=depth, colour=colour, interlaced=interlace != 0)
+            handle.seek(4, io.SEEK_CUR)
+            first = False
+            continue
+        if kind == b"IEND":
+            return PngHeader(**fields)
+        skip = length
+        if kind == b"tRNS":
+            fields["transparency"] = True
+        elif kind == b"eXIf":
+            fields["orientation_chunks"] = True
+        elif kind == b"acTL":
+            fields["animated"] = True
+        elif kind in _TEXT_CHUNKS:
+            keyword = handle.read(min(length, 80)).split(b"\0", 1)[0]
+            skip -= min(length, 80)
+            if keyword in _EXIF_KEYWORDS or b"exif" in keyword.lower() or b"xmp" in keyword.lower():
+                fields["orientation_chunks"] = True
+        handle.seek(skip + 4, io.SEEK_CUR)  # the data, then the CRC
+
+
 def header(data: bytes) -> tuple[int, int, int, int] | None:
     """(width, height, bit depth, colour type) of a PNG whose chunks qualify for libspng
     (module docstring), else None. Reads only the chunks' headers (and the keyword of text
     chunks), never the pixels."""
-    if len(data) < 33 or not data.startswith(SIGNATURE):
+    found = scan(io.BytesIO(data))
+    if (found is None or found.depth != 8 or found.colour not in _CHANNELS or found.interlaced or found.transparency
+            or found.orientation_chunks or found.animated):
         return None
-    pos = len(SIGNATURE)
-    first = True
-    found: tuple[int, int, int, int] | None = None
-    while pos + 8 <= len(data):
-        length, kind = struct.unpack_from(">I4s", data, pos)
-        start = pos + 8
-        if start + length + 4 > len(data):
-            return None  # truncated: Pillow reports it
-        if first:
-            if kind != b"IHDR" or length != 13:
-                return None
-            width, height, depth, colour, _, _, interlace = struct.unpack_from(">IIBBBBB", data, start)
-            if interlace:
-                return None  # (not compared with Pillow's reading: left to it)
-            found = (width, height, depth, colour)
-            first = False
-        elif kind in (b"tRNS", b"eXIf", b"acTL"):  # (acTL: an animated PNG, whose frames Pillow reads)
-            return None
-        elif kind in _TEXT_CHUNKS and data[start : start + min(length, 80)].lower().startswith(_EXIF_KEYWORD):
-            return None
-        elif kind == b"IEND":
-            break
-        pos = start + length + 4
-    else:
-        return None  # no IEND
-    if found is None or found[2] != 8 or found[3] not in _CHANNELS:
-        return None
-    return found
+    return found.width, found.height, found.depth, found.colour
 
 
 def read(data: bytes, where: str, options: ImageOptions) -> np.ndarray | None:

@@ -145,3 +145,26 @@ def test_the_switch_sends_every_file_to_pillow(monkeypatch: pytest.MonkeyPatch) 
     assert png_fast.read(data, "a.png", ImageOptions()) is not None
     monkeypatch.setenv("PREPKIT_PNG_READER", "pillow")
     assert not png_fast.available() and png_fast.read(data, "a.png", ImageOptions()) is None
+
+
+def _xmp_rotated() -> bytes:
+    info = PngImagePlugin.PngInfo()
+    info.add_itxt("XML:com.adobe.xmp", '<x:xmpmeta><rdf:Description tiff:Orientation="6"/></x:xmpmeta>')
+    return _png(_rng_image((6, 9, 3), 15), pnginfo=info)
+
+
+@pytest.mark.parametrize(("name", "make"), [("plain", lambda: _png(_rng_image((6, 9, 3), 16))),
+                                            ("exif", _exif_rotated), ("exif in text", _text_exif), ("xmp", _xmp_rotated)])
+def test_probe_size_reads_png_chunk_headers_not_pixels(name: str, make: Callable[[], bytes], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = make()
+    path = tmp_path / f"{name}.png"
+    path.write_bytes(data)
+    shape = images.load_image(str(path), ImageOptions()).shape
+    assert images.probe_size(str(path), ImageOptions()) == shape
+    assert images.probe_size(str(path), ImageOptions(), data) == shape
+    scanned = png_fast.scan(io.BytesIO(data))
+    assert scanned is not None and scanned.orientation_chunks == (name != "plain")
+    if name == "plain":  # no chunk to orient it: its pixels are never decoded to find out
+        monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", lambda self: 1 / 0)
+        assert images.probe_size(str(path), ImageOptions()) == shape

@@ -213,9 +213,9 @@ def load_image(path: str, options: ImageOptions) -> np.ndarray:
         return _normalized(_load_pixels(image, path), options)
 
 
-def _fast_png(path: str, data: bytes | None, options: ImageOptions) -> np.ndarray | None:
-    """png_fast.read of the file (or ``data``), or None where Pillow must read it (including
-    a file that cannot be read: Pillow's path names the reason)."""
+def _fast_png(path: str, data: bytes | None, options: ImageOptions, mask: bool = False) -> np.ndarray | None:
+    """png_fast.read (read_mask for a mask) of the file (or ``data``), or None where Pillow
+    must read it (including a file that cannot be read: Pillow's path names the reason)."""
     from prepkit.ingest import png_fast
 
     if not png_fast.available():
@@ -226,7 +226,7 @@ def _fast_png(path: str, data: bytes | None, options: ImageOptions) -> np.ndarra
                 data = handle.read()
         except OSError:
             return None
-    return png_fast.read(data, path, options)
+    return png_fast.read_mask(data, path, options) if mask else png_fast.read(data, path, options)
 
 
 def load_image_bytes(data: bytes, where: str, options: ImageOptions) -> np.ndarray:
@@ -262,7 +262,12 @@ def load_pixels(image: Image.Image | np.ndarray, where: str, options: ImageOptio
 
 def load_mask(path: str, options: ImageOptions, data: bytes | None = None) -> np.ndarray:
     """Read a segmentation mask as H x W x 1 uint8 class indices (never converted to RGB);
-    from the encoded ``data`` when given (``path`` then only names it)."""
+    from the encoded ``data`` when given (``path`` then only names it). An 8-bit grey PNG
+    mask is read by libspng where installed (``png_fast.read_mask``)."""
+    if (path.lower().endswith(".png") if data is None else data[:8] == b"\x89PNG\r\n\x1a\n"):
+        labels = _fast_png(path, data, options, mask=True)
+        if labels is not None:
+            return labels
     image = _open_checked(path, options.max_pixels, data)
     with image:
         return _mask_pixels(_load_pixels(image, path), path, options)

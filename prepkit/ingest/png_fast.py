@@ -149,3 +149,25 @@ def read(data: bytes, where: str, options: ImageOptions) -> np.ndarray | None:
         elif channels == 4:
             pixels = pixels[:, :, :3]
     return np.ascontiguousarray(pixels)
+
+
+def read_mask(data: bytes, where: str, options: ImageOptions) -> np.ndarray | None:
+    """The H x W x 1 uint8 class indices ``images.load_mask`` would make of PNG ``data``,
+    decoded by libspng: only for 8-bit grey masks (as Cityscapes' label maps are) that need
+    no resize; None for the rest (palette masks keep their indices through Pillow)."""
+    if not available():
+        return None
+    found = header(data)
+    if found is None or found[3] != GREY:
+        return None
+    width, height = found[0], found[1]
+    check_size((width, height), options.max_pixels, where)
+    if scaled_size(width, height, options.max_side) != (width, height):
+        return None
+    try:
+        labels = np.asarray(_spng.load(data))
+    except Exception:  # libspng refuses it: Pillow gives the reason
+        return None
+    if labels.dtype != np.uint8 or labels.shape != (height, width):
+        return None
+    return np.ascontiguousarray(labels[:, :, None])

@@ -168,3 +168,33 @@ def test_probe_size_reads_png_chunk_headers_not_pixels(name: str, make: Callable
     if name == "plain":  # no chunk to orient it: its pixels are never decoded to find out
         monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", lambda self: 1 / 0)
         assert images.probe_size(str(path), ImageOptions()) == shape
+
+
+@pytest.mark.parametrize(("name", "make", "options", "fast"), [
+    ("grey labels", lambda: _png(_rng_image((33, 47), 17) % 19), ImageOptions(), True),
+    ("palette labels", lambda: _png(_rng_image((33, 47), 17) % 19, mode="P"), ImageOptions(), False),
+    ("grey labels resized", lambda: _png(_rng_image((33, 47), 17) % 19), ImageOptions(max_side=20), False),
+    ("16-bit labels", lambda: _png(_rng_image((12, 12), 18).astype(np.uint16)), ImageOptions(), False),
+    ("rgb is not a mask", lambda: _png(_rng_image((12, 12, 3), 19)), ImageOptions(), False),
+])  # fmt: skip
+def test_masks_the_same_as_pillow(name: str, make: Callable[[], bytes], options: ImageOptions, fast: bool,
+                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = make()
+    path = tmp_path / "mask.png"
+    path.write_bytes(data)
+    assert (png_fast.read_mask(data, str(path), options) is not None) == fast, name
+    with monkeypatch.context() as patch:
+        patch.setattr(png_fast, "_spng", None)
+        try:
+            expected: np.ndarray | str = images.load_mask(str(path), options)
+        except IngestError as error:
+            expected = str(error)
+    for got_from in (lambda: images.load_mask(str(path), options), lambda: images.load_mask(str(path), options, data)):
+        if isinstance(expected, str):
+            with pytest.raises(IngestError) as raised:
+                got_from()
+            assert str(raised.value) == expected, name
+        else:
+            got = got_from()
+            assert got.shape == expected.shape and got.shape[2] == 1
+            np.testing.assert_array_equal(got, expected)

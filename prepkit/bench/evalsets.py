@@ -33,6 +33,7 @@ import glob
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -420,6 +421,38 @@ def _relabel(labels: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- the builder
 
 
+def package_images(add: Callable[[str, str, np.ndarray, str, str], None], counts: dict[str, int],
+                   per_set: int) -> list[str]:
+    """Add the installed packages' images through ``add(set, name, pixels, source, kind)``: the
+    CT study's slices and masks, the wallpapers (sets already holding ``counts[set] >=
+    per_set`` images are not read) and the screenshots. Returns the packages not installed."""
+    missing: list[str] = []
+    if os.path.isfile(CT_STUDY):
+        study = read_invesalius(CT_STUDY)
+        labels = ct_labels(study.masks) if study.masks else None
+        for k in ct_slices(study):
+            add("medical", f"ct-{k:03d}", window(study.volume[k], study.window_level, study.window_width),
+                CT_PACKAGE, "ct")
+            if labels is not None:
+                add("masks", f"ct-{k:03d}", labels[k], CT_PACKAGE, "mask-ct")
+    else:
+        missing.append(CT_PACKAGE)
+    found, missing_wallpapers = wallpapers()
+    missing += missing_wallpapers
+    for path, package, photographic in found:
+        stem = os.path.basename(path.split("/contents/")[0]) if "/contents/" in path else Path(path).stem
+        set_name = "photos" if photographic else "rendered"
+        if counts[set_name] >= per_set:
+            continue
+        add(set_name, stem, _read(path, "RGB"), package, "wallpaper-photo" if photographic else "wallpaper-art")
+    shots, missing_docs = screenshots(limit=per_set)
+    missing += missing_docs
+    for path, package in shots:
+        add("screenshots", f"{package.split('-')[0]}-{Path(path).stem}", _read(path, "RGB"), package,
+            "screenshot-app")
+    return missing
+
+
 @dataclass
 class Build:
     """What ``build`` wrote: the manifest entries and the wallpaper and documentation packages
@@ -497,30 +530,7 @@ def build(out: str | Path, *, small: bool = False, max_per_set: int = 40,
         horse = read(name, "L")
         add("masks", os.path.splitext(name)[0], (horse < 128).astype(np.uint8), "scikit-image", "mask-binary")
 
-    missing: list[str] = []
-    if not small:
-        if os.path.isfile(CT_STUDY):
-            study = read_invesalius(CT_STUDY)
-            labels = ct_labels(study.masks) if study.masks else None
-            for k in ct_slices(study):
-                add("medical", f"ct-{k:03d}", window(study.volume[k], study.window_level, study.window_width),
-                    CT_PACKAGE, "ct")
-                if labels is not None:
-                    add("masks", f"ct-{k:03d}", labels[k], CT_PACKAGE, "mask-ct")
-        else:
-            missing.append(CT_PACKAGE)
-        found, missing = wallpapers()
-        for path, package, photographic in found:
-            stem = os.path.basename(path.split("/contents/")[0]) if "/contents/" in path else Path(path).stem
-            set_name = "photos" if photographic else "rendered"
-            if counts[set_name] >= per_set:
-                continue
-            add(set_name, stem, _read(path, "RGB"), package, "wallpaper-photo" if photographic else "wallpaper-art")
-        shots, missing_docs = screenshots(limit=per_set)
-        missing += missing_docs
-        for path, package in shots:
-            add("screenshots", f"{package.split('-')[0]}-{Path(path).stem}", _read(path, "RGB"), package,
-                "screenshot-app")
+    missing = [] if small else package_images(add, counts, per_set)
     if counts["screenshots"] == 0:
         # No documentation package (or a small build): drawn screenshots stand in.
         add("screenshots", "terminal", render_terminal(width, height, seed=1), "rendered (Pillow)", "terminal")

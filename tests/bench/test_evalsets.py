@@ -144,3 +144,28 @@ def test_a_ct_study_gives_windowed_slices_and_nested_labels(tmp_path: Path) -> N
     assert evalsets.ct_slices(study, 4) == [2, 7, 12, 17]
     hu = np.array([-1024, -221, -18, 185, 3000])
     np.testing.assert_array_equal(evalsets.window(hu, -18.0, 406.0), [0, 0, 128, 255, 255])
+
+
+def test_every_missing_package_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evalsets, "CT_STUDY", str(tmp_path / "no.inv3"))
+    monkeypatch.setattr(evalsets, "wallpapers", lambda: ([], ["gnome-backgrounds", "ukui-wallpapers"]))
+    monkeypatch.setattr(evalsets, "screenshots", lambda limit: ([], ["gimp-help-en"]))
+    added: list[str] = []
+    missing = evalsets.package_images(lambda *args: added.append(args[1]), dict.fromkeys(evalsets.SETS, 0), 40)
+    assert added == []
+    assert missing == [evalsets.CT_PACKAGE, "gnome-backgrounds", "ukui-wallpapers", "gimp-help-en"]
+
+
+def test_package_images_adds_the_ct_slices_and_masks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    volume = np.random.default_rng(1).integers(-1024, 3000, (30, 6, 5)).astype(np.int16)
+    _inv3(tmp_path / "c.inv3", volume, [volume > 300, volume > -142])
+    monkeypatch.setattr(evalsets, "CT_STUDY", str(tmp_path / "c.inv3"))
+    monkeypatch.setattr(evalsets, "wallpapers", lambda: ([], []))
+    monkeypatch.setattr(evalsets, "screenshots", lambda limit: ([], []))
+    added: list[tuple[str, str, str]] = []
+    missing = evalsets.package_images(lambda set_name, name, pixels, source, kind: added.append((set_name, name, kind)),
+                                      dict.fromkeys(evalsets.SETS, 0), 40)
+    assert missing == []
+    slices = evalsets.ct_slices(evalsets.read_invesalius(tmp_path / "c.inv3"))
+    assert added == [entry for k in slices for entry in (("medical", f"ct-{k:03d}", "ct"),
+                                                          ("masks", f"ct-{k:03d}", "mask-ct"))]

@@ -204,37 +204,40 @@ def load_image(path: str, options: ImageOptions) -> np.ndarray:
     """Read ``path`` and return its normalized pixels as an H x W x C uint8 array. A PNG that
     libspng decodes to exactly Pillow's pixels is read by libspng, in about half the time
     (``png_fast``, when ``pyspng`` is installed); everything else by Pillow."""
-    if path.lower().endswith(".png"):
-        pixels = _fast_png(path, None, options)
-        if pixels is not None:
-            return pixels
+    pixels = _fast_png(path, None, options)
+    if pixels is not None:
+        return pixels
     image = _open_checked(path, options.max_pixels)
     with image:
         return _normalized(_load_pixels(image, path), options)
 
 
 def _fast_png(path: str, data: bytes | None, options: ImageOptions, mask: bool = False) -> np.ndarray | None:
-    """png_fast.read (read_mask for a mask) of the file (or ``data``), or None where Pillow
-    must read it (including a file that cannot be read: Pillow's path names the reason)."""
+    """png_fast.read (read_mask for a mask) of the ``.png`` file ``path`` (or of ``data`` that
+    starts as a PNG), or None where Pillow must read it (including a file that cannot be read:
+    Pillow's path names the reason)."""
     from prepkit.ingest import png_fast
 
     if not png_fast.available():
         return None
     if data is None:
+        if not path.lower().endswith(".png"):
+            return None
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError:
             return None
+    elif not data.startswith(png_fast.SIGNATURE):
+        return None
     return png_fast.read_mask(data, path, options) if mask else png_fast.read(data, path, options)
 
 
 def load_image_bytes(data: bytes, where: str, options: ImageOptions) -> np.ndarray:
     """Decode an encoded image (PNG, JPEG, ...) exactly as a file holding ``data`` would be."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        pixels = _fast_png(where, data, options)
-        if pixels is not None:
-            return pixels
+    pixels = _fast_png(where, data, options)
+    if pixels is not None:
+        return pixels
     image = _open_checked(where, options.max_pixels, data)
     with image:
         return _normalized(_load_pixels(image, where), options)
@@ -264,10 +267,9 @@ def load_mask(path: str, options: ImageOptions, data: bytes | None = None) -> np
     """Read a segmentation mask as H x W x 1 uint8 class indices (never converted to RGB);
     from the encoded ``data`` when given (``path`` then only names it). An 8-bit grey PNG
     mask is read by libspng where installed (``png_fast.read_mask``)."""
-    if (path.lower().endswith(".png") if data is None else data[:8] == b"\x89PNG\r\n\x1a\n"):
-        labels = _fast_png(path, data, options, mask=True)
-        if labels is not None:
-            return labels
+    labels = _fast_png(path, data, options, mask=True)
+    if labels is not None:
+        return labels
     image = _open_checked(path, options.max_pixels, data)
     with image:
         return _mask_pixels(_load_pixels(image, path), path, options)

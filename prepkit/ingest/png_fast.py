@@ -106,47 +106,52 @@ def scan(handle: IO[bytes]) -> PngHeader | None:
         handle.seek(skip + 4, io.SEEK_CUR)  # the data, then the CRC
 
 
-def header(data: bytes) -> tuple[int, int, int, int] | None:
-    """(width, height, bit depth, colour type) of a PNG whose chunks qualify for libspng
-    (module docstring), else None. Reads only the chunks' headers (and the keyword of text
-    chunks), never the pixels."""
+def header(data: bytes) -> PngHeader | None:
+    """The chunk headers of PNG ``data`` where they qualify for libspng (module docstring),
+    else None. Reads only the chunks' headers (and the keyword of text chunks), never the pixels."""
     found = scan(io.BytesIO(data))
     if (found is None or found.depth != 8 or found.colour not in _CHANNELS or found.interlaced or found.transparency
             or found.orientation_chunks or found.animated):
         return None
-    return found.width, found.height, found.depth, found.colour
+    return found
+
+
+def _decoded(data: bytes, where: str, options: ImageOptions, colours: tuple[int, ...]) -> tuple[np.ndarray, int] | None:
+    """(H x W x C uint8 pixels as libspng decodes them, colour type) of PNG ``data`` whose
+    header qualifies, whose colour type is one of ``colours`` and that needs no resize; None
+    otherwise. The pixel limit is checked before decoding."""
+    if not available():
+        return None
+    found = header(data)
+    if found is None or found.colour not in colours:
+        return None
+    check_size((found.width, found.height), options.max_pixels, where)
+    if scaled_size(found.width, found.height, options.max_side) != (found.width, found.height):
+        return None
+    try:
+        pixels = np.asarray(_spng.load(data))
+    except Exception:  # libspng refuses it: Pillow gives the reason
+        return None
+    if pixels.ndim == 2:
+        pixels = pixels[:, :, None]
+    if pixels.dtype != np.uint8 or pixels.shape != (found.height, found.width, _CHANNELS[found.colour]):
+        return None
+    return pixels, found.colour
 
 
 def read(data: bytes, where: str, options: ImageOptions) -> np.ndarray | None:
     """The H x W x C uint8 pixels ``images.load_image`` would make of PNG ``data``, decoded by
     libspng, or None where this module does not take the file (module docstring).
     ``where`` names the file in the pixel-limit error, which is raised before decoding."""
-    if not available():
+    composite = options.mode == "rgb" and options.alpha == "composite"
+    decoded = _decoded(data, where, options, (GREY, RGB) if composite else (GREY, RGB, RGBA))
+    if decoded is None:
         return None
-    found = header(data)
-    if found is None:
-        return None
-    width, height, _, colour = found
-    check_size((width, height), options.max_pixels, where)
-    if scaled_size(width, height, options.max_side) != (width, height):
-        return None
-    channels = _CHANNELS[colour]
-    if options.mode == "rgb" and colour == RGBA and options.alpha == "composite":
-        return None
-    try:
-        pixels = np.asarray(_spng.load(data))
-    except Exception:  # libspng refuses it: Pillow gives the reason
-        return None
-    if pixels.dtype != np.uint8 or pixels.shape[:2] != (height, width):
-        return None
-    if pixels.ndim == 2:
-        pixels = pixels[:, :, None]
-    if pixels.shape[2] != channels:
-        return None
+    pixels, colour = decoded
     if options.mode == "rgb":
-        if channels == 1:
+        if colour == GREY:
             pixels = np.repeat(pixels, 3, axis=2)
-        elif channels == 4:
+        elif colour == RGBA:
             pixels = pixels[:, :, :3]
     return np.ascontiguousarray(pixels)
 
@@ -155,19 +160,5 @@ def read_mask(data: bytes, where: str, options: ImageOptions) -> np.ndarray | No
     """The H x W x 1 uint8 class indices ``images.load_mask`` would make of PNG ``data``,
     decoded by libspng: only for 8-bit grey masks (as Cityscapes' label maps are) that need
     no resize; None for the rest (palette masks keep their indices through Pillow)."""
-    if not available():
-        return None
-    found = header(data)
-    if found is None or found[3] != GREY:
-        return None
-    width, height = found[0], found[1]
-    check_size((width, height), options.max_pixels, where)
-    if scaled_size(width, height, options.max_side) != (width, height):
-        return None
-    try:
-        labels = np.asarray(_spng.load(data))
-    except Exception:  # libspng refuses it: Pillow gives the reason
-        return None
-    if labels.dtype != np.uint8 or labels.shape != (height, width):
-        return None
-    return np.ascontiguousarray(labels[:, :, None])
+    decoded = _decoded(data, where, options, (GREY,))
+    return None if decoded is None else np.ascontiguousarray(decoded[0])

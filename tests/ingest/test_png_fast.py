@@ -133,7 +133,8 @@ def test_the_pixel_limit_is_checked_before_decoding(tmp_path: Path) -> None:
 
 def test_header_reads_only_chunk_headers() -> None:
     data = _png(_rng_image((5, 7, 3), 13))
-    assert png_fast.header(data) == (7, 5, 8, png_fast.RGB)
+    found = png_fast.header(data)
+    assert found is not None and (found.width, found.height, found.depth, found.colour) == (7, 5, 8, png_fast.RGB)
     assert png_fast.header(data[:20]) is None  # shorter than the IHDR chunk
     assert png_fast.header(b"GIF89a" + data[6:]) is None
     assert png_fast.header(_with_chunk(data, b"tRNS", b"\x00\x01\x00\x02\x00\x03")) is None

@@ -1,12 +1,13 @@
 """Size and speed of prepkit's lossless codec against PNG, libspng, WebP, JPEG-XL and HTJ2K.
 
 ``python -m prepkit.bench.lossless_eval SETS_DIR [--threads 1 2] [--repeat N] [--limit N]
-[--json F] [--markdown F] [--plot F.png]`` reads the evaluation sets that ``prepkit.bench.evalsets`` built and
-reports, per set and per lossless format: total bytes, size relative to PNG (Pillow's default
-encoder), the same ratio image by image (median and worst, and the worst image's name) against
-PNG and against WebP lossless (method 6), since a set's total is carried by its largest images
-and hides the small ones a format handles badly; encode seconds (one pass over the set, the faster of two for encoders under
-FAST_ENCODE_S; `prepkit.bench.encode_speed` times prepkit's encoder in interleaved rounds) and
+[--json F] [--markdown F] [--plot F.png]`` reads the evaluation sets that
+``prepkit.bench.evalsets`` built and reports, per set and per lossless format: total bytes,
+size relative to PNG (Pillow's default encoder), the same ratio image by image (median and
+worst, and the worst image's name) against PNG and against WebP lossless (method 6), since a
+set's total is carried by its largest images and hides the small ones a format handles badly
+(``--plot`` draws every image's); encode seconds (one pass over the set, the faster of two for
+encoders under FAST_ENCODE_S; `prepkit.bench.encode_speed` times prepkit's encoder in interleaved rounds) and
 how many times faster than PNG's encoder that is, decoded images/s at
 each thread count, and decode speed relative to Pillow's PNG and to libspng.
 
@@ -180,11 +181,11 @@ def _relate(rows: list[Row]) -> None:
         if pillow and pillow.encoded_bytes and row.encoded_bytes is not None:
             row.size_vs_png = row.encoded_bytes / pillow.encoded_bytes
         if pillow:
-            row.median_image_vs_png, row.worst_image_vs_png, row.worst_image_png = bench_decode.per_image(row.image_bytes,
-                                                                                           pillow.image_bytes)
+            row.median_image_vs_png, row.worst_image_vs_png, row.worst_image_png = bench_decode.per_image(
+                row.image_bytes, pillow.image_bytes)
         if webp:
-            row.median_image_vs_webp, row.worst_image_vs_webp, row.worst_image_webp = bench_decode.per_image(row.image_bytes,
-                                                                                              webp.image_bytes)
+            row.median_image_vs_webp, row.worst_image_vs_webp, row.worst_image_webp = bench_decode.per_image(
+                row.image_bytes, webp.image_bytes)
         if pillow and pillow.encode_s and row.encode_s:
             row.encode_speedup_vs_png = pillow.encode_s / row.encode_s
         for count, speed in row.images_per_s.items():
@@ -235,13 +236,18 @@ def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _image_name(names: dict[str, list[str]] | None, set_name: str, index: int) -> str:
+    """Image ``index`` of a set by name, or by its number where the names are not known."""
+    known = names.get(set_name, []) if names else []
+    return known[index] if index < len(known) else f"image {index}"
+
+
 def _spread_cell(median: float | None, worst: float | None, index: int | None, set_name: str,
                  names: dict[str, list[str]] | None) -> str:
     """'median, worst (image)' of a per-image ratio."""
     if median is None or worst is None or index is None:
         return "-"
-    known = names.get(set_name, []) if names else []
-    return f"{median:.3f}, {worst:.3f} ({known[index] if index < len(known) else f'image {index}'})"
+    return f"{median:.3f}, {worst:.3f} ({_image_name(names, set_name, index)})"
 
 
 PLOT_TICKS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
@@ -271,13 +277,14 @@ def plot_sizes(rows: list[Row], names: dict[str, list[str]], path: str | Path, t
         jitter = np.random.default_rng(0)
         for x, fmt in enumerate(formats):
             ratios = np.asarray(by_format[fmt].image_bytes, np.float64) / np.asarray(png.image_bytes, np.float64)
+            median, largest, worst = bench_decode.per_image(by_format[fmt].image_bytes, png.image_bytes)
+            if median is None or largest is None or worst is None:
+                continue
             colour = "#d62728" if fmt.startswith("prepkit") else "#1f77b4"
             axis.scatter(x + jitter.uniform(-0.18, 0.18, ratios.size), ratios, s=10, alpha=0.6, color=colour)
-            axis.hlines(float(np.median(ratios)), x - 0.3, x + 0.3, color="black", linewidth=1.5)
-            worst = int(np.argmax(ratios))
-            label = names.get(set_name, [])[worst] if worst < len(names.get(set_name, [])) else f"image {worst}"
-            axis.annotate(label, (x, float(ratios[worst])), textcoords="offset points", xytext=(6, 0),
-                          fontsize=6, va="center")
+            axis.hlines(median, x - 0.3, x + 0.3, color="black", linewidth=1.5)
+            axis.annotate(_image_name(names, set_name, worst), (x, largest), textcoords="offset points",
+                          xytext=(6, 0), fontsize=6, va="center")
         axis.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
         axis.set_yscale("log")
         low, high = axis.get_ylim()

@@ -124,7 +124,7 @@ def palette_images(rng: np.random.Generator) -> list[np.ndarray]:
 
 def runs_images(rng: np.random.Generator) -> list[np.ndarray]:
     """Segmentation-like masks (grey and RGB discs on a background, 64 x 48) for runs tiles
-    (modes 3 to 5; too small for the encoders to keep a runs table set: reference_v2.runs_stream)."""
+    (modes 3 to 6; too small for the encoders to keep a runs table set: reference_v2.runs_stream)."""
     yy, xx = np.mgrid[0:64, 0:48]
     out = []
     for c in (1, 3):
@@ -139,7 +139,7 @@ def runs_images(rng: np.random.Generator) -> list[np.ndarray]:
 
 def lossless_seeds(np_rng: np.random.Generator) -> list[bytes]:
     """The lossless fuzzer's seed streams: v1 and v2, every v2 tile mode (runs tiles in modes
-    3, 4 and 5), narrow and plane contexts, u32 tile tables."""
+    3 to 6), narrow and plane contexts, u32 tile tables."""
     from prepkit import lossless
     from prepkit.lossless import format_v2, reference_v2
 
@@ -164,10 +164,11 @@ def lossless_seeds(np_rng: np.random.Generator) -> list[bytes]:
     seeds.extend(reference_v2.runs_stream(image, tile=32) for image in runs_images(np_rng))
     # The first v2 streams' u32 tile offsets (FLAG_SHORT_TILE_TABLE clear) are still decoded.
     seeds.extend(format_v2.with_tile_table(stream, short=False) for stream in seeds[-6:])
-    # Runs tiles without row repeats (mode 3), as encoders wrote them before mode 4, and
-    # without implied labels (mode 4), before mode 5.
+    # Runs tiles without row repeats (mode 3), as encoders wrote them before mode 4, without
+    # implied labels (mode 4), before mode 5, and with raw palettes (mode 5), before mode 6.
     seeds.extend(reference_v2.runs_stream(image, tile=32, repeats=False) for image in runs_images(np_rng))
     seeds.extend(reference_v2.runs_stream(image, tile=32, same=False) for image in runs_images(np_rng))
+    seeds.extend(reference_v2.runs_stream(image, tile=32, coded=False) for image in runs_images(np_rng))
     return seeds
 
 

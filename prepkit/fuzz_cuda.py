@@ -45,9 +45,11 @@ def _seeds(seed: int) -> list[bytes]:
     from prepkit.fuzz import runs_images
     from prepkit.lossless import reference_v2
 
-    # runs tiles with row repeats and implied labels (mode 5), with row repeats (mode 4), without (mode 3)
-    for repeats, same in ((True, True), (True, False), (False, False)):
-        seeds.extend(reference_v2.runs_stream(image, tile=32, repeats=repeats, same=same) for image in runs_images(rng))
+    # runs tiles with a coded palette (mode 6), with raw palettes (mode 5), without implied
+    # labels (mode 4), without row repeats (mode 3)
+    for repeats, same, coded in ((True, True, True), (True, True, False), (True, False, False), (False, False, False)):
+        seeds.extend(reference_v2.runs_stream(image, tile=32, repeats=repeats, same=same, coded=coded)
+                     for image in runs_images(rng))
     seeds.append(reference_v2.encode(images[0], tile=16, plane_context=True))  # plane contexts (A4)
     return seeds
 

@@ -738,6 +738,8 @@ def _is_constant(image, y0, x0, th, tw):
 
 # The most run symbols of a tile that can become a runs tile (runs.MIN_PIXELS_PER_SYMBOL).
 RUNS_CAP = MAX_PLANE // runs.MIN_PIXELS_PER_SYMBOL
+# The most symbols a runs tile's encoder keeps: its run symbols and a mode 6 palette's.
+KEPT_CAP = RUNS_CAP + 4 * f2.REPEAT_MAX_COLOURS
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -754,26 +756,31 @@ IDENTITY_LABELS = np.arange(256, dtype=np.uint8)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tile_runs(values, base, stride, labels, th, tw, n_colours, words, equal, scratch, kept_syms, kept_ctxs):
-    """The run symbols of a palette candidate of n_colours colours (A2 mode 5 where
-    runs.mode_of gives it, else 3), its index plane read as runs.tile_symbols reads it
-    (values, base, stride, labels; its row words, equal: runs.plane_rows): their count, cut
-    short past the most a runs tile may have, and when at most RUNS_CAP the symbols and
-    contexts in kept_syms, kept_ctxs. A noise-like tile is out before its symbols
-    (runs.symbols_floor)."""
+def _tile_runs(values, base, stride, labels, th, tw, n_colours, colours, c, words, equal, scratch, kept_syms,
+               kept_ctxs):
+    """The symbols of a palette candidate of n_colours colours (colours: packed, increasing;
+    A2 mode 6 where runs.mode_of gives it, the palette's symbols and then the runs', else
+    mode 3), its index plane read as runs.tile_symbols reads it (values, base, stride,
+    labels; its row words, equal: runs.plane_rows): their count, cut short past the most a
+    runs tile may have, and when at most RUNS_CAP run symbols the symbols and contexts in
+    kept_syms, kept_ctxs (KEPT_CAP). A noise-like tile is out before its symbols (runs.symbols_floor)."""
     syms, ctxs = scratch[0], scratch[1]
-    same = runs.mode_of(n_colours) == f2.TILE_RUNS_SAME
-    repeats = same  # (mode 5 has row repeats; mode 3 neither)
+    coded = runs.mode_of(n_colours) == f2.TILE_RUNS_PALETTE
+    same = coded  # (mode 6 has row repeats and implied labels; mode 3 neither)
+    repeats = same
+    head = n_colours * c if coded else 0  # the palette's symbols
     limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
     floor = runs.symbols_floor(words, equal, th, repeats, same)
     if floor > limit:
-        return floor
+        return head + floor
     n = runs.tile_symbols(values, base, stride, labels, th, tw, words, equal, syms, ctxs, limit, repeats, same)
     if n <= RUNS_CAP:
+        if coded:
+            runs.palette_symbols(colours, n_colours, c, kept_syms, kept_ctxs)
         for j in range(n):
-            kept_syms[j] = syms[j]
-            kept_ctxs[j] = ctxs[j]
-    return n
+            kept_syms[head + j] = syms[j]
+            kept_ctxs[head + j] = ctxs[j]
+    return head + n
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -858,8 +865,8 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
                 if n_colours == 1:
                     n_colours = 0
                 if n_colours and runs_counts.shape[0]:
-                    n = _tile_runs(image.reshape(-1), y0 * w + x0, w, scratch[3], th, tw, n_colours, scratch[2], equal,
-                                   scratch, kept_syms[i], kept_ctxs[i])
+                    n = _tile_runs(image.reshape(-1), y0 * w + x0, w, scratch[3], th, tw, n_colours, colours[i], c,
+                                   scratch[2], equal, scratch, kept_syms[i], kept_ctxs[i])
             else:
                 constant[i] = _is_constant(image, y0, x0, th, tw)
                 # No palette candidate for one colour: as a palette tile (4 + C bytes, then lane
@@ -868,14 +875,14 @@ def _palettes_all(image, tile, choices, colours, constant, planes, n_predictors,
                 if n_colours and runs_counts.shape[0]:
                     values, stride = padded.reshape(-1), padded.shape[1]
                     equal = runs.plane_rows(values, stride + 1, stride, th, tw, scratch[2])
-                    n = _tile_runs(values, stride + 1, stride, IDENTITY_LABELS, th, tw, n_colours, scratch[2], equal,
-                                   scratch, kept_syms[i], kept_ctxs[i])
+                    n = _tile_runs(values, stride + 1, stride, IDENTITY_LABELS, th, tw, n_colours, colours[i], c,
+                                   scratch[2], equal, scratch, kept_syms[i], kept_ctxs[i])
             choices[i, COL_PAL_SIZE] = n_colours
             if n_colours == 0:
                 continue
             if runs_counts.shape[0]:
                 runs_counts[i] = n
-                if runs_first and runs.sure(n, th * tw, c):
+                if runs_first and runs.sure(n - runs.palette_head(n_colours, c), th * tw, c):
                     continue
             if c == 1:
                 _index_plane(image, y0, x0, th, tw, colours[i], n_colours, padded, hashed)
@@ -1400,8 +1407,8 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
     # to become runs tiles (runs.sure: most tiles of a mask) skip the coded and palette
     # choices, their symbols and their payloads.
     runs_counts = np.zeros(n if runs_tiles else 0, np.int64)
-    kept_syms = array("kept_syms", (n if runs_tiles else 0, RUNS_CAP), np.uint8)
-    kept_ctxs = array("kept_ctxs", (n if runs_tiles else 0, RUNS_CAP), np.uint8)
+    kept_syms = array("kept_syms", (n if runs_tiles else 0, KEPT_CAP), np.uint8)
+    kept_ctxs = array("kept_ctxs", (n if runs_tiles else 0, KEPT_CAP), np.uint8)
     _palettes_all(image, tile, choices, colours, constant, scr.planes, n_predictors, runs_counts, kept_syms, kept_ctxs,
                   runs_first)
     if c == 1 and runs_tiles and runs_first and not one_set:
@@ -1414,10 +1421,10 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, runs_ti
             return flat
     th, tw = fmt.tile_geometry(header)
     pal_sizes = choices[:, COL_PAL_SIZE].copy()
-    found = _runs_found(pal_sizes, runs_counts, kept_syms, kept_ctxs) if runs_tiles else None
+    found = _runs_found(pal_sizes, runs_counts, kept_syms, kept_ctxs, c) if runs_tiles else None
     sure = np.zeros(n, np.bool_)
     if found is not None and runs_first:
-        sure[found.cands] = runs.sure(found.counts, (th * tw)[found.cands], c)
+        sure[found.cands] = runs.sure(found.counts - found.heads, (th * tw)[found.cands], c)
         choices[sure, COL_PAL_SIZE] = 0
     min_log2 = f2.min_lanes_log2(fast_decode)
     # Each tile's symbols in a slot of its own (the most it can have), written as it is chosen.
@@ -1566,25 +1573,32 @@ def _rans_one_lane(syms, ctxs, n, table_base, coder, words, out, pos, limit):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _runs_payload(c, n_colours, colours, syms, ctxs, n, table_set, tshift, coder, words, out, base, limit):
-    """A runs payload (A2 mode runs.mode_of(n_colours)) of n kept symbols (syms, ctxs) and the
-    palette colours[:n_colours] at out[base:]; returns its length, or 0 where it would reach
-    `limit` bytes (the tile keeps its other payload). table_set << tshift: the row of the
-    runs set's first table."""
-    pos = base + f2.RUNS_HEADER + n_colours * c
+def _runs_payload(c, n_colours, colours, syms, ctxs, n, table_set, tshift, coder, words, out, base, limit, coded):
+    """A runs payload (A2 mode runs.written_mode(n_colours, coded)) of n kept symbols (syms,
+    ctxs: the palette's first, runs.palette_head, then the runs') at out[base:]: in mode 6
+    every symbol, else the run symbols and the palette colours[:n_colours] as bytes; returns
+    its length, or 0 where it would reach `limit` bytes (the tile keeps its other payload).
+    table_set << tshift: the row of the runs set's first table."""
+    mode = runs.written_mode(n_colours, coded)
+    head = runs.palette_head(n_colours, c)  # the palette's symbols
+    raw = mode != f2.TILE_RUNS_PALETTE
+    pos = base + f2.RUNS_HEADER + (n_colours * c if raw else 0)
     if pos + 4 >= base + limit:
         return 0
-    out[base] = runs.mode_of(n_colours)
+    out[base] = mode
     out[base + 1] = table_set
     out[base + 2] = n_colours - 1
-    _write_palette(colours, n_colours, c, out, base + f2.RUNS_HEADER)
-    end = _rans_one_lane(syms, ctxs, n, table_set << tshift, coder, words, out, pos, base + limit)
+    skip = 0
+    if raw:
+        _write_palette(colours, n_colours, c, out, base + f2.RUNS_HEADER)
+        skip = head
+    end = _rans_one_lane(syms[skip:], ctxs[skip:], n - skip, table_set << tshift, coder, words, out, pos, base + limit)
     return end - base if end > 0 else 0
 
 
 @njit(parallel=True, nogil=True, cache=True, boundscheck=False)
 def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept_ctxs, table_set, tshift, coder, out,
-                     starts, lengths, limits, words):
+                     starts, lengths, limits, words, coded):
     """Runs payloads (_runs_payload) of tiles i = cands[kept[k]] at out[starts[k]:] from their
     kept symbols (kept_*[i]); lengths[k] = 0 where the payload would reach limits[k] bytes."""
     chunks = words.shape[0]
@@ -1593,7 +1607,7 @@ def _encode_runs_all(c, pal_sizes, colours, cands, kept, counts, kept_syms, kept
             q = kept[k]
             i = cands[q]
             lengths[k] = _runs_payload(c, pal_sizes[i], colours[i], kept_syms[i], kept_ctxs[i], counts[q], table_set,
-                                       tshift, coder, words[chunk], out, starts[k], limits[k])
+                                       tshift, coder, words[chunk], out, starts[k], limits[k], coded)
 
 
 class _RunsFound(NamedTuple):
@@ -1602,17 +1616,20 @@ class _RunsFound(NamedTuple):
 
     cands: np.ndarray  # int64 (m,): tile numbers
     counts: np.ndarray  # int64 (m,): symbol counts (cut short past a runs tile's limit)
-    kept_syms: np.ndarray  # uint8 (n tiles, RUNS_CAP): a candidate's symbols when at most RUNS_CAP
-    kept_ctxs: np.ndarray  # uint8 (n tiles, RUNS_CAP): their contexts
+    kept_syms: np.ndarray  # uint8 (n tiles, KEPT_CAP): a candidate's symbols when at most RUNS_CAP run symbols
+    kept_ctxs: np.ndarray  # uint8 (n tiles, KEPT_CAP): their contexts
+    heads: np.ndarray  # int64 (m,): how many of a candidate's symbols are its palette's (runs.palette_head)
 
 
 def _runs_found(pal_sizes: np.ndarray, runs_counts: np.ndarray, kept_syms: np.ndarray,
-                kept_ctxs: np.ndarray) -> _RunsFound | None:
-    """The candidates (pal_sizes > 0) and their run symbols; None if there is none."""
+                kept_ctxs: np.ndarray, c: int) -> _RunsFound | None:
+    """The candidates (pal_sizes > 0) and their symbols; None if there is none."""
     cands = np.flatnonzero(pal_sizes > 0)
     if cands.size == 0:
         return None
-    return _RunsFound(cands, runs_counts[cands], kept_syms, kept_ctxs)
+    sizes = pal_sizes[cands].astype(np.int64)
+    heads = np.where(sizes <= f2.REPEAT_MAX_COLOURS, sizes * c, 0)  # runs.palette_head
+    return _RunsFound(cands, runs_counts[cands], kept_syms, kept_ctxs, heads)
 
 
 class _RunsParts(NamedTuple):
@@ -1631,11 +1648,12 @@ def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsF
     current_all: every tile's payload length otherwise; tshift: 3 for eight tables per set."""
     cands = found.cands
     current = current_all[cands]
-    fixed = f2.RUNS_HEADER + pal_sizes[cands] * c + 4
-    picked = runs.choose(found.kept_syms, found.kept_ctxs, cands, found.counts, fixed, current, pixels[cands])
+    fixed = f2.RUNS_HEADER + 4 + np.where(pal_sizes[cands] > f2.REPEAT_MAX_COLOURS, pal_sizes[cands] * c, 0)
+    picked = runs.choose(found.kept_syms, found.kept_ctxs, cands, found.counts, fixed, current, pixels[cands],
+                         found.heads)
     if picked is None:
         return None, freq
-    chosen, runs_freq = picked
+    chosen, runs_freq, coded = picked
     table_set = freq.shape[0] >> tshift
     all_freq = np.concatenate([freq, runs.table_set(runs_freq, 1 << tshift)])
     kept = np.flatnonzero(chosen)  # (runs.choose keeps only tiles of at most RUNS_CAP symbols)
@@ -1646,9 +1664,9 @@ def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsF
     starts = np.concatenate([[0], np.cumsum(room)]).astype(np.int64)
     out = np.empty(int(starts[-1]), np.uint8)
     lengths = np.zeros(kept.size, np.int64)
-    words = np.empty((chunks, RUNS_CAP), np.int64)
+    words = np.empty((chunks, KEPT_CAP), np.int64)
     _encode_runs_all(c, pal_sizes, colours, cands, kept, found.counts, found.kept_syms, found.kept_ctxs, table_set,
-                     tshift, _coder_table(all_freq), out, starts, lengths, limits, words)
+                     tshift, _coder_table(all_freq), out, starts, lengths, limits, words, coded)
     if not lengths.any():
         return None, freq
     tile_starts = np.zeros(pixels.size, np.int64)
@@ -2125,8 +2143,8 @@ def _decode_scratch_arrays():
     (runs.decode_tile); then a palette's colours as 32-bit words (_palette_pixels); then
     the row that colour tiles are interleaved into before it is copied out (LINE_BYTES)."""
     return (np.empty(MAX_LANES, np.int64), np.empty(256, np.int64), np.empty(32, np.int32),
-            np.empty(MAX_LANES, np.uint32), med_simd.scratch(), np.empty(128, np.int64), np.empty(512, np.uint8),
-            np.empty(256, np.uint32), np.empty(LINE_BYTES, np.uint8))
+            np.empty(MAX_LANES, np.uint32), med_simd.scratch(), np.empty(128, np.int64),
+            np.empty(runs.MAPS_BYTES, np.uint8), np.empty(256, np.uint32), np.empty(LINE_BYTES, np.uint8))
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -2706,7 +2724,7 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
             d0 = out_base + ((oy + y) * out_w + ox + xa) * c
             memops.copy(out, d0, src, s0, (xb - xa) * c)
         return 0
-    if src[start] == f2.TILE_RUNS or src[start] == f2.TILE_RUNS_REPEAT or src[start] == f2.TILE_RUNS_SAME:
+    if src[start] >= f2.TILE_RUNS:  # (read_stream and hostplan refuse modes past LAST_MODE)
         # planes (4 planes back to back) leaves the 64 bytes after plane 0 that the fills need.
         err = runs.decode_tile(src, start, end, th, tw, c, base, tshift, dec.reshape(-1), empty, planes.reshape(-1),
                                scratch[6], scratch[5][:64], scratch[5][64:])
@@ -2714,9 +2732,9 @@ def _decode_item(src, item, base, out, dec, empty, ctx_of, symbols, planes, scra
             return err
         if c == 1:  # the plane holds the pixels
             _interleave(planes, np.int64(1), tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[8])
-        else:
-            _palette_pixels(src, start + f2.RUNS_HEADER, np.int64(src[start + 2]) + 1, planes[0, :plane], c, tw, out,
-                            out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[7], scratch[8])
+        else:  # the palette that decode_tile left in its maps
+            _palette_pixels(scratch[6], np.int64(runs.PALETTE_AT), np.int64(src[start + 2]) + 1, planes[0, :plane], c,
+                            tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, scratch[7], scratch[8])
         return 0
     if src[start] == f2.TILE_PALETTE:
         return _decode_palette(src, start, end, th, tw, c, base, out, out_base, out_w, oy, ox, ya, yb, xa, xb,

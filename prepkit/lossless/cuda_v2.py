@@ -262,14 +262,31 @@ def _palette_pixels(src, pal_at, c, smem, th, tw, out, out_base, out_w, oy, ox, 
                 out[dst + u64(k)] = src[colour_at + u64(k)]
 
 
+# A mode 6 tile's decoded palette: with one channel in the context ring after the run
+# boundaries (at most 255 bytes); with three or four after the index plane, th rows of 64
+# bytes (at most 1,020 bytes: shared_bytes makes room for them).
+RING_PALETTE_AT = 128
+PALETTE_BYTES = 4 * 256
+
+
+@cuda.jit(device=True, inline=True)
+def _runs_palette(c, th, smem, ring):
+    """(array, offset) of a mode 6 runs tile's decoded palette in shared memory."""
+    if c == i32(1):
+        return ring, u32(RING_PALETTE_AT)
+    return smem, u32(i32(th) << i32(PITCH_LOG2))
+
+
 @cuda.jit(device=True)
 def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bounds):
-    """A runs tile (A2 mode 3, 4 with row repeats, or 5 with implied labels too) on one thread:
-    its index plane into smem (row pitch 64); returns an error code (the checks of
+    """A runs tile (A2 mode 3, 4 with row repeats, 5 with implied labels too, or 6 with a coded
+    palette, decoded to _runs_palette's place) on one thread: its index plane into smem (row
+    pitch 64); returns an error code (the checks of
     runs.decode_tile). bounds: 128 bytes of shared memory for the run boundaries (columns <
     64) of the row above and of this row (not a local array: that would put a stack frame on
     every tile of the kernel)."""
-    same = src[start] == f2.TILE_RUNS_SAME
+    coded = src[start] == f2.TILE_RUNS_PALETTE
+    same = coded or src[start] == f2.TILE_RUNS_SAME
     repeats = same or src[start] == f2.TILE_RUNS_REPEAT
     tset = i32(base + i32(i32(src[start + u64(1)]) << tshift))
     if empty[u32(tset + i32(f2.RUN_CTX_LABEL))] != 0:
@@ -279,15 +296,16 @@ def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bound
         return i32(plan_mod.ERR_TABLE)
     n_colours = i32(i32(src[start + u64(2)]) + i32(1))
     pal = start + u64(f2.RUNS_HEADER)
-    for q in range(1, n_colours):  # strictly increasing packed colours
-        a = pal + u64(u32(i32(q) * c))
-        b = a - u64(u32(c))
-        k = i32(0)
-        while k < i32(c - i32(1)) and src[a + u64(u32(k))] == src[b + u64(u32(k))]:
-            k = i32(k + i32(1))
-        if src[a + u64(u32(k))] <= src[b + u64(u32(k))]:
-            return i32(plan_mod.ERR_RUNS)
-    pos = pal + u64(u32(n_colours * c))
+    if not coded:
+        for q in range(1, n_colours):  # strictly increasing packed colours
+            a = pal + u64(u32(i32(q) * c))
+            b = a - u64(u32(c))
+            k = i32(0)
+            while k < i32(c - i32(1)) and src[a + u64(u32(k))] == src[b + u64(u32(k))]:
+                k = i32(k + i32(1))
+            if src[a + u64(u32(k))] <= src[b + u64(u32(k))]:
+                return i32(plan_mod.ERR_RUNS)
+    pos = pal if coded else pal + u64(u32(n_colours * c))
     x = u32(u32(src[pos]) | (u32(src[pos + u64(1)]) << u32(8)) | (u32(src[pos + u64(2)]) << u32(16))
             | (u32(src[pos + u64(3)]) << u32(24)))
     if x < u32(f2.STATE_LOW):
@@ -297,6 +315,34 @@ def _runs_tile(src, start, end, th, tw, c, base, tshift, dec, empty, smem, bound
     w = i32(0)
     above = bounds[:64]
     starts = bounds[64:128]
+    if coded:  # (A2 mode 6) the palette from the lane, where _runs_palette says
+        palette, pal_at = _runs_palette(c, th, smem, bounds)
+        for k in range(min(c, i32(3))):
+            if empty[u32(tset + i32(f2.RUN_CTX_PALETTE) + i32(k))] != 0:
+                return i32(plan_mod.ERR_TABLE)
+        for q in range(n_colours):
+            d0 = i32(0)
+            for k in range(c):
+                v, x, w = _runs_symbol(src, dec, i32(tset + i32(f2.RUN_CTX_PALETTE) + min(i32(k), i32(2))), x, ws,
+                                       nw, w)
+                d = v
+                if k == 0:
+                    d0 = v
+                else:
+                    d = i32(i32(i32(v >> i32(1)) ^ i32(-i32(v & i32(1)))) + (d0 if k < 3 else i32(0)))
+                at = u32(i32(pal_at) + i32(i32(q) * c) + i32(k))
+                before = i32(palette[at - u32(c)]) if q > 0 else i32(0)
+                palette[at] = u8(i32(before + d) & i32(255))
+        if w > nw:
+            return i32(plan_mod.ERR_WORDS)
+        for q in range(1, n_colours):  # strictly increasing packed colours
+            a = u32(i32(pal_at) + i32(i32(q) * c))
+            b = a - u32(c)
+            k = i32(0)
+            while k < i32(c - i32(1)) and palette[a + u32(k)] == palette[b + u32(k)]:
+                k = i32(k + i32(1))
+            if palette[a + u32(k)] <= palette[b + u32(k)]:
+                return i32(plan_mod.ERR_RUNS)
     n_above = i32(0)
     y = i32(-1)
     while i32(y + i32(1)) < th:
@@ -437,7 +483,7 @@ def decode_kernel(src, work, dec, empty, out, errors):
             errors[item] = 0
         return
 
-    if src[start] == f2.TILE_RUNS or src[start] == f2.TILE_RUNS_REPEAT or src[start] == f2.TILE_RUNS_SAME:
+    if src[start] >= f2.TILE_RUNS:  # (the host refused modes past LAST_MODE)
         # One thread decodes the runs (each symbol's table depends on the one before); the
         # warp then checks and writes the index plane as a palette tile's.
         code = i32(0)
@@ -449,7 +495,12 @@ def decode_kernel(src, work, dec, empty, out, errors):
                 errors[item] = code
             return
         cuda.syncthreads()
-        _palette_pixels(src, start + u64(f2.RUNS_HEADER), c, smem, th, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, lane)
+        if src[start] == f2.TILE_RUNS_PALETTE:  # the palette _runs_tile decoded into shared memory
+            palette, pal_at = _runs_palette(c, th, smem, ring)
+            _palette_pixels(palette, u64(pal_at), c, smem, th, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, lane)
+        else:
+            _palette_pixels(src, start + u64(f2.RUNS_HEADER), c, smem, th, tw, out, out_base, out_w, oy, ox, ya, yb, xa,
+                            xb, lane)
         if lane == 0:
             errors[item] = 0
         return
@@ -847,11 +898,14 @@ def decode_table(plan: plan_mod.Plan) -> np.ndarray:
 
 
 def shared_bytes(work: np.ndarray) -> int:
-    """Dynamic shared memory of a launch: C * th rows of 64 bytes for the largest item."""
+    """Dynamic shared memory of a launch: C * th rows of 64 bytes for the largest item, and for
+    a colour item th rows and a mode 6 runs tile's palette (_runs_palette)."""
     if work.shape[0] == 0:
         return 4
     rows = int((work[:, plan_mod.CH] * work[:, plan_mod.TH]).max())
-    return max(4, rows << PITCH_LOG2)
+    colour = work[:, plan_mod.CH] >= 3
+    palette = int((work[colour, plan_mod.TH] << PITCH_LOG2).max()) + PALETTE_BYTES if colour.any() else 0
+    return max(4, rows << PITCH_LOG2, palette)
 
 
 def decode_plan(

@@ -84,7 +84,14 @@ TILE_RUNS_REPEAT = 4
 # are rank 0 on masks: a mask's tiles decode a quarter fewer symbols, each waiting for the
 # one before, and code 1.5% fewer bytes. Decoders that predate the mode refuse it.
 TILE_RUNS_SAME = 5
-RUNS_MODES = (TILE_RUNS, TILE_RUNS_REPEAT, TILE_RUNS_SAME)  # the runs tiles' modes
+# A2 mode 6: mode 5 whose palette is rANS symbols at the head of its lane (RUN_CTX_PALETTE),
+# not raw bytes: each colour's channels as differences from the colour before it (channels 1
+# and 2 less channel 0's difference). Runs tiles' palettes were half the bytes of the
+# screenshots' runs tiles and 8% of those streams, 5% of the masks'. Decoders that predate
+# the mode refuse it.
+TILE_RUNS_PALETTE = 6
+RUNS_MODES = (TILE_RUNS, TILE_RUNS_REPEAT, TILE_RUNS_SAME, TILE_RUNS_PALETTE)  # the runs tiles' modes
+LAST_MODE = TILE_RUNS_PALETTE
 RUN_REPEAT = 255
 REPEAT_MAX_COLOURS = 255  # so that RUN_REPEAT is never a label rank
 RUNS_HEADER = 3  # mode, table set, P - 1
@@ -101,7 +108,10 @@ RUN_CTX_FAR = 1  # run symbol without one (only RUN_END and RUN_LENGTH are then 
 RUN_CTX_LENGTH = 2
 RUN_CTX_LABEL = 3  # a run's palette index, as its rank in the candidate list (A2)
 RUN_CTX_ROW = 4  # mode 4: a row's first label (y > 0) or RUN_REPEAT
-RUN_CONTEXTS = 5  # a runs tile's tables: G*s + context (with G = 4, context 4 is set s + 1's)
+RUN_CTX_PALETTE = 5  # mode 6: channel k of a palette colour has context RUN_CTX_PALETTE + min(k, 2)
+# A runs tile's tables: G*s + context (with G = 4, contexts 4 to 7 are set s + 1's). Modes 4
+# and 5 use the first five, and need the same sets as eight would.
+RUN_CONTEXTS = 8
 CH_CONST = 0
 CH_RANS = 1
 # A channel byte 1 | P<<2 | s<<4 names predictors 0-3; 3 | s<<4 (bit 1 set, bits 2-3 zero)
@@ -442,7 +452,7 @@ class StreamV2:
     header: fmt.Header
     tables: TablesV2
     offsets: np.ndarray  # int64 (N + 1): absolute tile offsets
-    mode: np.ndarray  # int64 (N,): TILE_RAW, TILE_CODED, TILE_PALETTE, TILE_RUNS, TILE_RUNS_REPEAT or TILE_RUNS_SAME
+    mode: np.ndarray  # int64 (N,): TILE_RAW, TILE_CODED, TILE_PALETTE or one of RUNS_MODES
     colour: np.ndarray  # int64 (N,)
     lanes_log2: np.ndarray  # int64 (N,)
     ch_mode: np.ndarray  # int64 (N, C)
@@ -502,8 +512,9 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     th, tw = fmt.tile_geometry(header)
     first = offsets[:-1]
     mode = buf[first].astype(np.int64)
-    _check(mode > TILE_RUNS_SAME, mode, "tile mode",
-           "0 (raw), 1 (coded), 2 (palette), 3 (runs), 4 (runs with repeats) or 5 (runs with repeats and implied labels)")
+    _check(mode > LAST_MODE, mode, "tile mode",
+           "0 (raw), 1 (coded), 2 (palette), 3 (runs), 4 (runs with repeats), 5 (runs with repeats and implied labels)"
+           " or 6 (runs with a coded palette)")
     runs = np.isin(mode, RUNS_MODES)
     raw = mode == TILE_RAW
     pal = mode == TILE_PALETTE
@@ -520,16 +531,17 @@ def read_stream(buf: np.ndarray) -> StreamV2:
     # Runs tiles: byte 1 is the table set, byte 2 P - 1, then the palette, one lane state, words.
     runs_set = byte(1, runs)
     _check(runs_set >= n_sets, runs_set, "runs tile table set", f"below {n_sets}")
-    repeats = (mode == TILE_RUNS_REPEAT) | (mode == TILE_RUNS_SAME)
+    repeats = runs & (mode != TILE_RUNS)
     repeat_colours = byte(2, repeats) + 1
     _check(repeat_colours > REPEAT_MAX_COLOURS, repeat_colours, "palette size of a runs tile with row repeats",
            f"at most {REPEAT_MAX_COLOURS}")
     g = set_tables(header.flags)
     _check(repeats & (runs_set * g + RUN_CONTEXTS > n_sets * g), runs_set, "table set of a runs tile with row repeats",
            f"below {n_sets - runs_sets(g) + 1} (its {RUN_CONTEXTS} tables in the stream)")
-    runs_fixed = RUNS_HEADER + (byte(2, runs) + 1) * c + 4
+    raw_palette = runs & (mode != TILE_RUNS_PALETTE)
+    runs_fixed = RUNS_HEADER + np.where(raw_palette, byte(2, runs) + 1, 0) * c + 4
     _check(runs & ((lengths < runs_fixed) | ((lengths - runs_fixed) % 2 != 0)), lengths, "runs tile length",
-           "header + palette + state + whole words")
+           "header + palette (modes 3 to 5) + state + whole words")
     info = byte(1, ~raw & ~runs)
     colour = info & 15
     lanes_log2 = info >> 4

@@ -291,7 +291,7 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, g, offsets):
         length = offsets[i + 1] - offsets[i]
         first = s + offsets[i]
         mode = src[first]
-        if mode > f2.TILE_RUNS_SAME:
+        if mode > f2.LAST_MODE:
             return False
         th = min(t, h - t * (i // tiles_x))
         tw = min(t, w - t * (i % tiles_x))
@@ -299,14 +299,16 @@ def _check_v2(src, s, size, h, w, c, t, tiles_x, n, n_sets, g, offsets):
             if length != 1 + th * tw * c:
                 return False
             continue
-        if mode == f2.TILE_RUNS or mode == f2.TILE_RUNS_REPEAT or mode == f2.TILE_RUNS_SAME:
-            # byte 1: the table set; byte 2: P - 1; then the palette, one lane state, words
+        if mode >= f2.TILE_RUNS:
+            # byte 1: the table set; byte 2: P - 1; then the palette (modes 3 to 5), one lane
+            # state, words
             if length < f2.RUNS_HEADER or np.int64(src[first + 1]) >= n_sets:
                 return False
             if mode != f2.TILE_RUNS and (np.int64(src[first + 2]) + 1 > f2.REPEAT_MAX_COLOURS
                                                 or np.int64(src[first + 1]) * g + f2.RUN_CONTEXTS > n_sets * g):
                 return False
-            words = length - (f2.RUNS_HEADER + (np.int64(src[first + 2]) + 1) * c + 4)
+            raw_palette = (np.int64(src[first + 2]) + 1) * c if mode != f2.TILE_RUNS_PALETTE else 0
+            words = length - (f2.RUNS_HEADER + raw_palette + 4)
             if words < 0 or words % 2 != 0:
                 return False
             continue

@@ -72,6 +72,7 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
     rows = np.empty(n_cands, np.int64)
     n_symbols = np.empty(n_cands, np.int64)
     fixed = np.empty(n_cands, np.int64)
+    heads = np.empty(n_cands, np.int64)
     current = np.empty(n_cands, np.int64)
     pixels = np.empty(n_cands, np.int64)
     room = np.int64(0)
@@ -82,11 +83,12 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
         raw_len = 1 + th * tw
         raw_total += raw_len + (raw_len >= f2.SHORT_ONE_BYTE)  # and its bytes in the tile table
         if pal_sizes[i] > 0:
-            if not runs.sure(runs_counts[i], th * tw, np.int64(1)):
+            heads[k] = runs.palette_head(pal_sizes[i], np.int64(1))
+            if not runs.sure(runs_counts[i] - heads[k], th * tw, np.int64(1)):
                 return NOT_FLAT, none
             rows[k] = i
             n_symbols[k] = runs_counts[i]
-            fixed[k] = f2.RUNS_HEADER + pal_sizes[i] + 4
+            fixed[k] = runs.fixed_bytes(pal_sizes[i], np.int64(1))
             current[k] = raw_len  # (cpu_v2._encode weighs a sure tile against its raw payload)
             pixels[k] = th * tw
             room += min(raw_len, fixed[k] + 2 * n_symbols[k])  # a symbol emits at most one word
@@ -96,8 +98,9 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
         else:
             return NOT_FLAT, none
     n_tables = TABLES_PER_SET
+    coded = False  # (mode 6 palettes, runs._choose)
     if n_cands:
-        chosen = runs._choose(kept_syms, kept_ctxs, rows, n_symbols, fixed, current, pixels, runs_freq)
+        chosen, coded = runs._choose(kept_syms, kept_ctxs, rows, n_symbols, heads, fixed, current, pixels, runs_freq)
         if not chosen.all():
             return NOT_CHOSEN, none
         n_tables = RUNS_SET * TABLES_PER_SET + RUNS_TABLES
@@ -108,7 +111,7 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
     cpu_v2._fill_coder(all_freq, coder)
     # The payloads first (the tile table before them needs their lengths), then the stream.
     lengths = np.empty(n, np.int64)
-    words = np.empty(cpu_v2.RUNS_CAP, np.int64)
+    words = np.empty(cpu_v2.KEPT_CAP, np.int64)
     body = np.empty(room, np.uint8)
     pos = np.int64(0)  # (np.int64 literals throughout: a literal compiles the callees once more)
     for i in range(n):
@@ -117,7 +120,7 @@ def _stream(image, tile, pal_sizes, colours, constant, runs_counts, kept_syms, k
         if pal_sizes[i] > 0:
             lengths[i] = cpu_v2._runs_payload(np.int64(1), pal_sizes[i], colours[i], kept_syms[i], kept_ctxs[i],
                                               runs_counts[i], np.int64(RUNS_SET), np.int64(TSHIFT), coder, words, body,
-                                              pos, raw_len)
+                                              pos, raw_len, coded)
             if lengths[i] == 0:  # (a payload that reaches the raw tile's size)
                 return NOT_CHOSEN, none
         elif CONSTANT_TILE_BYTES < raw_len:

@@ -360,24 +360,71 @@ def runs_symbols(index: np.ndarray, n_colours: int, repeats: bool = True, same: 
     return pairs[:, 1].copy(), pairs[:, 0].copy()
 
 
-class RunsChoice:
-    """A runs tile (A2 modes 3 to 5): palette (as PaletteChoice's), index plane, its run
-    symbols, and the mode they are for (runs.mode_of; without `repeats` mode 3, as encoders
-    before mode 4 wrote; without `same` mode 4 where mode 5 would be, as encoders before mode 5
-    wrote)."""
+def palette_symbols(palette: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(symbols, contexts) of a runs tile's palette (P, C) coded as A2 mode 6 writes it: colour
+    by colour, channel by channel, each channel's difference d_k from the colour before (from
+    0 for the first); channel 0's d_0 itself (the colours increase, so it never wraps),
+    channels 1 and 2 zigzag(d_k - d_0), channel 3 zigzag(d_3) (all mod 256); context
+    RUN_CTX_PALETTE + min(k, 2)."""
+    pal = palette.astype(np.int64)
+    n, c = pal.shape
+    d = (pal - np.vstack([np.zeros((1, c), np.int64), pal[:-1]])) & 255
+    sym = d.copy()
+    for k in range(1, c):
+        sym[:, k] = zigzag((d[:, k] - (d[:, 0] if k < 3 else 0)) & 255)
+    ctx = np.broadcast_to(f2.RUN_CTX_PALETTE + np.minimum(np.arange(c), 2), (n, c))
+    return sym.reshape(-1), ctx.reshape(-1).astype(np.int64)
 
-    def __init__(self, palette: np.ndarray, index: np.ndarray, repeats: bool = True, same: bool = True) -> None:
+
+def palette_decode(next_symbol: Callable[[int], int], n_colours: int, c: int) -> np.ndarray:
+    """The palette (P, C) of a mode 6 runs tile from its first P*C symbols (palette_symbols)."""
+    pal = np.zeros((n_colours, c), np.int64)
+    prev = np.zeros(c, np.int64)
+    for q in range(n_colours):
+        d0 = 0
+        for k in range(c):
+            v = next_symbol(f2.RUN_CTX_PALETTE + min(k, 2))
+            if k == 0:
+                d = d0 = v
+            else:
+                d = int(unzigzag(np.array(v))) + (d0 if k < 3 else 0)
+            pal[q, k] = (prev[k] + d) & 255
+        prev = pal[q]
+    return pal
+
+
+class RunsChoice:
+    """A runs tile (A2 modes 3 to 6): palette (as PaletteChoice's), index plane, its symbols
+    (mode 6: the palette's, then the runs'), and the mode they are for (runs.mode_of; without
+    `repeats` mode 3, as encoders before mode 4 wrote; without `same` mode 4 where mode 5 or 6
+    would be, as encoders before mode 5 wrote; without `coded` mode 5 where mode 6 would be,
+    as encoders before mode 6 wrote)."""
+
+    def __init__(self, palette: np.ndarray, index: np.ndarray, repeats: bool = True, same: bool = True,
+                 coded: bool = True) -> None:
         self.palette = palette
         self.index = index
         self.mode = int(runs.mode_of(palette.shape[0])) if repeats else f2.TILE_RUNS
-        if self.mode == f2.TILE_RUNS_SAME and not same:
+        if self.mode == f2.TILE_RUNS_PALETTE and not same:
             self.mode = f2.TILE_RUNS_REPEAT
-        self.symbols, self.contexts = runs_symbols(index, palette.shape[0], self.mode != f2.TILE_RUNS,
-                                                   self.mode == f2.TILE_RUNS_SAME)
+        elif self.mode == f2.TILE_RUNS_PALETTE and not coded:
+            self.mode = f2.TILE_RUNS_SAME
+        same = self.mode in (f2.TILE_RUNS_SAME, f2.TILE_RUNS_PALETTE)
+        self.symbols, self.contexts = runs_symbols(index, palette.shape[0], self.mode != f2.TILE_RUNS, same)
+        self.head_symbols = palette.size if self.mode == f2.TILE_RUNS_PALETTE else 0  # (runs.palette_head)
+        if self.mode == f2.TILE_RUNS_PALETTE:
+            psyms, pctxs = palette_symbols(palette)
+            self.symbols = np.concatenate([psyms, self.symbols])
+            self.contexts = np.concatenate([pctxs, self.contexts])
+
+    def head(self, table_set: int) -> bytes:
+        """The payload's bytes before the lane state: header, and the palette in modes 3 to 5."""
+        head = bytes([self.mode, table_set, self.palette.shape[0] - 1])
+        return head if self.mode == f2.TILE_RUNS_PALETTE else head + self.palette.astype(np.uint8).tobytes()
 
     def fixed_bytes(self) -> int:
-        """Payload bytes besides the words: header, palette, the one lane state."""
-        return f2.RUNS_HEADER + self.palette.size + 4
+        """Payload bytes besides the words: header, palette (modes 3 to 5), the one lane state."""
+        return len(self.head(0)) + 4
 
     def histogram(self) -> np.ndarray:
         counts = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
@@ -624,7 +671,7 @@ def _encode(image: np.ndarray, flags: int, tile: int, fast_decode: bool, wide_co
     # Runs candidates first: the sure ones (runs.sure) take no part in the coded and palette
     # choices or their tables, and are written raw until with_runs replaces them.
     sure = {i for i, ch in runs_choices.items()
-            if runs_first and runs.sure(ch.symbols.size, ch.index.size, c)}
+            if runs_first and runs.sure(ch.symbols.size - ch.head_symbols, ch.index.size, c)}
     active = [i for i in range(len(tiles)) if i not in sure]
     coded = [choose(t, n_predictors, colours) for t in tiles]
     choices: list[Choice] = [coded[i] for i in range(len(tiles))]
@@ -706,10 +753,13 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     picked = runs.choose(syms, ctxs, np.arange(len(choices)), np.array([ch.symbols.size for ch in choices], np.int64),
                          np.array([ch.fixed_bytes() for ch in choices], np.int64),
                          np.array([len(payloads[i]) for i in cands], np.int64),
-                         np.array([ch.index.size for ch in choices], np.int64))
+                         np.array([ch.index.size for ch in choices], np.int64),
+                         np.array([ch.head_symbols for ch in choices], np.int64))
     if picked is None:
         return payloads, freq
-    chosen, runs_freq = picked
+    chosen, runs_freq, coded = picked
+    if not coded:  # raw palettes pay more (runs.choose): mode 5 tiles, as encoders before mode 6 wrote
+        choices = [RunsChoice(ch.palette, ch.index, coded=False) for ch in choices]
     stride = f2.set_tables(flags)
     s = freq.shape[0] // stride
     all_freq = np.concatenate([freq, runs.table_set(runs_freq, stride)])
@@ -719,7 +769,7 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     for i, ch, take in zip(cands, choices, chosen, strict=True):
         if take:
             body = rans_encode(ch.symbols, s * stride + ch.contexts, all_freq, cum, 1)
-            head = bytes([ch.mode, s, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
+            head = ch.head(s)
             if len(head) + len(body) < len(out[i]):
                 out[i] = head + body
     if out == payloads:
@@ -727,11 +777,13 @@ def with_runs(runs_choices: dict[int, RunsChoice], payloads: list[bytes], freq: 
     return out, all_freq
 
 
-def runs_stream(image: np.ndarray, tile: int = 64, repeats: bool = True, same: bool = True) -> bytes:
+def runs_stream(image: np.ndarray, tile: int = 64, repeats: bool = True, same: bool = True,
+                coded: bool = True) -> bytes:
     """A stream whose every tile of 2 .. max_palette(C) colours is a runs tile, however small
     the image (the encoders keep a runs table set only where it pays): one table set, the
     other tiles constant or raw; mode 3 tiles only when not `repeats` (as encoders before
-    mode 4 wrote), mode 4 when not `same` (before mode 5). Tests and fuzz seeds of images the
+    mode 4 wrote), mode 4 when not `same` (before mode 5), mode 5 when not `coded` (before
+    mode 6). Tests and fuzz seeds of images the
     simulator can decode."""
     image, flags = prepare(image, tile)
     h, w, c = image.shape
@@ -739,7 +791,7 @@ def runs_stream(image: np.ndarray, tile: int = 64, repeats: bool = True, same: b
     header = fmt.Header(h, w, c, tile, f2.encoder_flags(flags, f2.encoder_wide_context(c),
                                                         f2.encoder_plane_context(c, len(tiles))), f2.VERSION)
     pals = [choose_palette(t) for t in tiles]
-    choices = {i: RunsChoice(pal.palette, pal.index, repeats, same) for i, pal in enumerate(pals)
+    choices = {i: RunsChoice(pal.palette, pal.index, repeats, same, coded) for i, pal in enumerate(pals)
                if pal is not None and len(pal.palette) > 1}
     counts = sum((ch.histogram() for ch in choices.values()), np.zeros((f2.RUN_CONTEXTS, 256), np.int64))
     freq = runs.table_set(np.stack([normalize(row) for row in counts]), f2.set_tables(header.flags))
@@ -749,8 +801,7 @@ def runs_stream(image: np.ndarray, tile: int = 64, repeats: bool = True, same: b
     for i, t in enumerate(tiles):
         if i in choices:
             ch = choices[i]
-            payloads.append(bytes([ch.mode, 0, ch.palette.shape[0] - 1]) + ch.palette.astype(np.uint8).tobytes()
-                            + rans_encode(ch.symbols, ch.contexts, freq, cum, 1))
+            payloads.append(ch.head(0) + rans_encode(ch.symbols, ch.contexts, freq, cum, 1))
         elif (t == t[:1, :1]).all():
             payloads.append(bytes([f2.TILE_CODED, 0] + [f2.CH_CONST] * c + [int(v) for v in t[0, 0]]))
         else:
@@ -913,13 +964,17 @@ def decode_tile(buf: np.ndarray, s: f2.StreamV2, i: int, th: int, tw: int, lut: 
         return buf[start + 1 : end].reshape(th, tw, c).astype(np.int64)
     if s.mode[i] in f2.RUNS_MODES:
         n_colours = int(s.palette_size[i])
-        palette = buf[start + f2.RUNS_HEADER : start + f2.RUNS_HEADER + n_colours * c].reshape(n_colours, c)
+        lane = OneLane(buf, int(s.words_start[i]) - 4, end, s.tables, lut, int(s.table_set[i, 0]),
+                       f2.set_tables(flags))
+        if s.mode[i] == f2.TILE_RUNS_PALETTE:
+            palette = palette_decode(lane.symbol, n_colours, c)
+        else:
+            palette = buf[start + f2.RUNS_HEADER : start + f2.RUNS_HEADER + n_colours * c].reshape(n_colours, c)
         packed = pack_colours(palette[None].astype(np.int64))[0]
         if (np.diff(packed) <= 0).any():
             raise CodecError("runs tile: palette colours not in increasing order")
-        lane = OneLane(buf, int(s.words_start[i]) - 4, end, s.tables, lut, int(s.table_set[i, 0]),
-                       f2.set_tables(flags))
-        index = runs_decode(lane.symbol, th, tw, n_colours, s.mode[i] != f2.TILE_RUNS, s.mode[i] == f2.TILE_RUNS_SAME)
+        index = runs_decode(lane.symbol, th, tw, n_colours, s.mode[i] != f2.TILE_RUNS,
+                            s.mode[i] in (f2.TILE_RUNS_SAME, f2.TILE_RUNS_PALETTE))
         lane.finish()
         return palette[index].astype(np.int64)
     if s.mode[i] == f2.TILE_PALETTE:

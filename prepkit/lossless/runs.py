@@ -1,4 +1,4 @@
-"""Runs tiles (bitstream v2, A2 modes 3, 4 and 5): the numba CPU encoder and decoder, and the
+"""Runs tiles (bitstream v2, A2 modes 3 to 6): the numba CPU encoder and decoder, and the
 choice of which tiles become runs tiles, shared by both encoders.
 
 A runs tile is a palette and its index plane as rows of runs; each row's run boundaries are
@@ -8,8 +8,9 @@ above and the run before. Segmentation masks and flat renders have about 30 pixe
 so a tile decodes about a tenth as many symbols as its pixels, each run a fill. In mode 4 a
 row equal to the row above, with the rows after it that equal it too, is two symbols and a
 copy (a repeat). In mode 5 a boundary whose run takes the first label in the rank order (nine
-in ten on masks) is one symbol, not two. One rANS lane: the next symbol's table depends on
-the symbol before, so there is nothing to interleave.
+in ten on masks) is one symbol, not two. In mode 6 the palette is symbols at the head of the
+lane (each colour's differences from the one before) instead of raw bytes. One rANS lane:
+the next symbol's table depends on the symbol before, so there is nothing to interleave.
 reference_v2.runs_symbols and runs_decode are the plain versions these match.
 """
 
@@ -28,6 +29,10 @@ from prepkit.lossless.cpu import load64, popcount64
 NO_LABEL = -1  # an absent candidate, or no run before a row's first
 # What a decoder reads (and never takes) where a payload has no 16-bit words left.
 NO_WORDS = np.zeros(1, np.uint16)
+# decode_tile's maps: colour_of (256 bytes), index_of (256), then the palette (256 colours of
+# up to 4 bytes).
+PALETTE_AT = 512
+MAPS_BYTES = PALETTE_AT + 4 * 256
 
 
 def table_set(freq: np.ndarray, tables_per_set: int) -> np.ndarray:
@@ -303,13 +308,14 @@ def _fill(plane, at, v):
 # Without reference counts, as the CPU decoder's other kernels (the note above cpu_v2._rans_rounds).
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, maps, above, starts):
-    """Decode runs tile src[start:end] (A2 mode 3, 4 with row repeats, or 5 with implied
-    labels too; validated by format_v2.read_stream or hostplan) into plane (uint8, row-major
-    th x tw, then at least 64 bytes of slack): the palette colours themselves when C = 1, else
-    the palette indices; return an error code. base: the stream's first table row; tshift:
+    """Decode runs tile src[start:end] (A2 mode 3, 4 with row repeats, 5 with implied labels
+    too, or 6 with a coded palette; validated by format_v2.read_stream or hostplan) into plane
+    (uint8, row-major th x tw, then at least 64 bytes of slack): the palette colours
+    themselves when C = 1, else the palette indices, the palette at maps[PALETTE_AT:];
+    return an error code. base: the stream's first table row; tshift:
     log2 of the tables per set (3 with plane contexts, 2); flat: the packed decode tables
     (cpu_v2.decode_table, flattened); empty[t]: 1 for an empty table; maps: uint8 scratch of
-    512 entries; above, starts: int64 scratch of 64 entries.
+    MAPS_BYTES entries; above, starts: int64 scratch of 64 entries.
 
     The palette's colours must increase (A2), so with one channel the tile decodes in colour
     space: maps[:256] turns an index into its colour, maps[256:] a colour back into its index
@@ -318,7 +324,7 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
     PASS with RUN_OTHER), a pass or a boundary move without a boundary above, a boundary
     outside (a0, tw), a label rank past the order, a repeat past the last row. The loop ends:
     each symbol moves a0 or j right, or ends the row, or repeats at least one row."""
-    same = src[start] == f2.TILE_RUNS_SAME
+    same = src[start] == f2.TILE_RUNS_SAME or src[start] == f2.TILE_RUNS_PALETTE
     repeats = same or src[start] == f2.TILE_RUNS_REPEAT
     tset = base + (np.int64(src[start + 1]) << tshift)
     if empty[tset + f2.RUN_CTX_LABEL]:  # every tile decodes a label first
@@ -328,22 +334,14 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
     if th > 1 and empty[tset + row_ctx]:
         return plan_mod.ERR_TABLE
     n_colours = np.int64(src[start + 2]) + 1
-    pal = start + f2.RUNS_HEADER
-    for q in range(1, n_colours):  # strictly increasing packed colours
-        k = 0
-        while k < c - 1 and src[pal + q * c + k] == src[pal + (q - 1) * c + k]:
-            k += 1
-        if src[pal + q * c + k] <= src[pal + (q - 1) * c + k]:
-            return plan_mod.ERR_RUNS
-    colour_of = maps[:256]
-    index_of = maps[256:]
-    # Only the entries this tile reads: labels are below n_colours, and the plane holds only
-    # what the fills wrote (colour_of of a label), every row being filled before it is read.
-    for q in range(n_colours):
-        v = src[pal + q] if c == 1 else q
-        colour_of[q] = v
-        index_of[v] = q
-    pos = pal + n_colours * c
+    coded_palette = src[start] == f2.TILE_RUNS_PALETTE
+    # The palette at maps[PALETTE_AT:] (colour by colour, c bytes each): decoded from the lane
+    # in mode 6, copied from the payload in modes 3 to 5.
+    palette = maps[PALETTE_AT:]
+    pos = start + f2.RUNS_HEADER
+    if not coded_palette:
+        memops.copy(palette, 0, src, pos, n_colours * c)
+        pos += n_colours * c
     x = np.int64(src[pos]) | (np.int64(src[pos + 1]) << 8) | (np.int64(src[pos + 2]) << 16) | (
         np.int64(src[pos + 3]) << 24)
     if x < f2.STATE_LOW:
@@ -353,6 +351,37 @@ def decode_tile(src, start, end, th, tw, c, base, tshift, flat, empty, plane, ma
     words = src[pos : pos + 2 * n_words].view(np.uint16) if n_words > 0 else NO_WORDS
     last = max(n_words - 1, 0)
     w = 0
+    if coded_palette:
+        for k in range(min(c, 3)):
+            if empty[tset + f2.RUN_CTX_PALETTE + k]:
+                return plan_mod.ERR_TABLE
+        for q in range(n_colours):
+            d0 = np.int64(0)
+            for k in range(c):
+                v, x, w = _symbol(flat, tset, f2.RUN_CTX_PALETTE + min(k, 2), x, words, last, w)
+                if k == 0:
+                    d0 = v
+                    d = v
+                else:
+                    d = ((v >> 1) ^ -(v & 1)) + (d0 if k < 3 else 0)
+                before = np.int64(palette[(q - 1) * c + k]) if q > 0 else 0
+                palette[q * c + k] = (before + d) & 255
+        if w > n_words:
+            return plan_mod.ERR_WORDS
+    for q in range(1, n_colours):  # strictly increasing packed colours
+        k = 0
+        while k < c - 1 and palette[q * c + k] == palette[(q - 1) * c + k]:
+            k += 1
+        if palette[q * c + k] <= palette[(q - 1) * c + k]:
+            return plan_mod.ERR_RUNS
+    colour_of = maps[:256]
+    index_of = maps[256:PALETTE_AT]
+    # Only the entries this tile reads: labels are below n_colours, and the plane holds only
+    # what the fills wrote (colour_of of a label), every row being filled before it is read.
+    for q in range(n_colours):
+        v = palette[q] if c == 1 else q
+        colour_of[q] = v
+        index_of[v] = q
     n_above = 0
     y = -1
     while y + 1 < th:
@@ -457,10 +486,60 @@ SURE_PIXELS_PER_SYMBOL_GREY = 5
 
 @njit(nogil=True, cache=True)
 def mode_of(n_colours):
-    """The mode the encoders give a runs tile of n_colours colours: with row repeats and
-    implied labels (A2 mode 5) where it can be, else mode 3. Compiled, so that both encoders
-    share one test."""
-    return f2.TILE_RUNS_SAME if n_colours <= f2.REPEAT_MAX_COLOURS else f2.TILE_RUNS
+    """The mode the encoders give a runs tile of n_colours colours: with row repeats, implied
+    labels and a coded palette (A2 mode 6) where it can be, else mode 3. Compiled, so that
+    both encoders share one test."""
+    return f2.TILE_RUNS_PALETTE if n_colours <= f2.REPEAT_MAX_COLOURS else f2.TILE_RUNS
+
+
+@njit(nogil=True, cache=True)
+def written_mode(n_colours, coded):
+    """The mode of a runs tile the encoders write: mode_of, or mode 5 (raw palette) where the
+    image's palettes are not coded (_choose)."""
+    mode = mode_of(n_colours)
+    return f2.TILE_RUNS_SAME if mode == f2.TILE_RUNS_PALETTE and not coded else mode
+
+
+@njit(nogil=True, cache=True)
+def palette_head(n_colours, c):
+    """How many of the encoders' runs symbols of a tile are its palette's (mode 6: P * C; 0 in
+    mode 3). The limits on run symbols per pixel (MIN_PIXELS_PER_SYMBOL, sure) leave them out:
+    they are a fixed cost, not a sign of noise-like runs."""
+    return n_colours * c if mode_of(n_colours) == f2.TILE_RUNS_PALETTE else 0
+
+
+@njit(nogil=True, cache=True)
+def fixed_bytes(n_colours, c):
+    """The bytes of the encoders' runs payload (mode_of) besides its words: the header, the
+    palette where it is raw (mode 3), the lane state."""
+    raw = n_colours * c if mode_of(n_colours) == f2.TILE_RUNS else 0
+    return f2.RUNS_HEADER + raw + 4
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def palette_symbols(colours, n_colours, c, syms, ctxs):
+    """A mode 6 palette's n_colours * c symbols and contexts into syms, ctxs (from 0) as
+    reference_v2.palette_symbols makes them, from the packed increasing colours (channel 0
+    most significant)."""
+    j = 0
+    prev = np.int64(0)
+    for q in range(n_colours):
+        colour = np.int64(colours[q])
+        d0 = np.int64(0)
+        for k in range(c):
+            shift = 8 * (c - 1 - k)
+            d = (((colour >> shift) & 255) - ((prev >> shift) & 255)) & 255
+            if k == 0:
+                d0 = d
+                syms[j] = d
+            else:
+                e = (d - d0) & 255 if k < 3 else d
+                signed = e - 256 if e >= 128 else e
+                syms[j] = 2 * signed if signed >= 0 else -2 * signed - 1
+            ctxs[j] = f2.RUN_CTX_PALETTE + min(k, 2)
+            j += 1
+        prev = colour
+    return j
 
 
 @njit(nogil=True, cache=True)
@@ -473,13 +552,14 @@ def sure(n_symbols, pixels, channels):
 
 
 @njit(nogil=True, cache=True)
-def _chosen_counts(syms, ctxs, rows, n_symbols, chosen):
-    """The (RUN_CONTEXTS, 256) counts of (context, symbol) over the chosen tiles' symbols."""
+def _chosen_counts(syms, ctxs, rows, starts, n_symbols, chosen):
+    """The (RUN_CONTEXTS, 256) counts of (context, symbol) over the chosen tiles' symbols
+    (starts[i] .. n_symbols[i] - 1)."""
     out = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
     for i in range(rows.shape[0]):
         if chosen[i]:
             r = rows[i]
-            for j in range(n_symbols[i]):
+            for j in range(starts[i], n_symbols[i]):
                 out[ctxs[r, j], syms[r, j]] += 1
     return out
 
@@ -490,7 +570,7 @@ UNCODABLE = np.int64(1) << np.int64(40)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _estimates(syms, ctxs, rows, n_symbols, chosen, weights, fixed):
+def _estimates(syms, ctxs, rows, starts, n_symbols, chosen, weights, fixed):
     """Each chosen tile's estimated payload bytes under the tables (fixed bytes plus its
     symbols' costs, in 1/16 bits, over 128) and whether the tables code every symbol it has;
     (0, False) for the others. weights: _weights of the tables, flat: one load per symbol
@@ -503,7 +583,7 @@ def _estimates(syms, ctxs, rows, n_symbols, chosen, weights, fixed):
             continue
         r = rows[i]
         total = np.int64(0)
-        for j in range(n_symbols[i]):
+        for j in range(starts[i], n_symbols[i]):
             total += weights[(np.int64(ctxs[r, j]) << 8) | np.int64(syms[r, j])]
         estimate[i] = fixed[i] + (total & (UNCODABLE - 1)) // 128
         codable[i] = total < UNCODABLE
@@ -511,11 +591,11 @@ def _estimates(syms, ctxs, rows, n_symbols, chosen, weights, fixed):
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, weights):
+def _tables_of(syms, ctxs, rows, starts, n_symbols, chosen, freq, weights):
     """The normalised tables (into freq) of the chosen tiles, and the weights _estimates
     reads (flat, (context, symbol)): each symbol's cost, plus UNCODABLE where its frequency
     is 0."""
-    frequencies.normalize_rows_into(_chosen_counts(syms, ctxs, rows, n_symbols, chosen), freq)
+    frequencies.normalize_rows_into(_chosen_counts(syms, ctxs, rows, starts, n_symbols, chosen), freq)
     for k in range(freq.shape[0]):
         for s in range(256):
             f = freq[k, s]
@@ -523,19 +603,19 @@ def _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, weights):
 
 
 @njit(nogil=True, cache=True)
-def _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq):
-    """choose() in one compiled call (the choice is a few dozen steps, each a call from
-    Python costing more than its work on a small image): the chosen tiles, the tables in freq;
-    no tile chosen when the set is not kept."""
+def _choose_once(syms, ctxs, rows, starts, n_symbols, run_counts, fixed, current, pixels, freq):
+    """_choose's rule for one way of coding the palettes (symbols starts[i] .. n_symbols[i] - 1
+    of candidate i, fixed[i] bytes besides them): (the chosen tiles, none when the set is not
+    kept; the bytes they save net of the runs tables)."""
     weights = np.empty(freq.size, np.int64)
-    chosen = n_symbols * MIN_PIXELS_PER_SYMBOL <= pixels
+    chosen = run_counts * MIN_PIXELS_PER_SYMBOL <= pixels
     # Two rounds, then the final tables and estimates. A round that keeps every tile leaves
     # the tables, and so every later round, as they are: the passes stop there (most images).
     for round_ in range(3):
         if not chosen.any():
-            return chosen
-        _tables_of(syms, ctxs, rows, n_symbols, chosen, freq, weights)
-        estimate, codable = _estimates(syms, ctxs, rows, n_symbols, chosen, weights, fixed)
+            return chosen, np.int64(0)
+        _tables_of(syms, ctxs, rows, starts, n_symbols, chosen, freq, weights)
+        estimate, codable = _estimates(syms, ctxs, rows, starts, n_symbols, chosen, weights, fixed)
         if round_ == 2:
             break
         kept = codable & (estimate < current) & chosen
@@ -547,20 +627,46 @@ def _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq):
         if chosen[i]:
             saved += current[i] - estimate[i]
     packed = np.empty(freq.shape[0] * frequencies.MAX_TABLE_BYTES, np.uint8)
-    if saved <= frequencies.pack_into(freq, packed):
+    saved -= frequencies.pack_into(freq, packed)
+    if saved <= 0:
         chosen[:] = False
-    return chosen
+    return chosen, saved
+
+
+@njit(nogil=True, cache=True)
+def _choose(syms, ctxs, rows, n_symbols, heads, fixed, current, pixels, freq):
+    """choose() in one compiled call (the choice is a few dozen steps, each a call from
+    Python costing more than its work on a small image): (the chosen tiles, whether their
+    palettes are coded), the tables in freq; no tile chosen when the set is not kept. The
+    palettes are coded (mode 6) when that saves more than raw palettes (mode 5: the symbols
+    after the heads, the heads' bytes in the payload) do: a small image's few palette symbols
+    can cost less raw than their tables."""
+    run_counts = n_symbols - heads
+    chosen, saved = _choose_once(syms, ctxs, rows, np.zeros_like(heads), n_symbols, run_counts, fixed, current, pixels,
+                                 freq)
+    if not heads.any():
+        return chosen, False
+    raw_freq = np.zeros_like(freq)
+    raw_chosen, raw_saved = _choose_once(syms, ctxs, rows, heads, n_symbols, run_counts, fixed + heads, current,
+                                         pixels, raw_freq)
+    if saved > raw_saved:
+        return chosen, True
+    freq[:] = raw_freq
+    return raw_chosen, False
 
 
 def choose(syms: np.ndarray, ctxs: np.ndarray, rows: np.ndarray, n_symbols: np.ndarray, fixed: np.ndarray,
-           current: np.ndarray, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Which candidate tiles become runs tiles, and the runs tables' frequencies (RUN_CONTEXTS, 256);
-    None when none should. syms, ctxs: uint8 (any, cap), candidate k's run symbols and their
-    contexts in syms[rows[k], :n_symbols[k]] (needed only where n_symbols[k] *
-    MIN_PIXELS_PER_SYMBOL <= pixels[k], the tiles that may be chosen; cap at least pixels /
-    MIN_PIXELS_PER_SYMBOL); n_symbols: the symbol count (or any count above that bound); fixed:
-    the payload bytes besides the words; current: the payload length otherwise; pixels: the
-    pixel count.
+           current: np.ndarray, pixels: np.ndarray, heads: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray, bool] | None:
+    """Which candidate tiles become runs tiles, the runs tables' frequencies (RUN_CONTEXTS, 256)
+    and whether the palettes are coded (mode 6; else mode 5 raw, the heads left out of the
+    symbols); None when none should. syms, ctxs: uint8 (any, cap), candidate k's symbols and their
+    contexts in syms[rows[k], :n_symbols[k]], the palette's first in mode 6 (needed only where
+    (n_symbols[k] - heads[k]) * MIN_PIXELS_PER_SYMBOL <= pixels[k], the tiles that may be
+    chosen; cap at least pixels / MIN_PIXELS_PER_SYMBOL + heads); n_symbols: the symbol count
+    (or any count above that bound); fixed: the payload bytes besides the words; current: the
+    payload length otherwise; pixels: the pixel count; heads: how many of the symbols are the
+    palette's (palette_head; none if not given).
 
     Shared by both encoders (integers only: the same choice in both). Two rounds: tables from
     every candidate, then from the tiles whose estimate beat their current length under them;
@@ -569,12 +675,14 @@ def choose(syms: np.ndarray, ctxs: np.ndarray, rows: np.ndarray, n_symbols: np.n
     symbol, not per (context, symbol) of every tile: a mask's tiles have about 200 symbols.
     """
     freq = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
-    rows, n_symbols, fixed, current, pixels = (np.ascontiguousarray(a, np.int64)
-                                               for a in (rows, n_symbols, fixed, current, pixels))
-    chosen = _choose(syms, ctxs, rows, n_symbols, fixed, current, pixels, freq)
+    if heads is None:
+        heads = np.zeros_like(n_symbols)
+    rows, n_symbols, heads, fixed, current, pixels = (np.ascontiguousarray(a, np.int64)
+                                                      for a in (rows, n_symbols, heads, fixed, current, pixels))
+    chosen, coded = _choose(syms, ctxs, rows, n_symbols, heads, fixed, current, pixels, freq)
     if not chosen.any():
         return None
-    return chosen, freq.astype(np.int32)
+    return chosen, freq.astype(np.int32), bool(coded)
 
 
 # Last, once every cached function above exists: the constants compiled into them.

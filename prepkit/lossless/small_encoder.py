@@ -303,12 +303,15 @@ def _finish(image, tile, flags, one_set, splits, tshift, min_log2, choices, cons
         cands = np.flatnonzero(pal_sizes > 0)
         current = np.empty(n_cands, np.int64)
         fixed = np.empty(n_cands, np.int64)
+        heads = np.empty(n_cands, np.int64)
         for q in range(n_cands):
             i = cands[q]
             current[q] = raw_len[i] if sure[i] else lengths[i]
-            fixed[q] = f2.RUNS_HEADER + pal_sizes[i] * c + 4
+            fixed[q] = runs.fixed_bytes(pal_sizes[i], c)
+            heads[q] = runs.palette_head(pal_sizes[i], c)
         runs_freq = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
-        chosen = runs._choose(kept_syms, kept_ctxs, cands, runs_counts[cands], fixed, current, pixels[cands], runs_freq)
+        chosen, coded = runs._choose(kept_syms, kept_ctxs, cands, runs_counts[cands], heads, fixed, current,
+                                     pixels[cands], runs_freq)
         if chosen.any():
             n_tables = n_sets << tshift
             all_freq = np.zeros((n_tables + (RUNS_TABLES_8 if tshift == 3 else RUNS_TABLES_4), 256), np.int64)
@@ -320,7 +323,7 @@ def _finish(image, tile, flags, one_set, splits, tshift, min_log2, choices, cons
                 if chosen[q]:
                     room += min(current[q], fixed[q] + 2 * runs_counts[cands[q]])
             runs_body = np.empty(room, np.uint8)
-            words_runs = np.empty(cpu_v2.RUNS_CAP, np.int64)
+            words_runs = np.empty(cpu_v2.KEPT_CAP, np.int64)
             at = np.int64(0)
             for q in range(n_cands):
                 if chosen[q]:
@@ -328,7 +331,7 @@ def _finish(image, tile, flags, one_set, splits, tshift, min_log2, choices, cons
                     runs_starts[i] = at
                     runs_lengths[i] = cpu_v2._runs_payload(np.int64(c), pal_sizes[i], colours[i], kept_syms[i],
                                                            kept_ctxs[i], runs_counts[i], n_sets, tshift, coder,
-                                                           words_runs, runs_body, at, current[q])
+                                                           words_runs, runs_body, at, current[q], coded)
                     at += min(current[q], fixed[q] + 2 * runs_counts[i])
             if runs_lengths.any():
                 freq = all_freq
@@ -369,8 +372,8 @@ def _all_tiles(image, tile, flags, n_predictors, min_log2, splits, planes, table
     colours = np.empty((n, cpu_v2.MAX_PALETTE), np.int64)
     constant = np.zeros(n, np.bool_)
     runs_counts = np.zeros(n, np.int64)
-    kept_syms = np.empty((n, cpu_v2.RUNS_CAP), np.uint8)
-    kept_ctxs = np.empty((n, cpu_v2.RUNS_CAP), np.uint8)
+    kept_syms = np.empty((n, cpu_v2.KEPT_CAP), np.uint8)
+    kept_ctxs = np.empty((n, cpu_v2.KEPT_CAP), np.uint8)
     cpu_v2._palettes_all(image, tile, choices, colours, constant, planes, n_predictors, runs_counts, kept_syms,
                          kept_ctxs, np.bool_(True))
     pal_sizes = choices[:, cpu_v2.COL_PAL_SIZE].copy()
@@ -392,7 +395,7 @@ def _all_tiles(image, tile, flags, n_predictors, min_log2, splits, planes, table
         _, _, th, tw = cpu_v2._tile_box(np.int64(i), tile, h, w)
         sym_start[i + 1] = sym_start[i] + th * tw * c
         if pal_sizes[i] > 0:
-            sure[i] = runs.sure(runs_counts[i], np.int64(th * tw), np.int64(c))
+            sure[i] = runs.sure(runs_counts[i] - runs.palette_head(pal_sizes[i], c), np.int64(th * tw), np.int64(c))
             if sure[i]:
                 choices[i, cpu_v2.COL_PAL_SIZE] = 0
     tshift = np.int64(3) if flags & f2.FLAG_PLANE_CONTEXT else np.int64(2)

@@ -1,4 +1,4 @@
-"""Runs tiles (A2 modes 3, 4 and 5) on the v2 CUDA decoder under numba's simulator: identical to
+"""Runs tiles (A2 modes 3 to 6) on the v2 CUDA decoder under numba's simulator: identical to
 the CPU decoder and the reference, ROIs included; CPU and CUDA refuse or agree on damaged ones."""
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ def _blobs(c: int | None, seed: int) -> np.ndarray:
     return image[:, :, 0] if c is None else image
 
 
-def _streams(mode: int = f2.TILE_RUNS_SAME) -> list[bytes]:
+def _streams(mode: int = f2.TILE_RUNS_PALETTE) -> list[bytes]:
     """Every tile of two colours or more a runs tile of `mode` (the encoders keep no runs
     table set on images this small)."""
-    repeats, same = mode != f2.TILE_RUNS, mode == f2.TILE_RUNS_SAME
-    return [reference_v2.runs_stream(_blobs(c, seed), tile=32, repeats=repeats, same=same)
+    repeats, same, coded = mode != f2.TILE_RUNS, mode >= f2.TILE_RUNS_SAME, mode == f2.TILE_RUNS_PALETTE
+    return [reference_v2.runs_stream(_blobs(c, seed), tile=32, repeats=repeats, same=same, coded=coded)
             for c, seed in ((None, 1), (3, 2))]
 
 
-@pytest.mark.parametrize("mode", [f2.TILE_RUNS_SAME, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS])
+@pytest.mark.parametrize("mode", [f2.TILE_RUNS_PALETTE, f2.TILE_RUNS_SAME, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS])
 def test_runs_tiles_match_cpu_and_reference(mode: int) -> None:
     streams = _streams(mode)
     for stream in streams:
@@ -51,7 +51,7 @@ def test_cpu_and_cuda_refuse_or_agree_on_damaged_runs_tiles() -> None:
     data = _streams()[0]
     s = f2.read_stream(np.frombuffer(data, np.uint8))
     rng = np.random.default_rng(5)
-    runs_tiles = np.flatnonzero(s.mode == f2.TILE_RUNS_SAME)
+    runs_tiles = np.flatnonzero(s.mode == f2.TILE_RUNS_PALETTE)
     refused = 0
     for k in range(10):
         i = int(runs_tiles[k % runs_tiles.size])
@@ -91,3 +91,18 @@ def test_a_repeat_past_the_last_row_or_in_the_first_is_refused() -> None:
     for bad in (runs_tile_stream(repeat_symbols(7), 8, 10), runs_tile_stream(first_row, 8, 10)):
         with pytest.raises(CodecError, match="run symbol, run boundary or label"):
             lossless.decode_batch([bad], device="cuda")
+
+
+def test_a_coded_palette_out_of_order_is_refused_and_four_channels_decode() -> None:
+    """Mode 6: the palette decoded from the lane must increase, as a raw one must; a
+    four-channel tile's alpha differences have their own context (RUN_CTX_PALETTE + 2)."""
+    good = runs_tile_stream(implied_label_symbols()[0], 2, 10, f2.TILE_RUNS_PALETTE, palette=(0, 9))
+    np.testing.assert_array_equal(lossless.decode_batch([good], device="cuda")[0].copy_to_host(),
+                                  implied_label_symbols()[1])
+    bad = runs_tile_stream(implied_label_symbols()[0], 2, 10, f2.TILE_RUNS_PALETTE, palette=(9, 0))
+    with pytest.raises(CodecError, match="run symbol, run boundary or label"):
+        lossless.decode_batch([bad], device="cuda")
+    image = np.dstack([_blobs(3, 4), _blobs(None, 5)])
+    stream = reference_v2.runs_stream(image, tile=32)
+    assert (f2.read_stream(np.frombuffer(stream, np.uint8)).mode == f2.TILE_RUNS_PALETTE).sum() >= 2
+    np.testing.assert_array_equal(lossless.decode_batch([stream], device="cuda")[0].copy_to_host(), image)

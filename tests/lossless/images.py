@@ -129,9 +129,14 @@ def implied_label_symbols() -> tuple[list[tuple[int, int]], np.ndarray]:
     return pairs, np.array([[0] * 4 + [1] * 6, [1] * 4 + [0] * 6], np.uint8) * 9
 
 
-def runs_tile_stream(pairs: list[tuple[int, int]], th: int, tw: int, mode: int = f2.TILE_RUNS_REPEAT) -> bytes:
-    """A one-channel stream (2-D) of one runs tile of two colours (mode 4 or 5, th x tw)
-    coding exactly `pairs`, with tables made from them."""
+def runs_tile_stream(pairs: list[tuple[int, int]], th: int, tw: int, mode: int = f2.TILE_RUNS_REPEAT,
+                     palette: tuple[int, int] = (0, 9)) -> bytes:
+    """A one-channel stream (2-D) of one runs tile of two colours (mode 4, 5 or 6, th x tw)
+    coding exactly `pairs` (in mode 6 after the palette's two symbols), with tables made from
+    them."""
+    if mode == f2.TILE_RUNS_PALETTE:  # A2 mode 6: each colour's difference from the one before
+        first, second = palette
+        pairs = [(f2.RUN_CTX_PALETTE, first), (f2.RUN_CTX_PALETTE, (second - first) & 255), *pairs]
     ctxs, syms = (np.array(v, np.int64) for v in zip(*pairs, strict=True))
     counts = np.zeros((f2.RUN_CONTEXTS, 256), np.int64)
     np.add.at(counts, (ctxs, syms), 1)
@@ -139,5 +144,6 @@ def runs_tile_stream(pairs: list[tuple[int, int]], th: int, tw: int, mode: int =
     freq = runs.table_set(np.stack([f2.normalize(row) for row in counts]), f2.set_tables(header.flags))
     cum = np.zeros((freq.shape[0], 257), np.int64)
     cum[:, 1:] = np.cumsum(freq, axis=1)
-    payload = bytes([mode, 0, 1, 0, 9]) + reference_v2.rans_encode(syms, ctxs, freq, cum, 1)
+    head = bytes([mode, 0, 1]) + (b"" if mode == f2.TILE_RUNS_PALETTE else bytes(palette))
+    payload = head + reference_v2.rans_encode(syms, ctxs, freq, cum, 1)
     return f2.assemble(header, freq, [payload])

@@ -182,8 +182,8 @@ def test_fuzz_seeds_include_palette_tiles() -> None:
 
 
 def test_fuzz_seeds_include_every_runs_tile_mode() -> None:
-    """Both fuzzers' seeds hold runs tiles of modes 3, 4 and 5 (the older modes as older
-    encoders wrote them: every decoder still reads them)."""
+    """Both fuzzers' seeds hold runs tiles of modes 3 to 6 (the older modes as older encoders
+    wrote them: every decoder still reads them)."""
     from prepkit.fuzz import lossless_seeds
     from prepkit.fuzz_cuda import _seeds
     from prepkit.lossless import format_v2
@@ -193,4 +193,4 @@ def test_fuzz_seeds_include_every_runs_tile_mode() -> None:
         for data in seeds:
             if data[4] == format_v2.VERSION:
                 modes.update(np.asarray(format_v2.read_stream(np.frombuffer(data, np.uint8)).mode).tolist())
-        assert {format_v2.TILE_RUNS, format_v2.TILE_RUNS_REPEAT, format_v2.TILE_RUNS_SAME} <= modes
+        assert set(format_v2.RUNS_MODES) <= modes

@@ -1,7 +1,8 @@
-"""Version 2 runs tiles (docs/LOSSLESS.md A2 modes 3, 4 and 5): the run symbols of the numba
+"""Version 2 runs tiles (docs/LOSSLESS.md A2 modes 3 to 6): the run symbols of the numba
 encoder equal the reference's and decode back, with row repeats and implied labels and
-without; both encoders pick runs tiles on masks, byte-identical; mode 3 and 4 streams still
-decode; the decoders agree on every damaged stream; malformed runs tiles are refused."""
+without, and so do coded palettes; both encoders pick runs tiles on masks, byte-identical;
+mode 3, 4 and 5 streams still decode; the decoders agree on every damaged stream; malformed
+runs tiles are refused."""
 
 from __future__ import annotations
 
@@ -118,8 +119,11 @@ def test_encoders_make_runs_tiles_of_masks(c: int | None) -> None:
     data = lossless.encode(image, version=2)
     assert data == r2.encode(image)
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    assert (s.mode == f2.TILE_RUNS_SAME).sum() >= 4 and not np.isin(s.mode, [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT]).any()
-    runs_set = s.table_set[s.mode == f2.TILE_RUNS_SAME, 0].max()
+    # Mode 6, or mode 5 where raw palettes are smaller (runs.choose): one of them for every runs tile.
+    written = np.unique(s.mode[np.isin(s.mode, f2.RUNS_MODES)])
+    assert written.size == 1 and written[0] in (f2.TILE_RUNS_SAME, f2.TILE_RUNS_PALETTE)
+    assert np.isin(s.mode, f2.RUNS_MODES).sum() >= 4
+    runs_set = s.table_set[s.mode == written[0], 0].max()
     assert data[7] == runs_set + f2.runs_sets(f2.set_tables(data[5]))  # the runs sets come last
     np.testing.assert_array_equal(lossless.decode(data), image)
     np.testing.assert_array_equal(r2.decode(data), image)
@@ -145,7 +149,7 @@ def test_runs_first_and_weighed_encoders_agree() -> None:
         assert data == r2.encode(image, runs_first=first)
         np.testing.assert_array_equal(lossless.decode(data), image)
         s = f2.read_stream(np.frombuffer(data, np.uint8))
-        assert (s.mode[sure] == f2.TILE_RUNS_SAME).all()
+        assert np.isin(s.mode[sure], [f2.TILE_RUNS_SAME, f2.TILE_RUNS_PALETTE]).all()  # (mode 5: raw palettes pay)
 
 
 def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,7 +166,7 @@ def test_sure_tiles_skip_the_coded_choice(monkeypatch: pytest.MonkeyPatch) -> No
     data = cpu_v2.encode(image)
     assert seen[0].sum() >= 2
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    assert (s.mode[seen[0]] == f2.TILE_RUNS_SAME).all()
+    assert np.isin(s.mode[seen[0]], [f2.TILE_RUNS_SAME, f2.TILE_RUNS_PALETTE]).all()
 
 
 def test_a_sure_tile_left_out_encodes_again_weighing_every_tile(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,42 +194,48 @@ def test_noise_never_becomes_runs_tiles() -> None:
     assert (s.mode == f2.TILE_PALETTE).all()
 
 
-def _runs_stream() -> tuple[bytes, int]:
-    """A stream with runs tiles, and its first runs tile."""
-    data = lossless.encode(blobs(96, 100, 3, seed=5), tile=32, version=2)
+def _runs_stream(coded: bool = True) -> tuple[bytes, int]:
+    """A stream of runs tiles, and its first runs tile: with coded palettes (mode 6), or raw
+    ones (mode 5, as encoders before mode 6 wrote)."""
+    data = r2.runs_stream(blobs(96, 100, 3, seed=5), tile=32, coded=coded)
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    return data, int(np.flatnonzero(s.mode == f2.TILE_RUNS_SAME)[0])
+    return data, int(np.flatnonzero(s.mode == (f2.TILE_RUNS_PALETTE if coded else f2.TILE_RUNS_SAME))[0])
 
 
 def test_every_byte_change_is_refused_or_agrees_with_reference() -> None:
     data, _ = _runs_stream()
     assert_byte_flips_refused_or_agree(data, flips=300, seed=7)
-    for repeats in (False, True):  # modes 3 and 4, as older encoders wrote them
-        old = r2.runs_stream(blobs(64, 70, None, seed=9), tile=32, repeats=repeats, same=False)
+    for repeats, same in ((False, False), (True, False), (True, True)):  # modes 3, 4 and 5, as older encoders wrote
+        old = r2.runs_stream(blobs(64, 70, None, seed=9), tile=32, repeats=repeats, same=same, coded=False)
         assert_byte_flips_refused_or_agree(old, flips=150, seed=8)
 
 
 @pytest.mark.parametrize("c", [None, 3])
-@pytest.mark.parametrize("older", [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT])
+@pytest.mark.parametrize("older", [f2.TILE_RUNS, f2.TILE_RUNS_REPEAT, f2.TILE_RUNS_SAME])
 def test_streams_of_older_runs_modes_still_decode(c: int | None, older: int) -> None:
-    """Mode 3 runs tiles (no row repeats, as every encoder wrote them before mode 4) and mode 4
-    ones (a label symbol after every boundary, before mode 5) decode to the image in every
-    decoder; mode 5 codes the same tiles in fewer symbols."""
+    """Mode 3 runs tiles (no row repeats, as every encoder wrote them before mode 4), mode 4
+    ones (a label symbol after every boundary, before mode 5) and mode 5 ones (raw palettes,
+    before mode 6) decode to the image in every decoder; mode 5 and 6 code the same tiles in
+    fewer run symbols than modes 3 and 4."""
     image = blobs(100, 90, c, seed=12)
     repeats = older != f2.TILE_RUNS
-    old = r2.runs_stream(image, tile=32, repeats=repeats, same=False)
+    old = r2.runs_stream(image, tile=32, repeats=repeats, same=older == f2.TILE_RUNS_SAME, coded=False)
     new = r2.runs_stream(image, tile=32)
     modes_old = f2.read_stream(np.frombuffer(old, np.uint8)).mode
     modes_new = f2.read_stream(np.frombuffer(new, np.uint8)).mode
     runs_tiles = modes_old == older
     any_runs = np.isin(modes_old, f2.RUNS_MODES)
     assert runs_tiles.sum() >= 4 and (any_runs == runs_tiles).all()  # every runs tile of the older mode
-    assert (modes_new[runs_tiles] == f2.TILE_RUNS_SAME).all()
+    assert (modes_new[runs_tiles] == f2.TILE_RUNS_PALETTE).all()
     pals = [r2.choose_palette(t.astype(np.int64)) for t in r2.tiles_of(image if c else image[:, :, None], 32)]
-    n_old = sum(r2.RunsChoice(p.palette, p.index, repeats, same=False).symbols.size
-                for p in pals if p and len(p.palette) > 1)
-    n_new = sum(r2.RunsChoice(p.palette, p.index).symbols.size for p in pals if p and len(p.palette) > 1)
-    assert n_new < (0.8 if older == f2.TILE_RUNS else 0.85) * n_old
+    pals = [p for p in pals if p and len(p.palette) > 1]
+    n_old = sum(r2.RunsChoice(p.palette, p.index, repeats, older == f2.TILE_RUNS_SAME, coded=False).symbols.size
+                for p in pals)
+    n_new = sum(r2.RunsChoice(p.palette, p.index).symbols.size - p.palette.size for p in pals)  # run symbols
+    if older == f2.TILE_RUNS_SAME:
+        assert n_new == n_old  # (the same run symbols; mode 6 adds the palette's)
+    else:
+        assert n_new < (0.8 if older == f2.TILE_RUNS else 0.85) * n_old
     for data in (old, new):
         np.testing.assert_array_equal(lossless.decode(data), image)
         np.testing.assert_array_equal(r2.decode(data), image)
@@ -256,7 +266,7 @@ def test_a_tile_of_256_colours_is_coded_without_repeats() -> None:
     assert choice.mode == f2.TILE_RUNS
     np.testing.assert_array_equal(choice.symbols, r2.runs_symbols(index, 256, repeats=False)[0])
     assert choice.symbols.size > r2.runs_symbols(index, 256)[0].size
-    assert r2.RunsChoice(palette[:255], np.minimum(index, 254)).mode == f2.TILE_RUNS_SAME
+    assert r2.RunsChoice(palette[:255], np.minimum(index, 254)).mode == f2.TILE_RUNS_PALETTE
 
 
 def test_repeats_decode_and_a_repeat_past_the_last_row_is_refused() -> None:
@@ -289,7 +299,7 @@ def _refused_by_both_decoders(data: bytes, reference: str, numba: str) -> None:
 
 
 def test_palette_out_of_order_is_refused() -> None:
-    data, i = _runs_stream()
+    data, i = _runs_stream(coded=False)
     payload = _payload(data, i)
     assert payload[2] >= 1  # two colours at least: swap the first two
     first, second = payload[3:6], payload[6:9]
@@ -301,7 +311,7 @@ def test_palette_out_of_order_is_refused() -> None:
 def test_rank_past_the_palette_is_refused() -> None:
     """The same tile with a palette of one colour fewer: some label rank now lies past the
     order (its last colour dropped, so the colours still increase)."""
-    data, i = _runs_stream()
+    data, i = _runs_stream(coded=False)
     payload = _payload(data, i)
     n_colours = payload[2] + 1
     payload[2] -= 1
@@ -321,7 +331,7 @@ def test_bad_runs_headers_are_refused_by_both_validators() -> None:
         (bytes([f2.TILE_RUNS, n_sets]) + bytes(payload[2:]), "runs tile table set"),
         (bytes(payload[:-1]), "runs tile length"),
         (bytes(payload[:2]), "runs tile length"),
-        (bytes([f2.TILE_RUNS_SAME + 1]) + bytes(payload[1:]), "tile mode"),
+        (bytes([f2.LAST_MODE + 1]) + bytes(payload[1:]), "tile mode"),
         (bytes(payload[:2]) + bytes([255]) + bytes(payload[3:]), "palette size of a runs tile with row repeats"),
     ]
     for bad_payload, message in cases:
@@ -337,8 +347,9 @@ def test_a_repeat_tile_whose_tables_are_not_all_in_the_stream_is_refused() -> No
     names the last set would read a table past the stream's."""
     data = lossless.encode(blobs(96, 100, None, seed=5), tile=32, version=2)
     s = f2.read_stream(np.frombuffer(data, np.uint8))
-    assert f2.set_tables(data[5]) == 4 and (s.mode == f2.TILE_RUNS_SAME).any()
-    i = int(np.flatnonzero(s.mode == f2.TILE_RUNS_SAME)[0])
+    repeats = np.isin(s.mode, [f2.TILE_RUNS_SAME, f2.TILE_RUNS_PALETTE])
+    assert f2.set_tables(data[5]) == 4 and repeats.any()
+    i = int(np.flatnonzero(repeats)[0])
     assert s.table_set[i, 0] == data[7] - 2  # the runs tables: the last two sets
     payload = _payload(data, i)
     payload[1] = data[7] - 1
@@ -377,8 +388,8 @@ def test_choose_with_a_context_no_chosen_tile_uses() -> None:
     n_symbols = np.array([len(tile_pairs), len(tile_pairs), 5000])
     picked = runs.choose(syms, ctxs, np.arange(3), n_symbols, np.full(3, 8), np.full(3, 400), np.full(3, 4096))
     assert picked is not None
-    chosen, freq = picked
-    assert chosen.tolist() == [True, True, False]
+    chosen, freq, coded = picked
+    assert chosen.tolist() == [True, True, False] and not coded  # (no palette symbols: nothing to code)
     assert freq.shape == (f2.RUN_CONTEXTS, 256)
     assert not freq[[f2.RUN_CTX_LENGTH, f2.RUN_CTX_ROW]].any()
     assert (freq[[f2.RUN_CTX_NEAR, f2.RUN_CTX_FAR, f2.RUN_CTX_LABEL]].sum(axis=1) == f2.PROB_SCALE).all()
@@ -496,3 +507,92 @@ def test_label_rank_and_label_of_rank_follow_label_order() -> None:
                     assert runs._rank(value, *candidates, left) == order.index(value)
                     checked += 1
     assert checked > 10_000
+
+
+@pytest.mark.parametrize("c", [1, 3, 4])
+def test_palette_symbols_decode_back_and_match_the_numba_encoder(c: int) -> None:
+    """Mode 6's palette symbols (A2): each colour's channel differences from the colour
+    before, channels 1 and 2 less channel 0's; they decode back to the palette, and the numba
+    encoder's equal the reference's."""
+    rng = np.random.default_rng(c)
+    for n_colours in (1, 2, 7, 255):
+        packed = np.sort(rng.choice(1 << (8 * c), n_colours, replace=False)).astype(np.int64)
+        palette = (packed[:, None] >> (8 * np.arange(c - 1, -1, -1))) & 255
+        syms, ctxs = r2.palette_symbols(palette)
+        assert syms.size == n_colours * c and syms.max() <= 255
+        np.testing.assert_array_equal(ctxs.reshape(n_colours, c)[0], f2.RUN_CTX_PALETTE + np.minimum(np.arange(c), 2))
+        position = iter(range(syms.size))
+
+        def next_symbol(context: int, syms: np.ndarray = syms, ctxs: np.ndarray = ctxs,
+                        position: Iterator[int] = position) -> int:
+            i = next(position)
+            assert ctxs[i] == context
+            return int(syms[i])
+
+        np.testing.assert_array_equal(r2.palette_decode(next_symbol, n_colours, c), palette)
+        got_syms = np.zeros(n_colours * c, np.uint8)
+        got_ctxs = np.zeros(n_colours * c, np.uint8)
+        assert runs.palette_symbols(packed, n_colours, c, got_syms, got_ctxs) == n_colours * c
+        np.testing.assert_array_equal(got_syms, syms)
+        np.testing.assert_array_equal(got_ctxs, ctxs)
+    # Colours along a blend (anti-aliased edges) differ alike in every channel: small symbols.
+    blend = np.stack([np.linspace(30, 230, 40), np.linspace(35, 235, 40), np.linspace(50, 240, 40)], 1).astype(int)
+    assert r2.palette_symbols(blend)[0].reshape(40, 3)[1:, 1:].max() <= 4
+
+
+def test_a_coded_palette_out_of_order_is_refused() -> None:
+    good = runs_tile_stream(implied_label_symbols()[0], 2, 10, f2.TILE_RUNS_PALETTE, palette=(0, 9))
+    np.testing.assert_array_equal(lossless.decode(good), implied_label_symbols()[1])
+    np.testing.assert_array_equal(r2.decode(good), implied_label_symbols()[1])
+    for palette in ((9, 0), (9, 9)):  # decreasing, equal
+        bad = runs_tile_stream(implied_label_symbols()[0], 2, 10, f2.TILE_RUNS_PALETTE, palette=palette)
+        _refused_by_both_decoders(bad, "palette colours not in increasing order", "run symbol, run boundary or label")
+
+
+def test_coded_palettes_make_screenshot_like_runs_tiles_smaller() -> None:
+    """Runs tiles of many colours (anti-aliased text on a flat background) stay runs tiles in
+    mode 6, their palettes coded: both encoders alike, smaller than with raw palettes."""
+    rng = np.random.default_rng(3)
+    image = np.full((128, 192, 3), (236, 232, 220), np.uint8)
+    for y in range(4, 120, 12):  # rows of 'glyphs': short strokes blended into the background
+        for x in range(4, 180, 7):
+            a = rng.integers(1, 9) / 8.0
+            image[y : y + 7, x : x + 2] = (np.array([236, 232, 220]) * (1 - a) + np.array([40, 44, 60]) * a).astype(
+                np.uint8)
+    data = lossless.encode(image, version=2)
+    assert data == r2.encode(image)
+    s = f2.read_stream(np.frombuffer(data, np.uint8))
+    assert (s.mode == f2.TILE_RUNS_PALETTE).sum() >= 4
+    np.testing.assert_array_equal(lossless.decode(data), image)
+    raw = r2.runs_stream(image, tile=64, coded=False)
+    coded = r2.runs_stream(image, tile=64)
+    assert len(coded) < len(raw)
+
+
+def test_choose_codes_palettes_only_where_that_is_smaller() -> None:
+    """runs.choose weighs coded palettes (mode 6: symbols, and tables for them) against raw
+    ones (mode 5: the heads' bytes in the payload): many tiles sharing a few colours code them
+    in a fraction of a byte each; a few tiles of unrelated colours would pay more for the
+    tables than the bytes they save."""
+    pairs = [(f2.RUN_CTX_LABEL, 0)] + [(f2.RUN_CTX_NEAR, f2.RUN_NEAR + f2.RUN_REACH)] * 60 + [(f2.RUN_CTX_FAR, f2.RUN_END)]
+    rng = np.random.default_rng(2)
+    for n_tiles, shared, want_coded in ((40, True, True), (2, False, False)):
+        n_colours, c = 12, 3
+        syms = np.zeros((n_tiles, 200), np.uint8)
+        ctxs = np.zeros((n_tiles, 200), np.uint8)
+        heads = np.full(n_tiles, n_colours * c)
+        for k in range(n_tiles):
+            packed = np.arange(n_colours) * 0x010101 + 0x202020 if shared else np.sort(
+                rng.choice(1 << 24, n_colours, replace=False))
+            pal = (packed[:, None] >> np.array([16, 8, 0])) & 255
+            psyms, pctxs = r2.palette_symbols(pal)
+            syms[k, : heads[k]], ctxs[k, : heads[k]] = psyms, pctxs
+            ctxs[k, heads[k] : heads[k] + len(pairs)], syms[k, heads[k] : heads[k] + len(pairs)] = np.array(pairs).T
+        n_symbols = heads + len(pairs)
+        fixed = np.full(n_tiles, f2.RUNS_HEADER + 4)
+        picked = runs.choose(syms, ctxs, np.arange(n_tiles), n_symbols, fixed, np.full(n_tiles, 400),
+                             np.full(n_tiles, 4096), heads)
+        assert picked is not None
+        chosen, freq, coded = picked
+        assert chosen.all() and coded == want_coded
+        assert freq[f2.RUN_CTX_PALETTE :].any() == want_coded  # raw palettes leave their tables empty

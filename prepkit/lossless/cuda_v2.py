@@ -239,13 +239,14 @@ def _runs_label(rank, c0, c1, c2, left, n_colours):
         if rank == k:
             return c2
         k = i32(k + i32(1))
-    for q in range(n_colours):
-        v = i32(q)
-        if v != left and v != c0 and v != c1 and v != c2:
-            if rank == k:
-                return v
-            k = i32(k + i32(1))
-    return i32(-1)
+    # The (rank - k)-th index that is none of them, in at most five steps (runs._label).
+    q = i32(rank - k)
+    for _ in range(5):
+        n = i32(i32(0 <= left and left <= q) + i32(0 <= c0 and c0 <= q and c0 != left))
+        n = i32(n + i32(0 <= c1 and c1 <= q and c1 != left and c1 != c0))
+        n = i32(n + i32(0 <= c2 and c2 <= q and c2 != left and c2 != c0 and c2 != c1))
+        q = i32(i32(rank - k) + n)
+    return q if q < n_colours else i32(-1)
 
 
 @cuda.jit(device=True, inline=True)

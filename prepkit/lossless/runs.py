@@ -85,12 +85,23 @@ def _label(rank, c0, c1, c2, left, n_colours):
         if rank == k:
             return c2
         k += 1
-    for q in range(n_colours):
-        if q != left and q != c0 and q != c1 and q != c2:
-            if rank == k:
-                return q
-            k += 1
-    return NO_LABEL
+    # The (rank - k)-th index that is none of them: the least fixed point of
+    # q = rank - k + (how many of them are at or below q), reached in at most four steps (each
+    # step that moves q counts one more of them). A loop over the indices took O(P) steps a
+    # label: most of a many-colour tile's decode (anti-aliased text in screenshots).
+    q = rank - k
+    for _ in range(5):
+        q = rank - k + _excluded_upto(q, c0, c1, c2, left)
+    return q if q < n_colours else NO_LABEL
+
+
+@njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _excluded_upto(q, c0, c1, c2, left):
+    """How many distinct ones of left, c0, c1, c2 (NO_LABEL: absent) are at most q."""
+    n = np.int64(0 <= left <= q) + np.int64(0 <= c0 <= q and c0 != left)
+    n += np.int64(0 <= c1 <= q and c1 != left and c1 != c0)
+    n += np.int64(0 <= c2 <= q and c2 != left and c2 != c0 and c2 != c1)
+    return n
 
 
 @njit(nogil=True, cache=True, boundscheck=False, inline="always")

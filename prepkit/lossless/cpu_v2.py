@@ -756,6 +756,30 @@ IDENTITY_LABELS = np.arange(256, dtype=np.uint8)
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _runs_palette_symbols(colours, n_colours, c, syms, ctxs):
+    """A mode 6 palette's n_colours * c symbols and contexts into syms, ctxs (from 0) as
+    reference_v2.palette_symbols makes them, from the packed increasing colours (channel 0
+    most significant)."""
+    j = 0
+    prev = np.int64(0)
+    for q in range(n_colours):
+        colour = np.int64(colours[q])
+        d0 = np.int64(0)
+        for k in range(c):
+            shift = 8 * (c - 1 - k)
+            d = (((colour >> shift) & 255) - ((prev >> shift) & 255)) & 255
+            if k == 0:
+                d0 = d
+                syms[j] = d
+            else:
+                syms[j] = _zigzag((d - d0) & 255 if k < 3 else d)
+            ctxs[j] = f2.RUN_CTX_PALETTE + min(k, 2)
+            j += 1
+        prev = colour
+    return j
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def _tile_runs(values, base, stride, labels, th, tw, n_colours, colours, c, words, equal, scratch, kept_syms,
                kept_ctxs):
     """The symbols of a palette candidate of n_colours colours (colours: packed, increasing;
@@ -768,7 +792,7 @@ def _tile_runs(values, base, stride, labels, th, tw, n_colours, colours, c, word
     coded = runs.mode_of(n_colours) == f2.TILE_RUNS_PALETTE
     same = coded  # (mode 6 has row repeats and implied labels; mode 3 neither)
     repeats = same
-    head = n_colours * c if coded else 0  # the palette's symbols
+    head = runs.palette_head(n_colours, c)  # the palette's symbols
     limit = (th * tw) // runs.MIN_PIXELS_PER_SYMBOL
     floor = runs.symbols_floor(words, equal, th, repeats, same)
     if floor > limit:
@@ -776,7 +800,7 @@ def _tile_runs(values, base, stride, labels, th, tw, n_colours, colours, c, word
     n = runs.tile_symbols(values, base, stride, labels, th, tw, words, equal, syms, ctxs, limit, repeats, same)
     if n <= RUNS_CAP:
         if coded:
-            runs.palette_symbols(colours, n_colours, c, kept_syms, kept_ctxs)
+            _runs_palette_symbols(colours, n_colours, c, kept_syms, kept_ctxs)
         for j in range(n):
             kept_syms[head + j] = syms[j]
             kept_ctxs[head + j] = ctxs[j]
@@ -1619,6 +1643,7 @@ class _RunsFound(NamedTuple):
     kept_syms: np.ndarray  # uint8 (n tiles, KEPT_CAP): a candidate's symbols when at most RUNS_CAP run symbols
     kept_ctxs: np.ndarray  # uint8 (n tiles, KEPT_CAP): their contexts
     heads: np.ndarray  # int64 (m,): how many of a candidate's symbols are its palette's (runs.palette_head)
+    fixed: np.ndarray  # int64 (m,): its runs payload's bytes besides the words (runs.fixed_bytes)
 
 
 def _runs_found(pal_sizes: np.ndarray, runs_counts: np.ndarray, kept_syms: np.ndarray,
@@ -1627,9 +1652,8 @@ def _runs_found(pal_sizes: np.ndarray, runs_counts: np.ndarray, kept_syms: np.nd
     cands = np.flatnonzero(pal_sizes > 0)
     if cands.size == 0:
         return None
-    sizes = pal_sizes[cands].astype(np.int64)
-    heads = np.where(sizes <= f2.REPEAT_MAX_COLOURS, sizes * c, 0)  # runs.palette_head
-    return _RunsFound(cands, runs_counts[cands], kept_syms, kept_ctxs, heads)
+    heads, fixed = runs.heads_and_fixed(pal_sizes[cands].astype(np.int64), c)
+    return _RunsFound(cands, runs_counts[cands], kept_syms, kept_ctxs, heads, fixed)
 
 
 class _RunsParts(NamedTuple):
@@ -1648,7 +1672,7 @@ def _with_runs(c: int, pal_sizes: np.ndarray, colours: np.ndarray, found: _RunsF
     current_all: every tile's payload length otherwise; tshift: 3 for eight tables per set."""
     cands = found.cands
     current = current_all[cands]
-    fixed = f2.RUNS_HEADER + 4 + np.where(pal_sizes[cands] > f2.REPEAT_MAX_COLOURS, pal_sizes[cands] * c, 0)
+    fixed = found.fixed
     picked = runs.choose(found.kept_syms, found.kept_ctxs, cands, found.counts, fixed, current, pixels[cands],
                          found.heads)
     if picked is None:

@@ -87,7 +87,7 @@ TILE_RUNS_SAME = 5
 # A2 mode 6: mode 5 whose palette is rANS symbols at the head of its lane (RUN_CTX_PALETTE),
 # not raw bytes: each colour's channels as differences from the colour before it (channels 1
 # and 2 less channel 0's difference). Runs tiles' palettes were half the bytes of the
-# screenshots' runs tiles and 8% of those streams, 5% of the masks'. Decoders that predate
+# screenshots' runs tiles and 7% of those streams, 5% of the masks'. Decoders that predate
 # the mode refuse it.
 TILE_RUNS_PALETTE = 6
 RUNS_MODES = (TILE_RUNS, TILE_RUNS_REPEAT, TILE_RUNS_SAME, TILE_RUNS_PALETTE)  # the runs tiles' modes

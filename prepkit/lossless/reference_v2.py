@@ -411,11 +411,15 @@ class RunsChoice:
             self.mode = f2.TILE_RUNS_SAME
         same = self.mode in (f2.TILE_RUNS_SAME, f2.TILE_RUNS_PALETTE)
         self.symbols, self.contexts = runs_symbols(index, palette.shape[0], self.mode != f2.TILE_RUNS, same)
-        self.head_symbols = palette.size if self.mode == f2.TILE_RUNS_PALETTE else 0  # (runs.palette_head)
         if self.mode == f2.TILE_RUNS_PALETTE:
             psyms, pctxs = palette_symbols(palette)
             self.symbols = np.concatenate([psyms, self.symbols])
             self.contexts = np.concatenate([pctxs, self.contexts])
+
+    @property
+    def head_symbols(self) -> int:
+        """How many of the symbols are the palette's (runs.palette_head)."""
+        return self.palette.size if self.mode == f2.TILE_RUNS_PALETTE else 0
 
     def head(self, table_set: int) -> bytes:
         """The payload's bytes before the lane state: header, and the palette in modes 3 to 5."""

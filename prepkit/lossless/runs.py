@@ -86,9 +86,9 @@ def _label(rank, c0, c1, c2, left, n_colours):
             return c2
         k += 1
     # The (rank - k)-th index that is none of them: the least fixed point of
-    # q = rank - k + (how many of them are at or below q), reached in at most four steps (each
-    # step that moves q counts one more of them). A loop over the indices took O(P) steps a
-    # label: most of a many-colour tile's decode (anti-aliased text in screenshots).
+    # q = rank - k + (how many of them are at or below q). Each pass that moves q counts one
+    # more of the four, so four passes reach it (five are run). A loop over the indices took
+    # O(P) steps a label, which made runs tiles of many colours slow to decode.
     q = rank - k
     for _ in range(5):
         q = rank - k + _excluded_upto(q, c0, c1, c2, left)
@@ -527,30 +527,15 @@ def fixed_bytes(n_colours, c):
     return f2.RUNS_HEADER + raw + 4
 
 
-@njit(nogil=True, cache=True, boundscheck=False)
-def palette_symbols(colours, n_colours, c, syms, ctxs):
-    """A mode 6 palette's n_colours * c symbols and contexts into syms, ctxs (from 0) as
-    reference_v2.palette_symbols makes them, from the packed increasing colours (channel 0
-    most significant)."""
-    j = 0
-    prev = np.int64(0)
-    for q in range(n_colours):
-        colour = np.int64(colours[q])
-        d0 = np.int64(0)
-        for k in range(c):
-            shift = 8 * (c - 1 - k)
-            d = (((colour >> shift) & 255) - ((prev >> shift) & 255)) & 255
-            if k == 0:
-                d0 = d
-                syms[j] = d
-            else:
-                e = (d - d0) & 255 if k < 3 else d
-                signed = e - 256 if e >= 128 else e
-                syms[j] = 2 * signed if signed >= 0 else -2 * signed - 1
-            ctxs[j] = f2.RUN_CTX_PALETTE + min(k, 2)
-            j += 1
-        prev = colour
-    return j
+@njit(nogil=True, cache=True)
+def heads_and_fixed(n_colours, c):
+    """palette_head and fixed_bytes of each candidate of n_colours (an array)."""
+    heads = np.empty(n_colours.shape[0], np.int64)
+    fixed = np.empty(n_colours.shape[0], np.int64)
+    for i in range(n_colours.shape[0]):
+        heads[i] = palette_head(n_colours[i], c)
+        fixed[i] = fixed_bytes(n_colours[i], c)
+    return heads, fixed
 
 
 @njit(nogil=True, cache=True)

@@ -532,7 +532,7 @@ def test_palette_symbols_decode_back_and_match_the_numba_encoder(c: int) -> None
         np.testing.assert_array_equal(r2.palette_decode(next_symbol, n_colours, c), palette)
         got_syms = np.zeros(n_colours * c, np.uint8)
         got_ctxs = np.zeros(n_colours * c, np.uint8)
-        assert runs.palette_symbols(packed, n_colours, c, got_syms, got_ctxs) == n_colours * c
+        assert cpu_v2._runs_palette_symbols(packed, n_colours, c, got_syms, got_ctxs) == n_colours * c
         np.testing.assert_array_equal(got_syms, syms)
         np.testing.assert_array_equal(got_ctxs, ctxs)
     # Colours along a blend (anti-aliased edges) differ alike in every channel: small symbols.

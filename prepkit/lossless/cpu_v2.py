@@ -2649,9 +2649,10 @@ def _copy_line(out, d, line, n):
 
 @njit(nogil=True, cache=True, boundscheck=False, _nrt=False)
 def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, line):
-    """Copy the requested region of the planes into the (row, column, channel) output, one
-    loop per channel count so that the stores have a constant stride; colour rows through
-    `line` (LINE_BYTES of scratch, _copy_line)."""
+    """Copy the requested region of the planes into the (row, column, channel) output: whole
+    colour rows of 64 pixels as vector stores (memops.interleave3 and interleave4), other
+    colour rows through `line` (LINE_BYTES of scratch, _copy_line), one loop per channel
+    count so that the stores have a constant stride."""
     width = xb - xa
     for y in range(ya, yb):
         d = out_base + ((oy + y) * out_w + ox + xa) * c
@@ -2665,6 +2666,15 @@ def _interleave(planes, c, tw, out, out_base, out_w, oy, ox, ya, yb, xa, xb, lin
         p0 = planes[0, q0 : q0 + width]
         p1 = planes[1, q0 : q0 + width]
         p2 = planes[2, q0 : q0 + width]
+        if width == 64:  # a whole row: vector shuffles stored straight into the output
+            if c == 3:
+                memops.interleave3(p0, p1, p2, 0, out, d)
+                memops.interleave3(p0, p1, p2, 32, out, d + 96)
+            else:
+                p3 = planes[3, q0 : q0 + width]
+                memops.interleave4(p0, p1, p2, p3, 0, out, d)
+                memops.interleave4(p0, p1, p2, p3, 32, out, d + 128)
+            continue
         if c == 3:
             for x in range(width):
                 line[3 * x] = p0[x]

@@ -2638,9 +2638,12 @@ def _colour_inverse(planes, n, colour):
 def _copy_line(out, d, line, n):
     """out[d : d + n] = line[:n], a colour tile's row built in the scratch row `line`.
 
-    Colour rows are interleaved (or filled, or looked up) in that row, which stays in the L1
-    cache, and copied out by memcpy: written straight into an output larger than the caches,
-    the same loops ran at 2.9 GB/s, a quarter of a memcpy's rate on this machine, and took
+    Palette and runs tiles' colour rows, constant colour tiles' and the coded tiles' rows of
+    crops and edge tiles are built (looked up, filled or interleaved byte by byte) in that row,
+    which stays in the L1 cache, and copied out by memcpy (whole rows of coded tiles are stored
+    as vectors instead, memops.interleave3 and interleave4). Written straight into an output
+    larger than the caches, the same loops ran at 2.9 GB/s, a quarter of a memcpy's rate on
+    this machine, and took
     23% of the rendered set's decode time (docs/BENCHMARKS.md, "Colour rows through an L1
     row (stop 37)"). The length is left variable on purpose: LLVM's inlined copy of a
     constant 192 bytes gave back the whole gain there, libc's memcpy keeps it."""

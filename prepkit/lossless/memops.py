@@ -1,5 +1,5 @@
-"""Byte fills and copies for numba kernels as LLVM's memset and memcpy, and unaligned
-four-byte stores.
+"""Byte fills and copies for numba kernels as LLVM's memset and memcpy, unaligned four-byte
+stores, and planes interleaved into pixels by vector shuffles (interleave3, interleave4).
 
 A plain `for x in range(n): out[d + x] = v` loop is vectorised or turned into a memset by
 LLVM only when it can prove enough about the arrays where the loop ends up after inlining:

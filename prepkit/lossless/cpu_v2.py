@@ -2643,10 +2643,10 @@ def _copy_line(out, d, line, n):
     which stays in the L1 cache, and copied out by memcpy (whole rows of coded tiles are stored
     as vectors instead, memops.interleave3 and interleave4). Written straight into an output
     larger than the caches, the same loops ran at 2.9 GB/s, a quarter of a memcpy's rate on
-    this machine, and took
-    23% of the rendered set's decode time (docs/BENCHMARKS.md, "Colour rows through an L1
-    row (stop 37)"). The length is left variable on purpose: LLVM's inlined copy of a
-    constant 192 bytes gave back the whole gain there, libc's memcpy keeps it."""
+    this machine, and took 23% of the rendered set's decode time (docs/BENCHMARKS.md, "Colour
+    rows through an L1 row (stop 37)"). The length is left variable on purpose: LLVM's
+    inlined copy of a constant 192 bytes gave back the whole gain there, libc's memcpy keeps
+    it."""
     memops.copy(out, d, line, 0, n)
 
 

@@ -126,7 +126,7 @@ _INTERLEAVE4 = _interleaver(4, INTERLEAVE_PIXELS)
 def interleave3(typingctx, p0, p1, p2, at, dst, dst_at):
     """dst[dst_at : dst_at + 96] = pixels at .. at + 31 of planes p0, p1, p2 as RGB bytes
     (uint8 arrays). One shuffle of three vectors and one store, which LLVM lowers to byte
-    shuffles: the same rows stored byte by byte into an L1 row and copied out took 1.4-1.5x as
+    shuffles: the same rows stored byte by byte into an L1 row and copied out took 1.2-1.5x as
     long (docs/BENCHMARKS.md "Colour rows stored as vectors (stop 62)")."""
     return types.none(p0, p1, p2, at, dst, dst_at), _INTERLEAVE3
 

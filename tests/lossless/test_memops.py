@@ -1,5 +1,5 @@
-"""memops.fill, memops.copy (LLVM memset and memcpy for numba kernels) and memops.store32
-against numpy slices."""
+"""memops.fill, memops.copy (LLVM memset and memcpy for numba kernels), memops.store32 and
+memops.interleave3 / interleave4 against numpy slices."""
 
 from __future__ import annotations
 
@@ -61,3 +61,24 @@ def test_prefetch_write_emits_a_write_prefetch_and_changes_nothing() -> None:
     llvm = next(iter(_prefetch_rows.inspect_llvm().values()))
     # llvm.prefetch(address, rw = 1: for writing, locality 3, data cache)
     assert "@llvm.prefetch" in llvm and ", i32 1, i32 3, i32 1)" in llvm
+
+
+@njit(cache=False)
+def _interleave(planes, at, out, d):  # type: ignore[no-untyped-def]
+    if planes.shape[0] == 3:
+        memops.interleave3(planes[0], planes[1], planes[2], at, out, d)
+    else:
+        memops.interleave4(planes[0], planes[1], planes[2], planes[3], at, out, d)
+
+
+def test_interleave_writes_exactly_32_pixels_as_numpy_interleaves_them() -> None:
+    rng = np.random.default_rng(2)
+    for c in (3, 4):
+        planes = rng.integers(0, 256, (c, 64), dtype=np.uint8)
+        for at in (0, 5, 32):
+            for d in range(0, 9):  # every alignment of the output
+                out = rng.integers(0, 256, d + 32 * c + 9, dtype=np.uint8)
+                want = out.copy()
+                want[d : d + 32 * c] = planes[:, at : at + 32].T.reshape(-1)
+                _interleave(planes, np.int64(at), out, np.int64(d))
+                np.testing.assert_array_equal(out, want)
